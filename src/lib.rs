@@ -1,0 +1,19 @@
+//! Differentially private ratio statistics for Apache DataFusion.
+//!
+//! ```no_run
+//! # async fn demo() -> datafusion::error::Result<()> {
+//! use datafusion::prelude::*;
+//! let ctx = SessionContext::new();
+//! datafusion_dp::register(&ctx)?;
+//! ctx.sql("SELECT dp_rr_ci(outcome, exposed, 1.0) FROM visits").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
+//! intervals); [`sql`] adapts it to DataFusion (functions, options, planner rule).
+
+pub mod sql;
+pub mod stats;
+
+pub use sql::options::DpOptions;
+pub use sql::register;

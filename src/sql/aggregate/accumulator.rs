@@ -1,0 +1,368 @@
+//! The vectorised accumulator shared by the DP aggregates.
+
+use super::{dp_rr_ci, CallPlan, DpFunction, Release};
+use crate::stats::rng::{group_key_digest, secure_rng, seeded_rng, NoiseRng};
+use crate::stats::TwoByTwo;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::datatypes::UInt64Type;
+use datafusion::common::{exec_datafusion_err, Result, ScalarValue};
+use datafusion::logical_expr::{Accumulator, EmitTo, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate_indices;
+use std::sync::Arc;
+
+/// Exact per-group cell counts in one flat vector (`cells` counters per group), plus, in
+/// seeded mode, a digest of each group's key. Noise is drawn only in [`Self::evaluate`].
+pub struct CellCounts {
+    function: DpFunction,
+    cells: usize,
+    counts: Vec<u64>,
+    /// Seeded (non-private) mode only: the key digest of each group, `None` until seen.
+    keys: Option<Vec<Option<u64>>>,
+    plan: Arc<CallPlan>,
+    /// The secure stream, opened on first use.
+    rng: Option<NoiseRng>,
+}
+
+impl CellCounts {
+    pub fn new(function: DpFunction, plan: Arc<CallPlan>) -> Self {
+        // Only grouped, seeded calls need keys; without GROUP BY the one group uses key 0.
+        let keys = (plan.options.seed.is_some() && plan.key_args > 0).then(Vec::new);
+        Self {
+            function,
+            cells: function.cells(),
+            counts: Vec::new(),
+            keys,
+            plan,
+            rng: None,
+        }
+    }
+
+    fn resize(&mut self, total_num_groups: usize) {
+        self.counts.resize(total_num_groups * self.cells, 0);
+        if let Some(keys) = &mut self.keys {
+            keys.resize(total_num_groups, None);
+        }
+    }
+
+    /// Rows that count: the data arguments are non-NULL and the FILTER clause holds.
+    fn counted_rows(data: &[&ArrayRef], opt_filter: Option<&BooleanArray>) -> Option<NullBuffer> {
+        let mut mask: Option<NullBuffer> = None;
+        for array in data {
+            mask = NullBuffer::union(mask.as_ref(), array.logical_nulls().as_ref());
+        }
+        if let Some(filter) = opt_filter {
+            let holds = match filter.nulls() {
+                Some(nulls) => filter.values() & nulls.inner(),
+                None => filter.values().clone(),
+            };
+            mask = NullBuffer::union(mask.as_ref(), Some(&NullBuffer::new(holds)));
+        }
+        mask
+    }
+
+    /// Records the key digest of every group first seen in this batch (seeded mode only).
+    fn note_keys(&mut self, key_values: &[ArrayRef], group_indices: &[usize]) -> Result<()> {
+        let Some(keys) = &mut self.keys else {
+            return Ok(());
+        };
+        for (row, &group) in group_indices.iter().enumerate() {
+            if keys[group].is_none() {
+                keys[group] = Some(row_key_digest(key_values, row)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn table_cell(outcome: &BooleanBuffer, exposed: &BooleanBuffer, row: usize) -> usize {
+        // a = outcome ∧ exposed (0), b = ¬outcome ∧ exposed (1), c = outcome ∧ ¬exposed (2),
+        // d = ¬outcome ∧ ¬exposed (3).
+        (!outcome.value(row) as usize) | ((!exposed.value(row) as usize) << 1)
+    }
+
+    fn key_start(&self) -> usize {
+        self.plan.user_args
+    }
+
+    fn take_emitted(&mut self, emit_to: EmitTo) -> (Vec<u64>, Option<Vec<Option<u64>>>) {
+        let groups = self.counts.len() / self.cells;
+        let n = match emit_to {
+            EmitTo::All => groups,
+            EmitTo::First(n) => n.min(groups),
+        };
+        let counts = if n == groups {
+            std::mem::take(&mut self.counts)
+        } else {
+            self.counts.drain(..n * self.cells).collect()
+        };
+        let keys = self.keys.as_mut().map(|keys| {
+            if n == keys.len() {
+                std::mem::take(keys)
+            } else {
+                keys.drain(..n).collect()
+            }
+        });
+        (counts, keys)
+    }
+
+    /// The noise stream for one group: the per-accumulator secure stream, or in seeded mode a
+    /// stream derived from (seed, call, group key).
+    fn group_rng<'a>(
+        plan: &CallPlan,
+        secure: &'a mut Option<NoiseRng>,
+        seeded: &'a mut Option<NoiseRng>,
+        key: Option<u64>,
+    ) -> Result<&'a mut NoiseRng> {
+        match plan.options.seed {
+            Some(seed) => Ok(seeded.insert(seeded_rng(seed, &plan.stream, key.unwrap_or(0)))),
+            None => {
+                if secure.is_none() {
+                    *secure = Some(secure_rng().map_err(|e| exec_datafusion_err!("{e}"))?);
+                }
+                Ok(secure.as_mut().expect("opened above"))
+            }
+        }
+    }
+}
+
+/// Stable digest of one row's group key, from the display form of each key value.
+fn row_key_digest(key_values: &[ArrayRef], row: usize) -> Result<u64> {
+    let texts = key_values
+        .iter()
+        .map(|array| {
+            if array.is_null(row) {
+                Ok(None)
+            } else {
+                ScalarValue::try_from_array(array, row).map(|v| Some(v.to_string()))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(group_key_digest(texts.iter().map(|t| t.as_deref())))
+}
+
+impl GroupsAccumulator for CellCounts {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        let key_start = self.key_start();
+        self.note_keys(&values[key_start..], group_indices)?;
+        let counts = &mut self.counts;
+        match self.function {
+            DpFunction::Count => {
+                accumulate_indices(
+                    group_indices,
+                    values[0].logical_nulls().as_ref(),
+                    opt_filter,
+                    |group| counts[group] += 1,
+                );
+            }
+            DpFunction::RelativeRisk | DpFunction::RrCi => {
+                let outcome = values[0].as_boolean().values();
+                let exposed = values[1].as_boolean().values();
+                let mask = Self::counted_rows(&[&values[0], &values[1]], opt_filter);
+                for (row, &group) in group_indices.iter().enumerate() {
+                    if mask.as_ref().is_none_or(|m| m.is_valid(row)) {
+                        counts[group * 4 + Self::table_cell(outcome, exposed, row)] += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        let cells = self.cells;
+        for cell in 0..cells {
+            let partial = values[cell].as_primitive::<UInt64Type>().values();
+            for (&group, &count) in group_indices.iter().zip(partial.iter()) {
+                self.counts[group * cells + cell] += count;
+            }
+        }
+        if let Some(keys) = &mut self.keys {
+            if let Some(partial) = values.get(cells) {
+                let partial = partial.as_primitive::<UInt64Type>();
+                for (row, &group) in group_indices.iter().enumerate() {
+                    if keys[group].is_none() && partial.is_valid(row) {
+                        keys[group] = Some(partial.value(row));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        let (counts, keys) = self.take_emitted(emit_to);
+        let groups = counts.len() / self.cells;
+        let plan = Arc::clone(&self.plan);
+        let mut seeded = None;
+        let key = |g: usize| keys.as_ref().and_then(|k| k[g]);
+        match &plan.release {
+            Release::Count(noise) => {
+                let mut out = Vec::with_capacity(groups);
+                for (g, &count) in counts.iter().enumerate() {
+                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    out.push(count as i64 + noise.sample(rng));
+                }
+                Ok(Arc::new(Int64Array::from(out)))
+            }
+            Release::Table {
+                noise,
+                confidence,
+                method,
+            } => {
+                let mut released = Vec::with_capacity(groups);
+                for (g, cell) in counts.chunks_exact(4).enumerate() {
+                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    let table = TwoByTwo {
+                        a: cell[0],
+                        b: cell[1],
+                        c: cell[2],
+                        d: cell[3],
+                    };
+                    released.push(noise.release(&table, rng));
+                }
+                if self.function == DpFunction::RelativeRisk {
+                    let rr: Float64Array = released.iter().map(|t| t.relative_risk()).collect();
+                    Ok(Arc::new(rr))
+                } else {
+                    dp_rr_ci::build(&released, *confidence, *method, plan.options.seed.is_some())
+                }
+            }
+        }
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let (counts, keys) = self.take_emitted(emit_to);
+        let cells = self.cells;
+        let mut state: Vec<ArrayRef> = if cells == 1 {
+            vec![Arc::new(UInt64Array::from(counts))]
+        } else {
+            (0..cells)
+                .map(|cell| {
+                    let column: UInt64Array = counts
+                        .iter()
+                        .skip(cell)
+                        .step_by(cells)
+                        .copied()
+                        .map(Some)
+                        .collect();
+                    Arc::new(column) as ArrayRef
+                })
+                .collect()
+        };
+        if self.plan.key_args > 0 {
+            let keys: UInt64Array = keys.unwrap_or_default().into_iter().collect();
+            state.push(Arc::new(keys));
+        }
+        Ok(state)
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let rows = values[0].len();
+        let data: Vec<&ArrayRef> = values[..self.function.data_args().len()].iter().collect();
+        let mask = Self::counted_rows(&data, opt_filter);
+        let counted = |row: usize| mask.as_ref().is_none_or(|m| m.is_valid(row));
+        let mut state: Vec<ArrayRef> = match self.function {
+            DpFunction::Count => {
+                let ones: UInt64Array = (0..rows).map(|r| Some(counted(r) as u64)).collect();
+                vec![Arc::new(ones)]
+            }
+            DpFunction::RelativeRisk | DpFunction::RrCi => {
+                let outcome = values[0].as_boolean().values();
+                let exposed = values[1].as_boolean().values();
+                (0..4)
+                    .map(|cell| {
+                        let column: UInt64Array = (0..rows)
+                            .map(|r| {
+                                Some(
+                                    (counted(r) && Self::table_cell(outcome, exposed, r) == cell)
+                                        as u64,
+                                )
+                            })
+                            .collect();
+                        Arc::new(column) as ArrayRef
+                    })
+                    .collect()
+            }
+        };
+        if self.plan.key_args > 0 {
+            let key_values = &values[self.key_start()..];
+            let keys = (0..rows)
+                .map(|row| row_key_digest(key_values, row).map(Some))
+                .collect::<Result<UInt64Array>>()?;
+            state.push(Arc::new(keys));
+        }
+        Ok(state)
+    }
+
+    fn size(&self) -> usize {
+        self.counts.capacity() * size_of::<u64>()
+            + self
+                .keys
+                .as_ref()
+                .map_or(0, |k| k.capacity() * size_of::<Option<u64>>())
+            + size_of::<Self>()
+    }
+}
+
+/// The plain `Accumulator` DataFusion needs for aggregates without GROUP BY: one group.
+pub struct SingleGroup(CellCounts);
+
+impl SingleGroup {
+    pub fn new(inner: CellCounts) -> Self {
+        Self(inner)
+    }
+}
+
+impl std::fmt::Debug for SingleGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SingleGroup({})", self.0.function.name())
+    }
+}
+
+impl Accumulator for SingleGroup {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let rows = values.first().map_or(0, |v| v.len());
+        self.0.update_batch(values, &vec![0; rows], None, 1)
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let rows = states.first().map_or(0, |v| v.len());
+        self.0.merge_batch(states, &vec![0; rows], 1)
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        self.0.resize(1);
+        let array = self.0.evaluate(EmitTo::All)?;
+        ScalarValue::try_from_array(&array, 0)
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        self.0.resize(1);
+        self.0
+            .state(EmitTo::All)?
+            .iter()
+            .map(|a| ScalarValue::try_from_array(a, 0))
+            .collect()
+    }
+
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+}

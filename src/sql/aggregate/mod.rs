@@ -1,0 +1,406 @@
+//! The DP aggregate functions. All three share one UDAF implementation ([`DpAggregate`]) and
+//! one `GroupsAccumulator` ([`accumulator::CellCounts`]): each group keeps exact cell counts
+//! in flat vectors, partial states carry only exact counts, and noise is drawn once per group
+//! in `evaluate`, after every partial state has been merged.
+
+pub mod accumulator;
+pub mod dp_count;
+pub mod dp_relative_risk;
+pub mod dp_rr_ci;
+
+use crate::sql::options::DpOptions;
+use crate::stats::{CountNoise, IntervalMethod, TableNoise};
+use accumulator::{CellCounts, SingleGroup};
+use arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::format_state_name;
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
+};
+use datafusion::physical_expr::expressions::Literal;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Which DP aggregate a [`DpAggregate`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DpFunction {
+    Count,
+    RelativeRisk,
+    RrCi,
+}
+
+impl DpFunction {
+    pub const ALL: [DpFunction; 3] = [Self::Count, Self::RelativeRisk, Self::RrCi];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Count => "dp_count",
+            Self::RelativeRisk => "dp_relative_risk",
+            Self::RrCi => "dp_rr_ci",
+        }
+    }
+
+    /// Names of the data arguments, before `epsilon`.
+    pub fn data_args(self) -> &'static [&'static str] {
+        match self {
+            Self::Count => &["expr"],
+            Self::RelativeRisk | Self::RrCi => &["outcome", "exposed"],
+        }
+    }
+
+    /// Keys accepted in the per-call options string.
+    pub fn option_keys(self) -> &'static [&'static str] {
+        match self {
+            Self::Count => &["mechanism", "delta", "gaussian_calibration"],
+            Self::RelativeRisk => &["mechanism", "delta", "gaussian_calibration", "group_sizes"],
+            Self::RrCi => &[
+                "mechanism",
+                "delta",
+                "gaussian_calibration",
+                "group_sizes",
+                "confidence",
+                "ci_method",
+            ],
+        }
+    }
+
+    /// Exact counters kept per group: one count, or the four cells of a 2x2 table.
+    pub fn cells(self) -> usize {
+        match self {
+            Self::Count => 1,
+            Self::RelativeRisk | Self::RrCi => 4,
+        }
+    }
+
+    fn return_type(self) -> DataType {
+        match self {
+            Self::Count => DataType::Int64,
+            Self::RelativeRisk => DataType::Float64,
+            Self::RrCi => dp_rr_ci::return_type(),
+        }
+    }
+
+    fn epsilon_index(self) -> usize {
+        self.data_args().len()
+    }
+}
+
+/// The calibrated noise of one call, fixed once per query.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Release {
+    Count(CountNoise),
+    Table {
+        noise: TableNoise,
+        confidence: f64,
+        method: IntervalMethod,
+    },
+}
+
+/// Everything one aggregate call needs at run time, resolved and validated at planning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallPlan {
+    pub epsilon: f64,
+    pub options: DpOptions,
+    pub release: Release,
+    /// Names the call in the seeded (non-private) noise derivation.
+    pub stream: String,
+    /// Number of arguments the user wrote (data, epsilon, optional options string).
+    pub user_args: usize,
+    /// Trailing group-key arguments added by the planner rule in seeded mode.
+    pub key_args: usize,
+}
+
+impl CallPlan {
+    /// Validates a call's constant arguments against the session options and calibrates its
+    /// noise. Errors name the function and the argument.
+    pub fn resolve(
+        function: DpFunction,
+        session: &DpOptions,
+        epsilon: Option<&ScalarValue>,
+        call_options: Option<&ScalarValue>,
+        stream: String,
+        user_args: usize,
+        key_args: usize,
+    ) -> Result<Self> {
+        let name = function.name();
+        let epsilon = match epsilon {
+            Some(v) if !v.is_null() => match v.cast_to(&DataType::Float64) {
+                Ok(ScalarValue::Float64(Some(e))) => e,
+                _ => return plan_err!("{name}: argument 'epsilon' must be a number, got {v}"),
+            },
+            _ => {
+                return plan_err!(
+                    "{name}: argument 'epsilon' must be a constant number (a literal such as 1.0)"
+                )
+            }
+        };
+        if !(epsilon.is_finite() && epsilon > 0.0) {
+            return plan_err!(
+                "{name}: argument 'epsilon' must be a finite number > 0, got {epsilon}"
+            );
+        }
+        let options = match call_options {
+            None => session.clone(),
+            Some(v) => match v {
+                ScalarValue::Utf8(Some(s))
+                | ScalarValue::LargeUtf8(Some(s))
+                | ScalarValue::Utf8View(Some(s)) => session
+                    .with_call_options(s, function.option_keys())
+                    .map_err(|e| plan_datafusion_err!("{name}: argument 'options': {e}"))?,
+                other => {
+                    return plan_err!(
+                        "{name}: argument 'options' must be a constant string of key=value pairs, got {other}"
+                    )
+                }
+            },
+        };
+        let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
+        let release = match function {
+            DpFunction::Count => Release::Count(
+                CountNoise::calibrate(
+                    options.mechanism,
+                    epsilon,
+                    options.delta,
+                    1,
+                    options.gaussian_calibration,
+                )
+                .map_err(calibration_error)?,
+            ),
+            DpFunction::RelativeRisk | DpFunction::RrCi => Release::Table {
+                noise: TableNoise::calibrate(
+                    options.mechanism,
+                    epsilon,
+                    options.delta,
+                    options.gaussian_calibration,
+                    options.group_sizes,
+                )
+                .map_err(calibration_error)?,
+                confidence: options.confidence,
+                method: options.ci_method,
+            },
+        };
+        Ok(Self {
+            epsilon,
+            options,
+            release,
+            stream,
+            user_args,
+            key_args,
+        })
+    }
+}
+
+/// The UDAF behind `dp_count`, `dp_relative_risk` and `dp_rr_ci`. Registered unconfigured;
+/// the planner rule ([`crate::sql::planner::DpPlannerRule`]) swaps in a configured copy per call
+/// carrying the session options, the calibrated noise and, in seeded mode, the group keys.
+#[derive(Debug)]
+pub struct DpAggregate {
+    function: DpFunction,
+    signature: Signature,
+    plan: Option<Arc<CallPlan>>,
+}
+
+impl PartialEq for DpAggregate {
+    fn eq(&self, other: &Self) -> bool {
+        self.function == other.function && self.plan == other.plan
+    }
+}
+
+impl Eq for DpAggregate {}
+
+impl Hash for DpAggregate {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.function.hash(state);
+        if let Some(plan) = &self.plan {
+            plan.stream.hash(state);
+            plan.epsilon.to_bits().hash(state);
+        }
+    }
+}
+
+impl DpAggregate {
+    pub fn new(function: DpFunction) -> Self {
+        Self {
+            function,
+            signature: Signature::user_defined(Volatility::Volatile),
+            plan: None,
+        }
+    }
+
+    pub fn function(&self) -> DpFunction {
+        self.function
+    }
+
+    pub fn plan(&self) -> Option<&Arc<CallPlan>> {
+        self.plan.as_ref()
+    }
+
+    /// A copy of this function configured for one call.
+    pub fn configured(&self, plan: CallPlan) -> Self {
+        Self {
+            function: self.function,
+            signature: self.signature.clone(),
+            plan: Some(Arc::new(plan)),
+        }
+    }
+
+    /// The call's plan: the one fixed by the planner rule, or (when the rule is not installed)
+    /// one resolved from the literal arguments and default options, without a seed.
+    fn call_plan(&self, args: &AccumulatorArgs) -> Result<Arc<CallPlan>> {
+        let name = self.function.name();
+        if args.is_distinct {
+            return plan_err!("{name}: DISTINCT is not supported (each row counts once)");
+        }
+        if let Some(plan) = &self.plan {
+            return Ok(Arc::clone(plan));
+        }
+        let literal = |i: usize| -> Option<ScalarValue> {
+            args.exprs
+                .get(i)
+                .and_then(|e| e.downcast_ref::<Literal>())
+                .map(|l| l.value().clone())
+        };
+        let eps_index = self.function.epsilon_index();
+        let options = (args.exprs.len() > eps_index + 1)
+            .then(|| {
+                literal(eps_index + 1).ok_or_else(|| {
+                    plan_datafusion_err!("{name}: argument 'options' must be a constant string")
+                })
+            })
+            .transpose()?;
+        CallPlan::resolve(
+            self.function,
+            &DpOptions::default(),
+            literal(eps_index).as_ref(),
+            options.as_ref(),
+            args.name.to_string(),
+            args.exprs.len(),
+            0,
+        )
+        .map(Arc::new)
+    }
+
+    /// Wraps this implementation as a DataFusion `AggregateUDF`.
+    pub fn udaf(function: DpFunction) -> Arc<AggregateUDF> {
+        Arc::new(AggregateUDF::new_from_impl(Self::new(function)))
+    }
+}
+
+impl AggregateUDFImpl for DpAggregate {
+    fn name(&self) -> &str {
+        self.function.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let name = self.function.name();
+        let data = self.function.data_args();
+        let key_args = self.plan.as_ref().map_or(0, |p| p.key_args);
+        let user = arg_types.len().saturating_sub(key_args);
+        if user < data.len() + 1 || user > data.len() + 2 {
+            return plan_err!(
+                "{name} takes {} arguments ({}, epsilon [, options]), got {user}",
+                if data.len() == 1 { "2 or 3" } else { "3 or 4" },
+                data.join(", ")
+            );
+        }
+        let mut coerced = Vec::with_capacity(arg_types.len());
+        for (i, t) in arg_types.iter().enumerate() {
+            let arg = if i < data.len() {
+                data[i]
+            } else if i == data.len() {
+                "epsilon"
+            } else if i == data.len() + 1 && i < user {
+                "options"
+            } else {
+                "group key"
+            };
+            coerced.push(match arg {
+                "expr" | "group key" => t.clone(),
+                "outcome" | "exposed" => match t {
+                    DataType::Boolean | DataType::Null => DataType::Boolean,
+                    other => {
+                        return plan_err!(
+                            "{name}: argument '{arg}' must be BOOLEAN, got {other} (write a condition such as {arg} = 1)"
+                        )
+                    }
+                },
+                "epsilon" => {
+                    if t.is_numeric() || t.is_null() {
+                        DataType::Float64
+                    } else {
+                        return plan_err!("{name}: argument 'epsilon' must be a number, got {t}");
+                    }
+                }
+                _ => match t {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+                    other => {
+                        return plan_err!(
+                            "{name}: argument 'options' must be a string of key=value pairs, got {other}"
+                        )
+                    }
+                },
+            });
+        }
+        Ok(coerced)
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(self.function.return_type())
+    }
+
+    fn is_nullable(&self) -> bool {
+        // dp_count is never NULL; the ratios are NULL only with public group sizes.
+        self.function != DpFunction::Count
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        let cells = ["a", "b", "c", "d"];
+        let mut fields: Vec<FieldRef> = (0..self.function.cells())
+            .map(|i| {
+                let label = if self.function.cells() == 1 {
+                    "count".to_string()
+                } else {
+                    format!("cell_{}", cells[i])
+                };
+                Arc::new(Field::new(
+                    format_state_name(args.name, &label),
+                    DataType::UInt64,
+                    false,
+                ))
+            })
+            .collect();
+        if self.plan.as_ref().is_some_and(|p| p.key_args > 0) {
+            fields.push(Arc::new(Field::new(
+                format_state_name(args.name, "group_key"),
+                DataType::UInt64,
+                true,
+            )));
+        }
+        Ok(fields)
+    }
+
+    fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let plan = self.call_plan(&acc_args)?;
+        Ok(Box::new(SingleGroup::new(CellCounts::new(
+            self.function,
+            plan,
+        ))))
+    }
+
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        !args.is_distinct
+    }
+
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
+        let plan = self.call_plan(&args)?;
+        Ok(Box::new(CellCounts::new(self.function, plan)))
+    }
+}

@@ -1,0 +1,228 @@
+//! The `dp.*` session options and the per-call options string.
+//!
+//! Session options are set with `SET dp.<key> = <value>`; a DP aggregate's optional last
+//! argument is a string of `key=value` pairs (comma or space separated) using the same keys,
+//! which override the session for that call:
+//! `dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6, confidence=0.9')`.
+
+use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism};
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::common::{config_err, Result};
+use std::any::Any;
+
+/// Session-wide defaults for every DP aggregate (`SET dp.<key> = ...`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpOptions {
+    /// NON-PRIVATE reproducible noise when set (tests and reproduction only).
+    pub seed: Option<u64>,
+    pub mechanism: Mechanism,
+    pub delta: Option<f64>,
+    pub confidence: f64,
+    pub ci_method: IntervalMethod,
+    pub group_sizes: GroupSizes,
+    pub gaussian_calibration: GaussianCalibration,
+}
+
+impl Default for DpOptions {
+    fn default() -> Self {
+        Self {
+            seed: None,
+            mechanism: Mechanism::Laplace,
+            delta: None,
+            confidence: 0.95,
+            ci_method: IntervalMethod::Conservative,
+            group_sizes: GroupSizes::Private,
+            gaussian_calibration: GaussianCalibration::Analytic,
+        }
+    }
+}
+
+impl ConfigExtension for DpOptions {
+    const PREFIX: &'static str = "dp";
+}
+
+/// The option keys and what they mean (shown by `SHOW ALL`).
+const KEYS: &[(&str, &str)] = &[
+    ("seed", "NON-PRIVATE: a non-negative integer makes the noise reproducible (tests only); 'none' restores secure noise"),
+    ("mechanism", "noise mechanism: 'laplace' (pure epsilon-DP, default) or 'gaussian' (needs delta)"),
+    ("delta", "delta in (0, 1) for the gaussian mechanism"),
+    ("confidence", "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95"),
+    ("ci_method", "interval variance: 'conservative' (sampling + noise, default) or 'plain' (sampling only)"),
+    ("group_sizes", "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)"),
+    ("gaussian_calibration", "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)"),
+];
+
+fn parse_f64(key: &str, value: &str) -> std::result::Result<f64, String> {
+    value
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{key} must be a number, got '{value}'"))
+}
+
+/// Checks a delta value: in (0, 1).
+pub fn parse_delta(value: &str) -> std::result::Result<f64, String> {
+    let delta = parse_f64("delta", value)?;
+    if delta.is_finite() && delta > 0.0 && delta < 1.0 {
+        Ok(delta)
+    } else {
+        Err(format!("delta must be in (0, 1), got {value}"))
+    }
+}
+
+/// Checks a confidence level: in (0, 1).
+pub fn parse_confidence(value: &str) -> std::result::Result<f64, String> {
+    let confidence = parse_f64("confidence", value)?;
+    if confidence.is_finite() && confidence > 0.0 && confidence < 1.0 {
+        Ok(confidence)
+    } else {
+        Err(format!("confidence must be in (0, 1), got {value}"))
+    }
+}
+
+impl DpOptions {
+    /// Applies one `key = value`; the same parser serves `SET` and per-call options.
+    pub fn apply(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+        match key.trim().to_ascii_lowercase().as_str() {
+            "seed" => {
+                let v = value.trim();
+                self.seed = if v.eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    Some(v.parse::<u64>().map_err(|_| {
+                        format!("seed must be a non-negative integer (or 'none'), got '{value}'")
+                    })?)
+                };
+            }
+            "mechanism" => self.mechanism = Mechanism::parse(value)?,
+            "delta" => {
+                self.delta = if value.trim().eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    Some(parse_delta(value)?)
+                }
+            }
+            "confidence" => self.confidence = parse_confidence(value)?,
+            "ci_method" => self.ci_method = IntervalMethod::parse(value)?,
+            "group_sizes" => self.group_sizes = GroupSizes::parse(value)?,
+            "gaussian_calibration" => {
+                self.gaussian_calibration = GaussianCalibration::parse(value)?
+            }
+            other => {
+                let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+                return Err(format!(
+                    "unknown option '{other}' (known: {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Session options overridden by a per-call options string. `allowed` lists the keys the
+    /// calling function understands; `seed` is session-only.
+    pub fn with_call_options(
+        &self,
+        call: &str,
+        allowed: &[&str],
+    ) -> std::result::Result<Self, String> {
+        let mut options = self.clone();
+        for pair in call
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+        {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!("options must be key=value pairs, got '{pair}'"));
+            };
+            let key = key.trim().to_ascii_lowercase();
+            if !allowed.contains(&key.as_str()) {
+                return Err(format!(
+                    "option '{key}' is not accepted here (accepted: {})",
+                    allowed.join(", ")
+                ));
+            }
+            options.apply(&key, value)?;
+        }
+        Ok(options)
+    }
+}
+
+impl ExtensionOptions for DpOptions {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        self.apply(key, value)
+            .or_else(|e| config_err!("dp.{key}: {e}"))
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        KEYS.iter()
+            .map(|(key, description)| ConfigEntry {
+                key: format!("dp.{key}"),
+                value: match *key {
+                    "seed" => self.seed.map(|s| s.to_string()),
+                    "mechanism" => Some(self.mechanism.to_string()),
+                    "delta" => self.delta.map(|d| d.to_string()),
+                    "confidence" => Some(self.confidence.to_string()),
+                    "ci_method" => Some(self.ci_method.to_string()),
+                    "group_sizes" => Some(self.group_sizes.to_string()),
+                    _ => Some(self.gaussian_calibration.to_string()),
+                },
+                description,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_parses_and_rejects() {
+        let mut o = DpOptions::default();
+        o.set("seed", "42").unwrap();
+        assert_eq!(o.seed, Some(42));
+        assert!(o
+            .set("seed", "-1")
+            .unwrap_err()
+            .to_string()
+            .contains("non-negative integer"));
+        assert!(o.set("seed", "1.5").is_err());
+        o.set("seed", "none").unwrap();
+        assert_eq!(o.seed, None);
+        assert!(o.set("delta", "1").is_err());
+        assert!(o.set("confidence", "0").is_err());
+        assert!(o
+            .set("mechanism", "exponential")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown mechanism"));
+        assert!(o
+            .set("nonsense", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown option"));
+    }
+
+    #[test]
+    fn call_options_override_and_are_restricted() {
+        let o = DpOptions::default();
+        let c = o
+            .with_call_options("mechanism=gaussian, delta=1e-6", &["mechanism", "delta"])
+            .unwrap();
+        assert_eq!(c.mechanism, Mechanism::Gaussian);
+        assert_eq!(c.delta, Some(1e-6));
+        assert!(o.with_call_options("seed=3", &["mechanism"]).is_err());
+        assert!(o.with_call_options("gaussian", &["mechanism"]).is_err());
+    }
+}

@@ -1,0 +1,184 @@
+//! The planner rule that binds DP aggregate calls to the session.
+//!
+//! [`DpPlannerRule`] is an `AnalyzerRule`: it runs on every logical plan before optimisation
+//! and, for each DP aggregate call, (1) validates the constant arguments and the `dp.*`
+//! options, failing the query before anything runs; (2) calibrates the noise once for the
+//! query; (3) in seeded mode, passes the GROUP BY expressions to the call so noise is keyed by
+//! the group, not by arrival order; (4) refuses DP aggregates used as window functions.
+//! Output column names are preserved. Later rules (budget accounting, contribution bounding,
+//! group selection) belong beside it.
+
+use crate::sql::aggregate::{CallPlan, DpAggregate};
+use crate::sql::options::DpOptions;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{plan_err, Result, ScalarValue};
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{
+    Aggregate, AggregateUDF, Expr, LogicalPlan, WindowFunctionDefinition,
+};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::optimizer::AnalyzerRule;
+use std::sync::Arc;
+
+/// Binds DP aggregate calls to the session options (see the module docs).
+#[derive(Debug, Default)]
+pub struct DpPlannerRule;
+
+impl AnalyzerRule for DpPlannerRule {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let session = config
+            .extensions
+            .get::<DpOptions>()
+            .cloned()
+            .unwrap_or_default();
+        plan.transform_up_with_subqueries(|node| match node {
+            LogicalPlan::Aggregate(aggregate) => bind_aggregate(aggregate, &session),
+            LogicalPlan::Window(window) => {
+                for expr in &window.window_expr {
+                    refuse_window_use(expr)?;
+                }
+                Ok(Transformed::no(LogicalPlan::Window(window)))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "datafusion_dp"
+    }
+}
+
+fn as_dp(func: &AggregateUDF) -> Option<&DpAggregate> {
+    func.inner().downcast_ref::<DpAggregate>()
+}
+
+fn refuse_window_use(expr: &Expr) -> Result<()> {
+    expr.apply(|e| {
+        if let Expr::WindowFunction(window) = e {
+            let WindowFunction { fun, .. } = window.as_ref();
+            if let WindowFunctionDefinition::AggregateUDF(udaf) = fun {
+                if let Some(dp) = as_dp(udaf) {
+                    return plan_err!(
+                        "{} cannot be used as a window function (OVER): each row would be released with its own noise; use GROUP BY",
+                        dp.function().name()
+                    );
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+/// The value of a constant argument (a literal, possibly cast or negated, or any expression
+/// without column references that folds to one); `None` if it depends on the data.
+fn constant_value(expr: &Expr) -> Option<ScalarValue> {
+    if !expr.column_refs().is_empty() {
+        return None;
+    }
+    let props = ExecutionProps::new();
+    let context = SimplifyContext::default();
+    let _ = &props;
+    match ExprSimplifier::new(context).simplify(expr.clone()) {
+        Ok(Expr::Literal(value, _)) => Some(value),
+        _ => None,
+    }
+}
+
+fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transformed<LogicalPlan>> {
+    let needs_binding = aggregate.aggr_expr.iter().any(|e| {
+        let inner = match e {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        };
+        matches!(inner, Expr::AggregateFunction(f) if as_dp(&f.func).is_some_and(|d| d.plan().is_none()))
+    });
+    if !needs_binding {
+        return Ok(Transformed::no(LogicalPlan::Aggregate(aggregate)));
+    }
+    // The group key expressions, flattened out of GROUPING SETS / ROLLUP / CUBE.
+    let mut keys: Vec<Expr> = Vec::new();
+    for expr in &aggregate.group_expr {
+        match expr {
+            Expr::GroupingSet(set) => {
+                for e in set.distinct_expr() {
+                    if !keys.contains(e) {
+                        keys.push(e.clone());
+                    }
+                }
+            }
+            other => keys.push(other.clone().unalias()),
+        }
+    }
+    let aggr_expr = aggregate
+        .aggr_expr
+        .iter()
+        .map(|e| bind_call(e, &keys, session))
+        .collect::<Result<Vec<_>>>()?;
+    let rebuilt = Aggregate::try_new(aggregate.input, aggregate.group_expr, aggr_expr)?;
+    Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
+}
+
+fn bind_call(expr: &Expr, keys: &[Expr], session: &DpOptions) -> Result<Expr> {
+    let (inner, alias) = match expr {
+        Expr::Alias(alias) => (alias.expr.as_ref(), Some(alias)),
+        other => (other, None),
+    };
+    let Expr::AggregateFunction(call) = inner else {
+        return Ok(expr.clone());
+    };
+    let Some(dp) = as_dp(&call.func).filter(|d| d.plan().is_none()) else {
+        return Ok(expr.clone());
+    };
+    let function = dp.function();
+    let name = function.name();
+    let params = &call.params;
+    if params.distinct {
+        return plan_err!("{name}: DISTINCT is not supported (each row counts once)");
+    }
+    let eps_index = function.data_args().len();
+    let user_args = params.args.len();
+    let constant = |i: usize, arg: &str| -> Result<Option<ScalarValue>> {
+        match params.args.get(i) {
+            None => Ok(None),
+            Some(e) => match constant_value(e) {
+                Some(v) => Ok(Some(v)),
+                None => plan_err!("{name}: argument '{arg}' must be a constant, got {e}"),
+            },
+        }
+    };
+    let epsilon = constant(eps_index, "epsilon")?;
+    let options = constant(eps_index + 1, "options")?;
+    let stream = inner.schema_name().to_string();
+    let seeded = session.seed.is_some();
+    let key_args = if seeded { keys.len() } else { 0 };
+    let plan = CallPlan::resolve(
+        function,
+        session,
+        epsilon.as_ref(),
+        options.as_ref(),
+        stream.clone(),
+        user_args,
+        key_args,
+    )?;
+    let mut args = params.args.clone();
+    if seeded {
+        args.extend(keys.iter().cloned());
+    }
+    let bound = Expr::AggregateFunction(AggregateFunction::new_udf(
+        Arc::new(AggregateUDF::new_from_impl(dp.configured(plan))),
+        args,
+        params.distinct,
+        params.filter.clone(),
+        params.order_by.clone(),
+        params.null_treatment,
+    ));
+    Ok(match alias {
+        Some(alias) => bound.alias_qualified(alias.relation.clone(), alias.name.clone()),
+        None => bound.alias(stream),
+    })
+}

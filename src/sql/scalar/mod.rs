@@ -1,0 +1,2 @@
+//! Scalar SQL functions.
+pub mod rr_ci_katz;

@@ -1,0 +1,10 @@
+//! The statistics core: mechanisms and their calibration, exact samplers, estimators and
+//! intervals. It knows nothing of DataFusion and is tested on its own.
+
+pub mod mechanism;
+pub mod ratio;
+pub mod rng;
+pub mod sampler;
+
+pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
+pub use ratio::{GroupSizes, IntervalMethod, RatioInterval, ReleasedTable, TableNoise, TwoByTwo};
