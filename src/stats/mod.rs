@@ -2,9 +2,11 @@
 //! intervals. It knows nothing of DataFusion and is tested on its own.
 
 pub mod mechanism;
+pub mod methods;
 pub mod ratio;
 pub mod rng;
 pub mod sampler;
+pub mod simulation;
 
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use ratio::{GroupSizes, IntervalMethod, RatioInterval, ReleasedTable, TableNoise, TwoByTwo};

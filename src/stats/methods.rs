@@ -1,0 +1,304 @@
+//! The paper's other ways to release a private ratio `Z = X/Y` (Appendix B and C), for
+//! comparison with noisy counts. They release the ratio only — no interval — and they use the
+//! exact counts' structure, so group sizes must be public.
+//!
+//! Neighbouring relation: as in the paper's Appendix C, one individual changes one of `X`, `Y`
+//! by 1 per step; `d(D, D') = |X − X'| + |Y − Y'|`. Noise on these real values comes from
+//! [`RealLaplace`] (exact, on a power-of-two grid); PTR's distance is an integer and gets
+//! discrete Laplace noise.
+
+use super::mechanism::{CountNoise, GaussianCalibration, Mechanism, RealLaplace};
+use rand::RngCore;
+use std::fmt;
+
+/// How `dp_relative_risk` releases the ratio.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum RatioMethod {
+    /// Noisy 2x2 table, then the ratio (LaplaceNoisedCounts; the default).
+    #[default]
+    NoisyCounts,
+    /// `exp(log Z + Lap(log 2 / ε))` (NoisedLog, Claim lap_dp).
+    NoisedLog,
+    /// `Z + Lap(n_x / (2ε))` (NaiveRelativeRisk, Claim naive_lap_dp).
+    Naive,
+    /// `Z + Lap(2 S / ε)`, `S` the β-smooth sensitivity, `β = ε / (2 ln(2/δ))` (Appendix C.1).
+    SmoothSensitivity,
+    /// Propose-Test-Release with a proposed local-sensitivity bound (Algorithm PTR).
+    Ptr,
+}
+
+impl RatioMethod {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "noisy_counts" => Ok(Self::NoisyCounts),
+            "noised_log" => Ok(Self::NoisedLog),
+            "naive" => Ok(Self::Naive),
+            "smooth_sensitivity" => Ok(Self::SmoothSensitivity),
+            "ptr" => Ok(Self::Ptr),
+            other => Err(format!(
+                "unknown method '{other}' (expected noisy_counts, noised_log, naive, smooth_sensitivity or ptr)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RatioMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoisyCounts => "noisy_counts",
+            Self::NoisedLog => "noised_log",
+            Self::Naive => "naive",
+            Self::SmoothSensitivity => "smooth_sensitivity",
+            Self::Ptr => "ptr",
+        })
+    }
+}
+
+/// NoisedLog's bias correction factor `1 − (log 2/ε)²` (Claim bias_log_RR); defined only for
+/// `ε > log 2`, where the Laplace moment generating function exists.
+pub fn noised_log_bias_correction(epsilon: f64) -> Result<f64, String> {
+    let ln2 = std::f64::consts::LN_2;
+    if epsilon > ln2 {
+        Ok(1.0 - (ln2 / epsilon).powi(2))
+    } else {
+        Err(format!(
+            "the NoisedLog bias correction needs epsilon > log 2 = 0.693 (the Laplace MGF diverges), got {epsilon}"
+        ))
+    }
+}
+
+/// NoisedLog (Claim lap_dp): `(ε, 0)`-DP since `log X − log Y` has sensitivity `log 2` for
+/// `X, Y ≥ 1`. Counts of 0 are raised to 1 first (moving 0↔1 changes nothing, so the
+/// sensitivity is unchanged and no NULL depends on the data).
+pub fn noised_log<R: RngCore + ?Sized>(
+    x: u64,
+    y: u64,
+    epsilon: f64,
+    bias_correction: bool,
+    rng: &mut R,
+) -> Result<f64, String> {
+    let noise = RealLaplace::calibrate(epsilon, std::f64::consts::LN_2)?;
+    let log_ratio = (x.max(1) as f64).ln() - (y.max(1) as f64).ln();
+    let z = noise.release(log_ratio, rng)?.exp();
+    Ok(if bias_correction {
+        z * noised_log_bias_correction(epsilon)?
+    } else {
+        z
+    })
+}
+
+/// NaiveRelativeRisk (Claim naive_lap_dp): `Z + Lap(n_x/(2ε))`; global sensitivity `n_x/2`
+/// for `1 ≤ Y`, `X ≤ n_x` (`Y` is raised to 1 first). `(ε, 0)`-DP.
+pub fn naive<R: RngCore + ?Sized>(
+    x: u64,
+    y: u64,
+    exposed_total: u64,
+    epsilon: f64,
+    rng: &mut R,
+) -> Result<f64, String> {
+    let noise = RealLaplace::calibrate(epsilon, (exposed_total.max(1) as f64) / 2.0)?;
+    noise.release(x as f64 / y.max(1) as f64, rng)
+}
+
+/// The largest local sensitivity of `X/Y` over datasets at distance `m` (paper, Claim
+/// "Smooth sensitivity of a ratio of counts"; `Y ≥ 1`).
+pub fn max_local_sensitivity_at(x: u64, y: u64, exposed_total: u64, m: u64) -> f64 {
+    let (x, y, n_x) = (x as f64, y.max(1) as f64, exposed_total as f64);
+    let m = m as f64;
+    if x < y - m {
+        1.0 / (y - m)
+    } else if y - m > 1.0 {
+        x / ((y - m) * (y - m - 1.0))
+    } else {
+        n_x.min(x + m - y + 1.0) / 2.0
+    }
+}
+
+/// The β-smooth sensitivity `max_m e^{−mβ} maxLS(m)` of `X/Y` (Definition smooth_sen).
+pub fn smooth_sensitivity(x: u64, y: u64, exposed_total: u64, unexposed_total: u64, beta: f64) -> f64 {
+    let n = exposed_total + unexposed_total;
+    // maxLS(m) is at most n_x/2 and e^{−mβ} decays, so stop once no later m can win.
+    let ceiling = (exposed_total.max(2) as f64) / 2.0;
+    let mut best = 0.0f64;
+    let mut m = 0u64;
+    while m <= n {
+        let decay = (-(m as f64) * beta).exp();
+        if decay * ceiling <= best {
+            break;
+        }
+        best = best.max(decay * max_local_sensitivity_at(x, y, exposed_total, m));
+        m += 1;
+    }
+    best
+}
+
+/// The smooth-sensitivity smoothing parameter `β = ε / (2 ln(2/δ))` (Lemma 2.5 of Nissim et
+/// al., as the paper states it).
+pub fn smooth_beta(epsilon: f64, delta: f64) -> Result<f64, String> {
+    if !(delta > 0.0 && delta < 1.0) {
+        return Err(format!("delta must be in (0, 1), got {delta}"));
+    }
+    Ok(epsilon / (2.0 * (2.0 / delta).ln()))
+}
+
+/// Smooth-sensitivity release `Z + Lap(2S/ε)`: `(ε, δ)`-DP (Lemma 2.5 of Nissim et al.).
+pub fn smooth<R: RngCore + ?Sized>(
+    x: u64,
+    y: u64,
+    exposed_total: u64,
+    unexposed_total: u64,
+    epsilon: f64,
+    delta: f64,
+    rng: &mut R,
+) -> Result<f64, String> {
+    let s = smooth_sensitivity(x, y, exposed_total, unexposed_total, smooth_beta(epsilon, delta)?);
+    RealLaplace::calibrate(epsilon, 2.0 * s)?.release(x as f64 / y.max(1) as f64, rng)
+}
+
+/// PTR's distance `γ`: the fewest changes after which the local sensitivity can reach `bound`.
+pub fn ptr_distance(x: u64, y: u64, exposed_total: u64, unexposed_total: u64, bound: f64) -> u64 {
+    let n = exposed_total + unexposed_total;
+    (0..=n)
+        .find(|&m| max_local_sensitivity_at(x, y, exposed_total, m) >= bound)
+        .unwrap_or(n + 1)
+}
+
+/// Propose-Test-Release (Algorithm PTR) with `ε₁ = ε₂ = ε/2`: `(ε, δ)`-DP. `None` is FAIL:
+/// the noisy distance to a dataset whose local sensitivity exceeds `bound` was too small.
+#[allow(clippy::too_many_arguments)]
+pub fn ptr<R: RngCore + ?Sized>(
+    x: u64,
+    y: u64,
+    exposed_total: u64,
+    unexposed_total: u64,
+    epsilon: f64,
+    delta: f64,
+    bound: f64,
+    rng: &mut R,
+) -> Result<Option<f64>, String> {
+    if !(bound.is_finite() && bound > 0.0) {
+        return Err(format!("ptr_bound must be a finite number > 0, got {bound}"));
+    }
+    if !(delta > 0.0 && delta < 1.0) {
+        return Err(format!("delta must be in (0, 1), got {delta}"));
+    }
+    let half = epsilon / 2.0;
+    let distance_noise =
+        CountNoise::calibrate(Mechanism::Laplace, half, None, 1, GaussianCalibration::Analytic)?;
+    let release = RealLaplace::calibrate(half, bound)?;
+    let gamma = ptr_distance(x, y, exposed_total, unexposed_total, bound) as f64;
+    let noisy = gamma + distance_noise.sample(rng) as f64;
+    if noisy <= (1.0 / delta).ln() / half {
+        return Ok(None);
+    }
+    release.release(x as f64 / y.max(1) as f64, rng).map(Some)
+}
+
+/// Sample accuracy of the smooth-sensitivity release: `β = P(|Lap(2S/ε)| > α) = e^{−αε/(2S)}`.
+pub fn smooth_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64) -> Result<f64, String> {
+    let s = smooth_sensitivity(x, y, n_x, n_y, smooth_beta(epsilon, delta)?);
+    Ok((-alpha * epsilon / (2.0 * s)).exp())
+}
+
+/// PTR's error probability for a proposed bound, counting FAIL as an error as the paper's
+/// Figure 1 does: `P(FAIL) + (1 − P(FAIL)) e^{−α ε₂ / bound}`, continuous Laplace test noise.
+#[allow(clippy::too_many_arguments)]
+pub fn ptr_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64, bound: f64) -> f64 {
+    let half = epsilon / 2.0;
+    let gamma = ptr_distance(x, y, n_x, n_y, bound) as f64;
+    let t = (1.0 / delta).ln() / half - gamma;
+    let fail = if t < 0.0 {
+        0.5 * (half * t).exp()
+    } else {
+        1.0 - 0.5 * (-half * t).exp()
+    };
+    fail + (1.0 - fail) * (-alpha * half / bound).exp()
+}
+
+/// PTR with oracle access to the best proposal (as in the paper's Figure 1): the smallest
+/// error over proposals equal to `maxLS(m)`, the bounds at which the distance changes.
+pub fn ptr_oracle_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64) -> f64 {
+    let n = n_x + n_y;
+    (0..=n.min(10_000))
+        .map(|m| max_local_sensitivity_at(x, y, n_x, m))
+        .filter(|b| b.is_finite() && *b > 0.0)
+        .map(|b| ptr_accuracy_beta(x, y, n_x, n_y, epsilon, delta, alpha, b))
+        .fold(1.0, f64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+
+    #[test]
+    fn local_sensitivity_matches_direct_enumeration() {
+        // maxLS(0) is the local sensitivity at (X, Y): max over X±1 and Y±1 of |Z − Z'|.
+        for (x, y) in [(100u64, 100u64), (50, 100), (100, 50), (100, 30), (3, 10)] {
+            let z = x as f64 / y as f64;
+            let direct = [
+                1.0 / y as f64,
+                (z - x as f64 / (y + 1) as f64).abs(),
+                (z - x as f64 / (y - 1) as f64).abs(),
+            ]
+            .into_iter()
+            .fold(0.0, f64::max);
+            let ours = max_local_sensitivity_at(x, y, 150, 0);
+            assert!((ours - direct).abs() < 1e-12, "{x} {y}: {ours} vs {direct}");
+        }
+    }
+
+    #[test]
+    fn smooth_sensitivity_is_smooth_and_bounds_local_sensitivity() {
+        let beta = smooth_beta(1.0, 1.0 / 150.0).unwrap();
+        for (x, y) in [(100u64, 100u64), (50, 100), (100, 50), (100, 30)] {
+            let s = smooth_sensitivity(x, y, 150, 150, beta);
+            assert!(s >= max_local_sensitivity_at(x, y, 150, 0));
+            // β-smooth: a neighbour's smooth sensitivity is within a factor e^β.
+            for (x2, y2) in [(x + 1, y), (x - 1, y), (x, y + 1), (x, y - 1)] {
+                let s2 = smooth_sensitivity(x2, y2, 150, 150, beta);
+                assert!(s <= s2 * beta.exp() * (1.0 + 1e-12), "{x} {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn noised_log_has_the_claimed_mean_after_correction() {
+        // E[Z̃] = Z / (1 − (log2/ε)²) (Claim bias_log_RR); corrected, the mean is Z. With
+        // ε = 2, Z = 2, 100,000 draws: sd of Z̃ ≈ Z·sqrt(Var(e^L)) ≈ 0.8, SE ≈ 0.0025; 6 SE.
+        let mut rng = ChaCha20Rng::seed_from_u64(17);
+        let n = 100_000;
+        let mean = (0..n)
+            .map(|_| noised_log(60, 30, 2.0, true, &mut rng).unwrap())
+            .sum::<f64>()
+            / n as f64;
+        assert!((mean - 2.0).abs() < 0.015, "{mean}");
+        assert!(noised_log(60, 30, 0.5, true, &mut rng).is_err());
+    }
+
+    #[test]
+    fn ptr_fails_when_the_proposal_is_below_the_local_sensitivity() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        // Proposal below LS(D): γ = 0, FAIL unless the noise exceeds ln(1/δ)/ε₁ (prob < δ/2).
+        let released = (0..1000)
+            .filter(|_| ptr(100, 30, 150, 150, 1.0, 1e-3, 1e-6, &mut rng).unwrap().is_some())
+            .count();
+        assert!(released <= 5, "{released}");
+        // A generous proposal passes almost always and is close to Z.
+        let out = ptr(100, 50, 150, 150, 4.0, 1e-3, 1.0, &mut rng).unwrap().unwrap();
+        assert!((out - 2.0).abs() < 10.0);
+    }
+
+    #[test]
+    fn real_laplace_output_is_on_the_grid_and_has_the_right_spread() {
+        let noise = RealLaplace::calibrate(1.0, 0.5).unwrap();
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let g = noise.grid();
+        let draws: Vec<f64> = (0..100_000).map(|_| noise.release(0.3, &mut rng).unwrap()).collect();
+        assert!(draws.iter().all(|v| (v / g).fract() == 0.0));
+        // Mean absolute deviation of Laplace(b) is b = 0.5; SE = b/sqrt(n) ≈ 0.0016; 5 SE.
+        let mad = draws.iter().map(|v| (v - 0.3).abs()).sum::<f64>() / draws.len() as f64;
+        assert!((mad - 0.5).abs() < 0.008, "{mad}");
+    }
+}
