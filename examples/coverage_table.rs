@@ -7,7 +7,9 @@
 //! σ from the analytic mechanism at (ε/2, δ/2) per cell. Fixed seeds.
 
 use datafusion_dp::stats::simulation::{coverage, Design};
-use datafusion_dp::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, TableNoise};
+use datafusion_dp::stats::{
+    GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic, TableNoise,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
@@ -45,8 +47,15 @@ fn main() -> Result<(), String> {
                             unexposed_risk: j as f64 / 10.0,
                         };
                         let mut rng = ChaCha20Rng::seed_from_u64((i * 10 + j) as u64);
-                        let (cov, _) =
-                            coverage(&design, &noise, 0.95, method, simulations, &mut rng)?;
+                        let (cov, _) = coverage(
+                            &design,
+                            RatioStatistic::RelativeRisk,
+                            &noise,
+                            0.95,
+                            method,
+                            simulations,
+                            &mut rng,
+                        )?;
                         row.push_str(&format!(" {cov:.3} |"));
                     }
                     println!("{row}");

@@ -13,8 +13,12 @@ async fn session(partitions: usize, skip_partial: bool) -> SessionContext {
         .with_batch_size(1000);
     if skip_partial {
         let options = config.options_mut();
-        options.execution.skip_partial_aggregation_probe_rows_threshold = 10;
-        options.execution.skip_partial_aggregation_probe_ratio_threshold = 0.0;
+        options
+            .execution
+            .skip_partial_aggregation_probe_rows_threshold = 10;
+        options
+            .execution
+            .skip_partial_aggregation_probe_ratio_threshold = 0.0;
     }
     let ctx = SessionContext::new_with_config(config);
     datafusion_dp::register(&ctx).unwrap();
@@ -75,7 +79,11 @@ async fn noise_is_added_once_per_group_after_the_merge() {
     // Over 2000 groups the sample variance has standard error sqrt((μ4 − σ⁴)/n) (estimated
     // from the sample, ≈ 0.06); the assertion allows 5 of them, far below the ×8 alternative.
     let ctx = session(8, false).await;
-    let batches = collect(&ctx, "SELECT dp_count(x, 1.0) - count(x) FROM big GROUP BY g").await;
+    let batches = collect(
+        &ctx,
+        "SELECT dp_count(x, 1.0) - count(x) FROM big GROUP BY g",
+    )
+    .await;
     let noise: Vec<f64> = int_column(&batches, 0).iter().map(|&v| v as f64).collect();
     let n = noise.len() as f64;
     let mean = noise.iter().sum::<f64>() / n;
@@ -84,7 +92,10 @@ async fn noise_is_added_once_per_group_after_the_merge() {
     let se = ((m4 - var * var) / n).sqrt();
     let q = (-1.0f64).exp();
     let expected = 2.0 * q / (1.0 - q).powi(2);
-    assert!((var - expected).abs() < 5.0 * se, "variance {var}, expected {expected} (se {se})");
+    assert!(
+        (var - expected).abs() < 5.0 * se,
+        "variance {var}, expected {expected} (se {se})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

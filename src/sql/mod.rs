@@ -23,6 +23,8 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
     ctx.register_udaf(aggregate::dp_count::udaf().as_ref().clone());
     ctx.register_udaf(aggregate::dp_relative_risk::udaf().as_ref().clone());
     ctx.register_udaf(aggregate::dp_rr_ci::udaf().as_ref().clone());
+    ctx.register_udaf(aggregate::dp_odds_ratio::udaf().as_ref().clone());
+    ctx.register_udaf(aggregate::dp_or_ci::udaf().as_ref().clone());
     ctx.register_udf(scalar::rr_ci_katz::udf().as_ref().clone());
     ctx.add_analyzer_rule(Arc::new(planner::DpPlannerRule));
     Ok(())

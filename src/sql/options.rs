@@ -5,7 +5,7 @@
 //! which override the session for that call:
 //! `dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6, confidence=0.9')`.
 
-use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism};
+use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{config_err, Result};
 use std::any::Any;
@@ -21,6 +21,12 @@ pub struct DpOptions {
     pub ci_method: IntervalMethod,
     pub group_sizes: GroupSizes,
     pub gaussian_calibration: GaussianCalibration,
+    /// How `dp_relative_risk` releases the ratio (the paper's methods).
+    pub method: RatioMethod,
+    /// NoisedLog only: apply the bias correction of Claim bias_log_RR.
+    pub bias_correction: bool,
+    /// PTR only: the proposed bound on the local sensitivity.
+    pub ptr_bound: Option<f64>,
 }
 
 impl Default for DpOptions {
@@ -33,6 +39,9 @@ impl Default for DpOptions {
             ci_method: IntervalMethod::Conservative,
             group_sizes: GroupSizes::Private,
             gaussian_calibration: GaussianCalibration::Analytic,
+            method: RatioMethod::NoisyCounts,
+            bias_correction: false,
+            ptr_bound: None,
         }
     }
 }
@@ -50,6 +59,9 @@ const KEYS: &[(&str, &str)] = &[
     ("ci_method", "interval variance: 'conservative' (sampling + noise, default) or 'plain' (sampling only)"),
     ("group_sizes", "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)"),
     ("gaussian_calibration", "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)"),
+    ("method", "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr"),
+    ("bias_correction", "noised_log only: multiply by 1-(log 2/epsilon)^2 (needs epsilon > log 2)"),
+    ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
 ];
 
 fn parse_f64(key: &str, value: &str) -> std::result::Result<f64, String> {
@@ -175,6 +187,9 @@ impl ExtensionOptions for DpOptions {
                     "confidence" => Some(self.confidence.to_string()),
                     "ci_method" => Some(self.ci_method.to_string()),
                     "group_sizes" => Some(self.group_sizes.to_string()),
+                    "method" => Some(self.method.to_string()),
+                    "bias_correction" => Some(self.bias_correction.to_string()),
+                    "ptr_bound" => self.ptr_bound.map(|b| b.to_string()),
                     _ => Some(self.gaussian_calibration.to_string()),
                 },
                 description,

@@ -168,52 +168,54 @@ pub fn classic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Res
     Ok(sensitivity * (2.0 * (1.25 / delta).ln()).sqrt() / epsilon)
 }
 
-/// Summary statistics of the discrete Gaussian `N_Z(0, σ²)`, summed exactly enough in f64.
-struct DiscreteGaussianSums {
-    /// `P(Y > x)` as a function of the integer threshold, via the tail array.
-    tail: Vec<f64>,
-    variance: f64,
+/// Largest Gaussian `σ` whose discrete calibration is checked exactly (sums over `80σ` terms);
+/// beyond it (only at per-cell ε below ~1e-4) calibration is refused.
+pub const MAX_GAUSSIAN_SIGMA: f64 = 1e5;
+
+/// Weights `exp(-k²/2σ²)` for `k = 0..=limit`, `limit = 40σ` (later terms are below e^-800).
+fn discrete_gaussian_weights(sigma2: f64) -> impl Iterator<Item = (f64, f64)> {
+    let limit = (40.0 * sigma2.sqrt()).ceil() as u64 + 2;
+    (0..=limit).map(move |k| {
+        let k = k as f64;
+        (k, (-k * k / (2.0 * sigma2)).exp())
+    })
 }
 
-fn discrete_gaussian_sums(sigma2: f64) -> DiscreteGaussianSums {
-    // Terms beyond 40σ are below exp(-800) and vanish in f64.
-    let limit = (40.0 * sigma2.sqrt()).ceil() as usize + 2;
-    let weights: Vec<f64> = (0..=limit)
-        .map(|k| (-(k as f64).powi(2) / (2.0 * sigma2)).exp())
-        .collect();
-    let total: f64 = weights[0] + 2.0 * weights[1..].iter().sum::<f64>();
-    let second: f64 = 2.0
-        * weights
-            .iter()
-            .enumerate()
-            .map(|(k, w)| (k as f64).powi(2) * w)
-            .sum::<f64>();
-    // tail[k] = P(Y >= k) for k >= 0.
-    let mut tail = vec![0.0; limit + 2];
-    for k in (0..=limit).rev() {
-        tail[k] = tail[k + 1] + weights[k] / total;
+/// The normalising constant `Σ_k exp(-k²/2σ²)` over all integers.
+fn discrete_gaussian_total(sigma2: f64) -> f64 {
+    discrete_gaussian_weights(sigma2)
+        .map(|(k, w)| if k == 0.0 { w } else { 2.0 * w })
+        .sum()
+}
+
+/// `P(Y >= k)` for the discrete Gaussian, by direct summation (no allocation).
+fn discrete_gaussian_tail(sigma2: f64, total: f64, k: f64) -> f64 {
+    if k <= 0.0 {
+        // Symmetry: P(Y >= k) = 1 - P(Y >= 1 - k) for k <= 0.
+        return 1.0 - discrete_gaussian_tail(sigma2, total, 1.0 - k);
     }
-    DiscreteGaussianSums {
-        tail,
-        variance: second / total,
-    }
+    discrete_gaussian_weights(sigma2)
+        .filter(|(j, _)| *j >= k)
+        .map(|(_, w)| w)
+        .sum::<f64>()
+        / total
+}
+
+/// The exact variance `Σ k² P(k)` of the discrete Gaussian.
+fn discrete_gaussian_variance(sigma2: f64) -> f64 {
+    let total = discrete_gaussian_total(sigma2);
+    2.0 * discrete_gaussian_weights(sigma2)
+        .map(|(k, w)| k * k * w)
+        .sum::<f64>()
+        / total
 }
 
 /// The exact `δ(ε)` of the discrete Gaussian mechanism with integer sensitivity `Δ`
 /// (Canonne, Kamath & Steinke 2020, Theorem 7): `P[Y > εσ²/Δ − Δ/2] − e^ε P[Y > εσ²/Δ + Δ/2]`.
 pub fn discrete_gaussian_delta(sigma2: f64, epsilon: f64, sensitivity: u32) -> f64 {
-    let sums = discrete_gaussian_sums(sigma2);
-    let greater = |x: f64| -> f64 {
-        // P(Y > x) = P(Y >= floor(x) + 1) for the integer-valued Y.
-        let k = x.floor() + 1.0;
-        if k <= 0.0 {
-            // Symmetry: P(Y >= k) = 1 - P(Y >= 1 - k) for k <= 0.
-            let m = (1.0 - k) as usize;
-            1.0 - sums.tail.get(m).copied().unwrap_or(0.0)
-        } else {
-            sums.tail.get(k as usize).copied().unwrap_or(0.0)
-        }
-    };
+    let total = discrete_gaussian_total(sigma2);
+    // P(Y > x) = P(Y >= floor(x) + 1) for the integer-valued Y.
+    let greater = |x: f64| discrete_gaussian_tail(sigma2, total, x.floor() + 1.0);
     let d = sensitivity as f64;
     let center = epsilon * sigma2 / d;
     (greater(center - d / 2.0) - epsilon.exp() * greater(center + d / 2.0)).max(0.0)
@@ -288,6 +290,11 @@ impl CountNoise {
                     GaussianCalibration::Analytic => analytic_gaussian_sigma(epsilon, delta, d)?,
                     GaussianCalibration::Classic => classic_gaussian_sigma(epsilon, delta, d)?,
                 };
+                if sigma > MAX_GAUSSIAN_SIGMA {
+                    return Err(format!(
+                        "epsilon={epsilon}, delta={delta} needs Gaussian noise with sigma {sigma:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism"
+                    ));
+                }
                 // Sample σ² rounded up to a dyadic rational with enough bits to keep the
                 // sampler's integer arithmetic within u128 (see sampler::discrete_gaussian),
                 // then make sure the exact discrete δ is within target (CKS Theorem 7).
@@ -300,14 +307,14 @@ impl CountNoise {
                         return Err("could not calibrate the discrete Gaussian".into());
                     }
                 }
-                let sums = discrete_gaussian_sums(sigma2.to_f64());
+
                 Ok(Self {
                     mechanism,
                     epsilon,
                     delta,
                     sensitivity,
                     scale: sigma2.to_f64().sqrt(),
-                    variance: sums.variance,
+                    variance: discrete_gaussian_variance(sigma2.to_f64()),
                     sampler: Sampler::DiscreteGaussian { sigma2 },
                 })
             }
@@ -348,7 +355,9 @@ impl RealLaplace {
     pub fn calibrate(epsilon: f64, sensitivity: f64) -> Result<Self, String> {
         check_epsilon(epsilon)?;
         if !(sensitivity.is_finite() && sensitivity > 0.0) {
-            return Err(format!("sensitivity must be a finite number > 0, got {sensitivity}"));
+            return Err(format!(
+                "sensitivity must be a finite number > 0, got {sensitivity}"
+            ));
         }
         let grid_exponent = (sensitivity / epsilon).log2().ceil() as i32 - 30;
         let grid = 2f64.powi(grid_exponent);

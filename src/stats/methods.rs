@@ -8,6 +8,7 @@
 //! discrete Laplace noise.
 
 use super::mechanism::{CountNoise, GaussianCalibration, Mechanism, RealLaplace};
+use super::ratio::TwoByTwo;
 use rand::RngCore;
 use std::fmt;
 
@@ -115,7 +116,13 @@ pub fn max_local_sensitivity_at(x: u64, y: u64, exposed_total: u64, m: u64) -> f
 }
 
 /// The β-smooth sensitivity `max_m e^{−mβ} maxLS(m)` of `X/Y` (Definition smooth_sen).
-pub fn smooth_sensitivity(x: u64, y: u64, exposed_total: u64, unexposed_total: u64, beta: f64) -> f64 {
+pub fn smooth_sensitivity(
+    x: u64,
+    y: u64,
+    exposed_total: u64,
+    unexposed_total: u64,
+    beta: f64,
+) -> f64 {
     let n = exposed_total + unexposed_total;
     // maxLS(m) is at most n_x/2 and e^{−mβ} decays, so stop once no later m can win.
     let ceiling = (exposed_total.max(2) as f64) / 2.0;
@@ -151,7 +158,13 @@ pub fn smooth<R: RngCore + ?Sized>(
     delta: f64,
     rng: &mut R,
 ) -> Result<f64, String> {
-    let s = smooth_sensitivity(x, y, exposed_total, unexposed_total, smooth_beta(epsilon, delta)?);
+    let s = smooth_sensitivity(
+        x,
+        y,
+        exposed_total,
+        unexposed_total,
+        smooth_beta(epsilon, delta)?,
+    );
     RealLaplace::calibrate(epsilon, 2.0 * s)?.release(x as f64 / y.max(1) as f64, rng)
 }
 
@@ -177,14 +190,21 @@ pub fn ptr<R: RngCore + ?Sized>(
     rng: &mut R,
 ) -> Result<Option<f64>, String> {
     if !(bound.is_finite() && bound > 0.0) {
-        return Err(format!("ptr_bound must be a finite number > 0, got {bound}"));
+        return Err(format!(
+            "ptr_bound must be a finite number > 0, got {bound}"
+        ));
     }
     if !(delta > 0.0 && delta < 1.0) {
         return Err(format!("delta must be in (0, 1), got {delta}"));
     }
     let half = epsilon / 2.0;
-    let distance_noise =
-        CountNoise::calibrate(Mechanism::Laplace, half, None, 1, GaussianCalibration::Analytic)?;
+    let distance_noise = CountNoise::calibrate(
+        Mechanism::Laplace,
+        half,
+        None,
+        1,
+        GaussianCalibration::Analytic,
+    )?;
     let release = RealLaplace::calibrate(half, bound)?;
     let gamma = ptr_distance(x, y, exposed_total, unexposed_total, bound) as f64;
     let noisy = gamma + distance_noise.sample(rng) as f64;
@@ -194,8 +214,53 @@ pub fn ptr<R: RngCore + ?Sized>(
     release.release(x as f64 / y.max(1) as f64, rng).map(Some)
 }
 
+/// The relative risk `(X/n_x)/(Y/n_y)` of an exact table released by one of the non-count
+/// methods: the method releases `Z = X/Y`, then `Z · n_y/n_x` with the public sizes
+/// (post-processing). `None` for an empty arm (public sizes: nothing is revealed) or PTR's
+/// FAIL.
+#[allow(clippy::too_many_arguments)]
+pub fn release_relative_risk<R: RngCore + ?Sized>(
+    method: RatioMethod,
+    table: &TwoByTwo,
+    epsilon: f64,
+    delta: Option<f64>,
+    bias_correction: bool,
+    ptr_bound: Option<f64>,
+    rng: &mut R,
+) -> Result<Option<f64>, String> {
+    let (x, y) = (table.a, table.c);
+    let (n_x, n_y) = (table.a + table.b, table.c + table.d);
+    if n_x == 0 || n_y == 0 {
+        return Ok(None);
+    }
+    let need_delta = || delta.ok_or_else(|| format!("method '{method}' needs delta"));
+    let z = match method {
+        RatioMethod::NoisyCounts => {
+            return Err("noisy_counts is released through TableNoise".to_string())
+        }
+        RatioMethod::NoisedLog => Some(noised_log(x, y, epsilon, bias_correction, rng)?),
+        RatioMethod::Naive => Some(naive(x, y, n_x, epsilon, rng)?),
+        RatioMethod::SmoothSensitivity => {
+            Some(smooth(x, y, n_x, n_y, epsilon, need_delta()?, rng)?)
+        }
+        RatioMethod::Ptr => {
+            let bound = ptr_bound.ok_or("method 'ptr' needs ptr_bound")?;
+            ptr(x, y, n_x, n_y, epsilon, need_delta()?, bound, rng)?
+        }
+    };
+    Ok(z.map(|z| z * n_y as f64 / n_x as f64))
+}
+
 /// Sample accuracy of the smooth-sensitivity release: `β = P(|Lap(2S/ε)| > α) = e^{−αε/(2S)}`.
-pub fn smooth_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64) -> Result<f64, String> {
+pub fn smooth_accuracy_beta(
+    x: u64,
+    y: u64,
+    n_x: u64,
+    n_y: u64,
+    epsilon: f64,
+    delta: f64,
+    alpha: f64,
+) -> Result<f64, String> {
     let s = smooth_sensitivity(x, y, n_x, n_y, smooth_beta(epsilon, delta)?);
     Ok((-alpha * epsilon / (2.0 * s)).exp())
 }
@@ -203,7 +268,16 @@ pub fn smooth_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, de
 /// PTR's error probability for a proposed bound, counting FAIL as an error as the paper's
 /// Figure 1 does: `P(FAIL) + (1 − P(FAIL)) e^{−α ε₂ / bound}`, continuous Laplace test noise.
 #[allow(clippy::too_many_arguments)]
-pub fn ptr_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64, bound: f64) -> f64 {
+pub fn ptr_accuracy_beta(
+    x: u64,
+    y: u64,
+    n_x: u64,
+    n_y: u64,
+    epsilon: f64,
+    delta: f64,
+    alpha: f64,
+    bound: f64,
+) -> f64 {
     let half = epsilon / 2.0;
     let gamma = ptr_distance(x, y, n_x, n_y, bound) as f64;
     let t = (1.0 / delta).ln() / half - gamma;
@@ -217,7 +291,15 @@ pub fn ptr_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta
 
 /// PTR with oracle access to the best proposal (as in the paper's Figure 1): the smallest
 /// error over proposals equal to `maxLS(m)`, the bounds at which the distance changes.
-pub fn ptr_oracle_accuracy_beta(x: u64, y: u64, n_x: u64, n_y: u64, epsilon: f64, delta: f64, alpha: f64) -> f64 {
+pub fn ptr_oracle_accuracy_beta(
+    x: u64,
+    y: u64,
+    n_x: u64,
+    n_y: u64,
+    epsilon: f64,
+    delta: f64,
+    alpha: f64,
+) -> f64 {
     let n = n_x + n_y;
     (0..=n.min(10_000))
         .map(|m| max_local_sensitivity_at(x, y, n_x, m))
@@ -282,11 +364,17 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         // Proposal below LS(D): γ = 0, FAIL unless the noise exceeds ln(1/δ)/ε₁ (prob < δ/2).
         let released = (0..1000)
-            .filter(|_| ptr(100, 30, 150, 150, 1.0, 1e-3, 1e-6, &mut rng).unwrap().is_some())
+            .filter(|_| {
+                ptr(100, 30, 150, 150, 1.0, 1e-3, 1e-6, &mut rng)
+                    .unwrap()
+                    .is_some()
+            })
             .count();
         assert!(released <= 5, "{released}");
         // A generous proposal passes almost always and is close to Z.
-        let out = ptr(100, 50, 150, 150, 4.0, 1e-3, 1.0, &mut rng).unwrap().unwrap();
+        let out = ptr(100, 50, 150, 150, 4.0, 1e-3, 1.0, &mut rng)
+            .unwrap()
+            .unwrap();
         assert!((out - 2.0).abs() < 10.0);
     }
 
@@ -295,7 +383,9 @@ mod tests {
         let noise = RealLaplace::calibrate(1.0, 0.5).unwrap();
         let mut rng = ChaCha20Rng::seed_from_u64(5);
         let g = noise.grid();
-        let draws: Vec<f64> = (0..100_000).map(|_| noise.release(0.3, &mut rng).unwrap()).collect();
+        let draws: Vec<f64> = (0..100_000)
+            .map(|_| noise.release(0.3, &mut rng).unwrap())
+            .collect();
         assert!(draws.iter().all(|v| (v / g).fract() == 0.0));
         // Mean absolute deviation of Laplace(b) is b = 0.5; SE = b/sqrt(n) ≈ 0.0016; 5 SE.
         let mad = draws.iter().map(|v| (v - 0.3).abs()).sum::<f64>() / draws.len() as f64;

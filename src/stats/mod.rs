@@ -1,6 +1,7 @@
 //! The statistics core: mechanisms and their calibration, exact samplers, estimators and
 //! intervals. It knows nothing of DataFusion and is tested on its own.
 
+pub mod accuracy;
 pub mod mechanism;
 pub mod methods;
 pub mod ratio;
@@ -9,4 +10,7 @@ pub mod sampler;
 pub mod simulation;
 
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
-pub use ratio::{GroupSizes, IntervalMethod, RatioInterval, ReleasedTable, TableNoise, TwoByTwo};
+pub use methods::RatioMethod;
+pub use ratio::{
+    GroupSizes, IntervalMethod, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
+};

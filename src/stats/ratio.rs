@@ -216,26 +216,138 @@ impl ReleasedTable {
             return Ok(None);
         };
         let estimate = self.relative_risk().expect("sizes are valid");
-        let x = self.exposed_cases.max(1) as f64;
-        let y = self.unexposed_cases.max(1) as f64;
-        let center = (x / nx) / (y / ny);
-        let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
-        if method == IntervalMethod::Conservative {
-            let weight = |cases: f64, total: f64| match self.sizes {
-                GroupSizes::Public => 1.0,
-                GroupSizes::Private => {
-                    let p = (cases / total).clamp(0.0, 1.0);
-                    p * p + (1.0 - p) * (1.0 - p)
-                }
-            };
-            v2 += self.noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
-        }
-        let half_width = z * center * v2.sqrt();
+        let (center, half_width) = relative_risk_interval_at(
+            self.exposed_cases as f64,
+            nx,
+            self.unexposed_cases as f64,
+            ny,
+            self.sizes,
+            self.noise_variance,
+            method,
+            z,
+        );
         Ok(Some(RatioInterval {
             estimate,
             lower: (center - half_width).max(0.0),
             upper: center + half_width,
         }))
+    }
+}
+
+/// The centre and half-width of the relative-risk interval at (possibly real-valued) counts:
+/// the formula of [`ReleasedTable::interval`] (counts floored at 1), shared with the planning
+/// function [`crate::stats::accuracy::epsilon_for_half_width`].
+#[allow(clippy::too_many_arguments)]
+pub fn relative_risk_interval_at(
+    exposed_cases: f64,
+    exposed_total: f64,
+    unexposed_cases: f64,
+    unexposed_total: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+    method: IntervalMethod,
+    z: f64,
+) -> (f64, f64) {
+    let (nx, ny) = (exposed_total.max(1.0), unexposed_total.max(1.0));
+    let x = exposed_cases.max(1.0);
+    let y = unexposed_cases.max(1.0);
+    let center = (x / nx) / (y / ny);
+    let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
+    if method == IntervalMethod::Conservative {
+        let weight = |cases: f64, total: f64| match sizes {
+            GroupSizes::Public => 1.0,
+            GroupSizes::Private => {
+                let p = (cases / total).clamp(0.0, 1.0);
+                p * p + (1.0 - p) * (1.0 - p)
+            }
+        };
+        v2 += noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
+    }
+    (center, z * center * v2.sqrt())
+}
+
+/// The two ratio statistics of a 2x2 table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RatioStatistic {
+    /// `p_x / p_y`.
+    RelativeRisk,
+    /// `(p_x/(1 − p_x)) / (p_y/(1 − p_y)) = ad/bc`.
+    OddsRatio,
+}
+
+impl ReleasedTable {
+    /// The released cells `(a, b, c, d)`: cases and non-cases (size minus cases) per arm.
+    pub fn cells(&self) -> [i64; 4] {
+        [
+            self.exposed_cases,
+            self.exposed_total - self.exposed_cases,
+            self.unexposed_cases,
+            self.unexposed_total - self.unexposed_cases,
+        ]
+    }
+
+    /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
+    /// relative risk). NULL only for public sizes with an empty arm.
+    pub fn odds_ratio(&self) -> Option<f64> {
+        self.sizes_floored()?;
+        let [a, b, c, d] = self.cells();
+        Some((a as f64 * d as f64) / (b.max(1) as f64 * c.max(1) as f64))
+    }
+
+    /// Woolf's log interval for the odds ratio, widened for the noise as the paper widens the
+    /// relative-risk interval (Theorem Gaussian_Valid_CI): with all cells floored at 1,
+    /// `exp(log OR ± z·sqrt(V))`, `V = 1/a + 1/b + 1/c + 1/d` plus, for `conservative`, the
+    /// delta-method noise variance of `log(ad/bc)`: `s²(1/a² + 1/b² + 1/c² + 1/d²)` with private
+    /// sizes (four independent noises), `s²((1/a + 1/b)² + (1/c + 1/d)²)` with public sizes
+    /// (`b = n_x − ã` carries `a`'s noise with the opposite sign).
+    pub fn odds_ratio_interval(
+        &self,
+        confidence: f64,
+        method: IntervalMethod,
+    ) -> Result<Option<RatioInterval>, String> {
+        let z = two_sided_z(confidence)?;
+        let Some(estimate) = self.odds_ratio() else {
+            return Ok(None);
+        };
+        let [a, b, c, d] = self.cells().map(|v| v.max(1) as f64);
+        let log_center = (a * d / (b * c)).ln();
+        let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
+        if method == IntervalMethod::Conservative {
+            v += self.noise_variance
+                * match self.sizes {
+                    GroupSizes::Private => {
+                        1.0 / (a * a) + 1.0 / (b * b) + 1.0 / (c * c) + 1.0 / (d * d)
+                    }
+                    GroupSizes::Public => (1.0 / a + 1.0 / b).powi(2) + (1.0 / c + 1.0 / d).powi(2),
+                };
+        }
+        let half_width = z * v.sqrt();
+        Ok(Some(RatioInterval {
+            estimate,
+            lower: (log_center - half_width).exp(),
+            upper: (log_center + half_width).exp(),
+        }))
+    }
+
+    /// The estimate of `statistic`.
+    pub fn estimate(&self, statistic: RatioStatistic) -> Option<f64> {
+        match statistic {
+            RatioStatistic::RelativeRisk => self.relative_risk(),
+            RatioStatistic::OddsRatio => self.odds_ratio(),
+        }
+    }
+
+    /// The estimate of `statistic` with its interval.
+    pub fn estimate_with_interval(
+        &self,
+        statistic: RatioStatistic,
+        confidence: f64,
+        method: IntervalMethod,
+    ) -> Result<Option<RatioInterval>, String> {
+        match statistic {
+            RatioStatistic::RelativeRisk => self.interval(confidence, method),
+            RatioStatistic::OddsRatio => self.odds_ratio_interval(confidence, method),
+        }
     }
 }
 
@@ -324,6 +436,27 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(p.upper < ci.upper && p.upper > plain.upper);
+    }
+
+    #[test]
+    fn odds_ratio_matches_hand_computation() {
+        // a=40, b=160, c=20, d=180: OR = 40·180/(160·20) = 2.25,
+        // Woolf V = 1/40 + 1/160 + 1/20 + 1/180; private conservative adds 8·Σ1/cell².
+        let t = released(40, 200, 20, 200, GroupSizes::Private, 8.0);
+        assert!((t.odds_ratio().unwrap() - 2.25).abs() < 1e-12);
+        let z = 1.959963984540054;
+        let v: f64 = 1.0 / 40.0 + 1.0 / 160.0 + 1.0 / 20.0 + 1.0 / 180.0;
+        let plain = t
+            .odds_ratio_interval(0.95, IntervalMethod::Plain)
+            .unwrap()
+            .unwrap();
+        assert!((plain.lower - (2.25f64.ln() - z * v.sqrt()).exp()).abs() < 1e-9);
+        let noise = 8.0 * (1.0 / 1600.0 + 1.0 / 25600.0 + 1.0 / 400.0 + 1.0 / 32400.0);
+        let cons = t
+            .odds_ratio_interval(0.95, IntervalMethod::Conservative)
+            .unwrap()
+            .unwrap();
+        assert!((cons.upper - (2.25f64.ln() + z * (v + noise).sqrt()).exp()).abs() < 1e-9);
     }
 
     #[test]

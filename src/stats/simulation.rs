@@ -4,7 +4,7 @@
 //! independent, the exposed and unexposed group sizes fixed by design. The table released is
 //! `(X, n_x − X, Y, n_y − Y)` with the noise of a [`TableNoise`].
 
-use super::ratio::{IntervalMethod, TableNoise, TwoByTwo};
+use super::ratio::{IntervalMethod, RatioStatistic, TableNoise, TwoByTwo};
 use rand::Rng;
 use rand_distr::{Binomial, Distribution};
 
@@ -18,9 +18,13 @@ pub struct Design {
 }
 
 impl Design {
-    /// The true relative risk `p_x / p_y`.
-    pub fn relative_risk(&self) -> f64 {
-        self.exposed_risk / self.unexposed_risk
+    /// The true value of `statistic`.
+    pub fn truth(&self, statistic: RatioStatistic) -> f64 {
+        let odds = |p: f64| p / (1.0 - p);
+        match statistic {
+            RatioStatistic::RelativeRisk => self.exposed_risk / self.unexposed_risk,
+            RatioStatistic::OddsRatio => odds(self.exposed_risk) / odds(self.unexposed_risk),
+        }
     }
 
     /// One exact table drawn from the design.
@@ -41,22 +45,23 @@ impl Design {
 }
 
 /// The fraction of `simulations` intervals (one noisy release each) that contain the true
-/// relative risk, and their mean width.
+/// value of `statistic`, and their mean width.
 pub fn coverage<R: Rng + ?Sized>(
     design: &Design,
+    statistic: RatioStatistic,
     noise: &TableNoise,
     confidence: f64,
     method: IntervalMethod,
     simulations: usize,
     rng: &mut R,
 ) -> Result<(f64, f64), String> {
-    let truth = design.relative_risk();
+    let truth = design.truth(statistic);
     let mut covered = 0usize;
     let mut width = 0.0;
     for _ in 0..simulations {
         let table = design.draw(rng);
         let released = noise.release(&table, rng);
-        if let Some(ci) = released.interval(confidence, method)? {
+        if let Some(ci) = released.estimate_with_interval(statistic, confidence, method)? {
             if ci.lower <= truth && truth <= ci.upper {
                 covered += 1;
             }

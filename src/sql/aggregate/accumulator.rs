@@ -1,6 +1,7 @@
 //! The vectorised accumulator shared by the DP aggregates.
 
 use super::{dp_rr_ci, CallPlan, DpFunction, Release};
+use crate::stats::methods::release_relative_risk;
 use crate::stats::rng::{group_key_digest, secure_rng, seeded_rng, NoiseRng};
 use crate::stats::TwoByTwo;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array};
@@ -161,7 +162,7 @@ impl GroupsAccumulator for CellCounts {
                     |group| counts[group] += 1,
                 );
             }
-            DpFunction::RelativeRisk | DpFunction::RrCi => {
+            _ => {
                 let outcome = values[0].as_boolean().values();
                 let exposed = values[1].as_boolean().values();
                 let mask = Self::counted_rows(&[&values[0], &values[1]], opt_filter);
@@ -183,8 +184,8 @@ impl GroupsAccumulator for CellCounts {
     ) -> Result<()> {
         self.resize(total_num_groups);
         let cells = self.cells;
-        for cell in 0..cells {
-            let partial = values[cell].as_primitive::<UInt64Type>().values();
+        for (cell, partial) in values[..cells].iter().enumerate() {
+            let partial = partial.as_primitive::<UInt64Type>().values();
             for (&group, &count) in group_indices.iter().zip(partial.iter()) {
                 self.counts[group * cells + cell] += count;
             }
@@ -233,12 +234,52 @@ impl GroupsAccumulator for CellCounts {
                     };
                     released.push(noise.release(&table, rng));
                 }
-                if self.function == DpFunction::RelativeRisk {
-                    let rr: Float64Array = released.iter().map(|t| t.relative_risk()).collect();
-                    Ok(Arc::new(rr))
+                let statistic = self.function.statistic().expect("table function");
+                if self.function.has_interval() {
+                    dp_rr_ci::build(
+                        self.function.name(),
+                        &released,
+                        statistic,
+                        *confidence,
+                        *method,
+                        plan.options.seed.is_some(),
+                    )
                 } else {
-                    dp_rr_ci::build(&released, *confidence, *method, plan.options.seed.is_some())
+                    let estimates: Float64Array =
+                        released.iter().map(|t| t.estimate(statistic)).collect();
+                    Ok(Arc::new(estimates))
                 }
+            }
+            Release::LocalRatio {
+                method,
+                epsilon,
+                delta,
+                bias_correction,
+                ptr_bound,
+            } => {
+                let mut estimates = Vec::with_capacity(groups);
+                for (g, cell) in counts.chunks_exact(4).enumerate() {
+                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    let table = TwoByTwo {
+                        a: cell[0],
+                        b: cell[1],
+                        c: cell[2],
+                        d: cell[3],
+                    };
+                    estimates.push(
+                        release_relative_risk(
+                            *method,
+                            &table,
+                            *epsilon,
+                            *delta,
+                            *bias_correction,
+                            *ptr_bound,
+                            rng,
+                        )
+                        .map_err(|e| exec_datafusion_err!("{}: {e}", self.function.name()))?,
+                    );
+                }
+                Ok(Arc::new(Float64Array::from(estimates)))
             }
         }
     }
@@ -283,7 +324,7 @@ impl GroupsAccumulator for CellCounts {
                 let ones: UInt64Array = (0..rows).map(|r| Some(counted(r) as u64)).collect();
                 vec![Arc::new(ones)]
             }
-            DpFunction::RelativeRisk | DpFunction::RrCi => {
+            _ => {
                 let outcome = values[0].as_boolean().values();
                 let exposed = values[1].as_boolean().values();
                 (0..4)

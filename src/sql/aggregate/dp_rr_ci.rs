@@ -8,7 +8,7 @@
 //! and `seeded`, true when the noise came from `dp.seed` and the result is **not private**.
 
 use super::{DpAggregate, DpFunction};
-use crate::stats::{IntervalMethod, ReleasedTable};
+use crate::stats::{IntervalMethod, RatioStatistic, ReleasedTable};
 use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StructArray};
 use arrow::datatypes::{DataType, Field, Fields};
 use datafusion::common::{exec_datafusion_err, Result};
@@ -34,23 +34,25 @@ fn fields() -> Fields {
     ])
 }
 
-/// The struct type `dp_rr_ci` returns.
+/// The struct type `dp_rr_ci` and `dp_or_ci` return.
 pub fn return_type() -> DataType {
     DataType::Struct(fields())
 }
 
-/// Builds the result column from the released tables.
+/// Builds the result column of `dp_rr_ci` / `dp_or_ci` from the released tables.
 pub(crate) fn build(
+    name: &str,
     released: &[ReleasedTable],
+    statistic: RatioStatistic,
     confidence: f64,
     method: IntervalMethod,
     seeded: bool,
 ) -> Result<ArrayRef> {
     let intervals = released
         .iter()
-        .map(|t| t.interval(confidence, method))
+        .map(|t| t.estimate_with_interval(statistic, confidence, method))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| exec_datafusion_err!("dp_rr_ci: {e}"))?;
+        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
     let column = |f: &dyn Fn(&ReleasedTable) -> i64| -> ArrayRef {
         Arc::new(released.iter().map(f).collect::<Int64Array>())
     };

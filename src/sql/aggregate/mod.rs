@@ -5,11 +5,15 @@
 
 pub mod accumulator;
 pub mod dp_count;
+pub mod dp_odds_ratio;
+pub mod dp_or_ci;
 pub mod dp_relative_risk;
 pub mod dp_rr_ci;
 
 use crate::sql::options::DpOptions;
-use crate::stats::{CountNoise, IntervalMethod, TableNoise};
+use crate::stats::{
+    CountNoise, GroupSizes, IntervalMethod, RatioMethod, RatioStatistic, TableNoise,
+};
 use accumulator::{CellCounts, SingleGroup};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
@@ -28,16 +32,18 @@ pub enum DpFunction {
     Count,
     RelativeRisk,
     RrCi,
+    OddsRatio,
+    OrCi,
 }
 
 impl DpFunction {
-    pub const ALL: [DpFunction; 3] = [Self::Count, Self::RelativeRisk, Self::RrCi];
-
     pub fn name(self) -> &'static str {
         match self {
             Self::Count => "dp_count",
             Self::RelativeRisk => "dp_relative_risk",
             Self::RrCi => "dp_rr_ci",
+            Self::OddsRatio => "dp_odds_ratio",
+            Self::OrCi => "dp_or_ci",
         }
     }
 
@@ -45,23 +51,35 @@ impl DpFunction {
     pub fn data_args(self) -> &'static [&'static str] {
         match self {
             Self::Count => &["expr"],
-            Self::RelativeRisk | Self::RrCi => &["outcome", "exposed"],
+            _ => &["outcome", "exposed"],
         }
     }
 
     /// Keys accepted in the per-call options string.
     pub fn option_keys(self) -> &'static [&'static str] {
+        const TABLE: &[&str] = &["mechanism", "delta", "gaussian_calibration", "group_sizes"];
+        const INTERVAL: &[&str] = &[
+            "mechanism",
+            "delta",
+            "gaussian_calibration",
+            "group_sizes",
+            "confidence",
+            "ci_method",
+            "method",
+        ];
         match self {
             Self::Count => &["mechanism", "delta", "gaussian_calibration"],
-            Self::RelativeRisk => &["mechanism", "delta", "gaussian_calibration", "group_sizes"],
-            Self::RrCi => &[
+            Self::RelativeRisk => &[
                 "mechanism",
                 "delta",
                 "gaussian_calibration",
                 "group_sizes",
-                "confidence",
-                "ci_method",
+                "method",
+                "bias_correction",
+                "ptr_bound",
             ],
+            Self::OddsRatio => TABLE,
+            Self::RrCi | Self::OrCi => INTERVAL,
         }
     }
 
@@ -69,15 +87,29 @@ impl DpFunction {
     pub fn cells(self) -> usize {
         match self {
             Self::Count => 1,
-            Self::RelativeRisk | Self::RrCi => 4,
+            _ => 4,
         }
+    }
+
+    /// The ratio a table function releases.
+    pub fn statistic(self) -> Option<RatioStatistic> {
+        match self {
+            Self::Count => None,
+            Self::RelativeRisk | Self::RrCi => Some(RatioStatistic::RelativeRisk),
+            Self::OddsRatio | Self::OrCi => Some(RatioStatistic::OddsRatio),
+        }
+    }
+
+    /// Whether the function releases an interval struct.
+    pub fn has_interval(self) -> bool {
+        matches!(self, Self::RrCi | Self::OrCi)
     }
 
     fn return_type(self) -> DataType {
         match self {
             Self::Count => DataType::Int64,
-            Self::RelativeRisk => DataType::Float64,
-            Self::RrCi => dp_rr_ci::return_type(),
+            Self::RelativeRisk | Self::OddsRatio => DataType::Float64,
+            Self::RrCi | Self::OrCi => dp_rr_ci::return_type(),
         }
     }
 
@@ -94,6 +126,14 @@ pub enum Release {
         noise: TableNoise,
         confidence: f64,
         method: IntervalMethod,
+    },
+    /// One of the paper's other ratio methods (public group sizes; no interval).
+    LocalRatio {
+        method: RatioMethod,
+        epsilon: f64,
+        delta: Option<f64>,
+        bias_correction: bool,
+        ptr_bound: Option<f64>,
     },
 }
 
@@ -167,7 +207,10 @@ impl CallPlan {
                 )
                 .map_err(calibration_error)?,
             ),
-            DpFunction::RelativeRisk | DpFunction::RrCi => Release::Table {
+            _ if options.method != RatioMethod::NoisyCounts => {
+                local_release(function, &options, epsilon)?
+            }
+            _ => Release::Table {
                 noise: TableNoise::calibrate(
                     options.mechanism,
                     epsilon,
@@ -191,7 +234,44 @@ impl CallPlan {
     }
 }
 
-/// The UDAF behind `dp_count`, `dp_relative_risk` and `dp_rr_ci`. Registered unconfigured;
+/// Validates a call that uses one of the paper's local or naive ratio methods.
+fn local_release(function: DpFunction, options: &DpOptions, epsilon: f64) -> Result<Release> {
+    let name = function.name();
+    let method = options.method;
+    if function.has_interval() {
+        return plan_err!(
+            "{name}: method '{method}' releases no interval (only noisy_counts does; the other methods do not estimate the variance, paper Appendix C)"
+        );
+    }
+    if options.group_sizes != GroupSizes::Public {
+        return plan_err!(
+            "{name}: method '{method}' uses the exact group sizes; declare them public with group_sizes=public"
+        );
+    }
+    let needs_delta = matches!(method, RatioMethod::SmoothSensitivity | RatioMethod::Ptr);
+    if needs_delta && options.delta.is_none() {
+        return plan_err!("{name}: method '{method}' needs delta (set dp.delta or pass delta=...)");
+    }
+    if method == RatioMethod::Ptr && options.ptr_bound.is_none() {
+        return plan_err!(
+            "{name}: method 'ptr' needs ptr_bound=<proposed bound on the local sensitivity>"
+        );
+    }
+    if method == RatioMethod::NoisedLog && options.bias_correction {
+        crate::stats::methods::noised_log_bias_correction(epsilon)
+            .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
+    }
+    Ok(Release::LocalRatio {
+        method,
+        epsilon,
+        delta: needs_delta.then_some(options.delta).flatten(),
+        bias_correction: options.bias_correction,
+        ptr_bound: options.ptr_bound,
+    })
+}
+
+/// The UDAF behind every DP aggregate (`dp_count`, `dp_relative_risk`, `dp_rr_ci`,
+/// `dp_odds_ratio`, `dp_or_ci`). Registered unconfigured;
 /// the planner rule ([`crate::sql::planner::DpPlannerRule`]) swaps in a configured copy per call
 /// carrying the session options, the calibrated noise and, in seeded mode, the group keys.
 #[derive(Debug)]
@@ -354,7 +434,7 @@ impl AggregateUDFImpl for DpAggregate {
     }
 
     fn is_nullable(&self) -> bool {
-        // dp_count is never NULL; the ratios are NULL only with public group sizes.
+        // dp_count is never NULL; the ratios are NULL only with public group sizes (or PTR's FAIL).
         self.function != DpFunction::Count
     }
 
