@@ -26,6 +26,9 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
     ctx.register_udaf(aggregate::dp_odds_ratio::udaf().as_ref().clone());
     ctx.register_udaf(aggregate::dp_or_ci::udaf().as_ref().clone());
     ctx.register_udf(scalar::rr_ci_katz::udf().as_ref().clone());
+    for udf in scalar::analytic::udfs() {
+        ctx.register_udf(udf);
+    }
     ctx.add_analyzer_rule(Arc::new(planner::DpPlannerRule));
     Ok(())
 }

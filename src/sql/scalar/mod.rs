@@ -1,2 +1,3 @@
 //! Scalar SQL functions.
+pub mod analytic;
 pub mod rr_ci_katz;

@@ -1,0 +1,234 @@
+//! The paper's analytic tools as scalar SQL functions of their (public) arguments: accuracy,
+//! bias, Gaussian calibration and privacy-budget planning. They read no private data, cost no
+//! privacy, and adapt [`crate::stats::accuracy`] and [`crate::stats::mechanism`] row by row.
+//! NULL in any argument gives NULL; where a closed form is undefined (e.g. `alpha >= Z`) the
+//! result is NULL; invalid parameters are an error naming the function and the argument.
+
+use crate::sql::options::DpOptions;
+use crate::stats::accuracy;
+use crate::stats::mechanism::{
+    analytic_gaussian_sigma, classic_gaussian_sigma, GaussianCalibration,
+};
+use arrow::array::{Array, AsArray, Float64Builder};
+use arrow::datatypes::{DataType, Float64Type};
+use datafusion::common::{exec_err, plan_err, Result};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use std::sync::Arc;
+
+type Formula = fn(&[f64], Option<&str>) -> std::result::Result<Option<f64>, String>;
+
+/// One analytic function: DOUBLE arguments, an optional trailing options string.
+#[derive(Debug)]
+pub struct AnalyticFunction {
+    name: &'static str,
+    args: &'static [&'static str],
+    /// Name of the optional trailing string argument, if any.
+    options: Option<&'static str>,
+    formula: Formula,
+    signature: Signature,
+}
+
+impl PartialEq for AnalyticFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for AnalyticFunction {}
+
+impl std::hash::Hash for AnalyticFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl AnalyticFunction {
+    fn udf(
+        name: &'static str,
+        args: &'static [&'static str],
+        options: Option<&'static str>,
+        formula: Formula,
+    ) -> ScalarUDF {
+        ScalarUDF::new_from_impl(Self {
+            name,
+            args,
+            options,
+            formula,
+            signature: Signature::user_defined(Volatility::Immutable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for AnalyticFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let (name, n) = (self.name, self.args.len());
+        let max = n + self.options.is_some() as usize;
+        if arg_types.len() < n || arg_types.len() > max {
+            let mut all: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
+            if let Some(o) = self.options {
+                all.push(format!("[{o}]"));
+            }
+            return plan_err!(
+                "{name} takes arguments ({}), got {}",
+                all.join(", "),
+                arg_types.len()
+            );
+        }
+        arg_types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if i < n {
+                    if t.is_numeric() || t.is_null() {
+                        Ok(DataType::Float64)
+                    } else {
+                        plan_err!(
+                            "{name}: argument '{}' must be a number, got {t}",
+                            self.args[i]
+                        )
+                    }
+                } else {
+                    match t {
+                        DataType::Utf8
+                        | DataType::LargeUtf8
+                        | DataType::Utf8View
+                        | DataType::Null => Ok(DataType::Utf8),
+                        other => plan_err!(
+                            "{name}: argument '{}' must be a string, got {other}",
+                            self.options.unwrap_or("options")
+                        ),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Float64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let n = self.args.len();
+        let numbers: Vec<_> = arrays[..n]
+            .iter()
+            .map(|a| a.as_primitive::<Float64Type>())
+            .collect();
+        let options = arrays.get(n).map(|a| a.as_string::<i32>());
+        let mut out = Float64Builder::with_capacity(rows);
+        let mut values = vec![0.0; n];
+        for row in 0..rows {
+            if numbers.iter().any(|a| a.is_null(row)) || options.is_some_and(|o| o.is_null(row)) {
+                out.append_null();
+                continue;
+            }
+            for (v, a) in values.iter_mut().zip(&numbers) {
+                *v = a.value(row);
+            }
+            match (self.formula)(&values, options.map(|o| o.value(row))) {
+                Ok(v) => out.append_option(v),
+                Err(e) => return exec_err!("{}: {e}", self.name),
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option<f64>, String> {
+    let options = DpOptions::default().with_call_options(
+        options.unwrap_or(""),
+        &["confidence", "mechanism", "delta", "group_sizes"],
+    )?;
+    accuracy::epsilon_for_half_width(
+        values[0],
+        values[1],
+        values[2],
+        values[3],
+        values[4],
+        options.confidence,
+        options.mechanism,
+        options.delta,
+        options.group_sizes,
+    )
+}
+
+fn gaussian_sigma(
+    values: &[f64],
+    calibration: Option<&str>,
+) -> std::result::Result<Option<f64>, String> {
+    let calibration = GaussianCalibration::parse(calibration.unwrap_or("analytic"))?;
+    let sensitivity = values[2];
+    match calibration {
+        GaussianCalibration::Analytic => analytic_gaussian_sigma(values[0], values[1], sensitivity),
+        GaussianCalibration::Classic => classic_gaussian_sigma(values[0], values[1], sensitivity),
+    }
+    .map(Some)
+}
+
+/// Every analytic function.
+pub fn udfs() -> Vec<ScalarUDF> {
+    vec![
+        AnalyticFunction::udf(
+            "laplace_ratio_cdf",
+            &["a", "mu1", "mu2", "b"],
+            None,
+            |v, _| accuracy::laplace_ratio_cdf(v[0], v[1], v[2], v[3]),
+        ),
+        AnalyticFunction::udf(
+            "noisy_counts_accuracy_beta",
+            &["x", "y", "epsilon", "alpha"],
+            None,
+            |v, _| accuracy::noisy_counts_accuracy_beta(v[0], v[1], v[2], v[3]),
+        ),
+        AnalyticFunction::udf(
+            "noised_log_accuracy_beta",
+            &["z", "epsilon", "alpha"],
+            None,
+            |v, _| accuracy::noised_log_accuracy_beta(v[0], v[1], v[2]),
+        ),
+        AnalyticFunction::udf(
+            "naive_accuracy_beta",
+            &["n_x", "epsilon", "alpha"],
+            None,
+            |v, _| accuracy::naive_accuracy_beta(v[0], v[1], v[2]).map(Some),
+        ),
+        AnalyticFunction::udf(
+            "noisy_ratio_expectation",
+            &["x", "y", "epsilon"],
+            None,
+            |v, _| accuracy::noisy_ratio_expectation(v[0], v[1], v[2]),
+        ),
+        AnalyticFunction::udf(
+            "noisy_ratio_expectation_approx",
+            &["x", "y", "epsilon"],
+            None,
+            |v, _| accuracy::noisy_ratio_expectation_approx(v[0], v[1], v[2]),
+        ),
+        AnalyticFunction::udf("noisy_ratio_bias", &["x", "y", "epsilon"], None, |v, _| {
+            accuracy::noisy_ratio_bias(v[0], v[1], v[2])
+        }),
+        AnalyticFunction::udf(
+            "gaussian_sigma",
+            &["epsilon", "delta", "sensitivity"],
+            Some("calibration"),
+            gaussian_sigma,
+        ),
+        AnalyticFunction::udf(
+            "epsilon_for_half_width",
+            &["n_x", "n_y", "p_x", "p_y", "half_width"],
+            Some("options"),
+            planning,
+        ),
+    ]
+}
