@@ -119,6 +119,27 @@ impl DpOptions {
             "gaussian_calibration" => {
                 self.gaussian_calibration = GaussianCalibration::parse(value)?
             }
+            "method" => self.method = RatioMethod::parse(value)?,
+            "bias_correction" => {
+                self.bias_correction = match value.trim().to_ascii_lowercase().as_str() {
+                    "true" | "on" | "1" => true,
+                    "false" | "off" | "0" => false,
+                    _ => {
+                        return Err(format!(
+                            "bias_correction must be true or false, got '{value}'"
+                        ))
+                    }
+                }
+            }
+            "ptr_bound" => {
+                let bound = parse_f64("ptr_bound", value)?;
+                if !(bound.is_finite() && bound > 0.0) {
+                    return Err(format!(
+                        "ptr_bound must be a finite number > 0, got {value}"
+                    ));
+                }
+                self.ptr_bound = Some(bound);
+            }
             other => {
                 let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
                 return Err(format!(

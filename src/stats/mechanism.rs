@@ -335,7 +335,10 @@ impl CountNoise {
 /// drawn exactly in grid units, so every output is an exact multiple of `g` whose probability
 /// is exactly the discrete Laplace one.
 ///
-/// Grid: `k = ⌈log2(Δ/ε)⌉ − 30`, i.e. about a billionth of the noise scale. Rounding the input
+/// Grid: `k = max(⌈log2(Δ/ε)⌉ − 30, −30)`, about a billionth of the noise scale but never finer
+/// than `2^-30`, so values up to `2^32` fit the integer range; larger inputs are clamped to it
+/// (clamping is 1-Lipschitz, so it does not raise the sensitivity, and no error ever depends on
+/// the data). Rounding the input
 /// to the grid moves two neighbouring values apart by at most one more grid step, so the noise
 /// is calibrated for sensitivity `Δ + g`, and its scale in grid units `(Δ + g)/(ε g)` is rounded
 /// *up* to a dyadic rational. The result is `(ε, 0)`-DP for the statistic (Laplace mechanism,
@@ -359,7 +362,7 @@ impl RealLaplace {
                 "sensitivity must be a finite number > 0, got {sensitivity}"
             ));
         }
-        let grid_exponent = (sensitivity / epsilon).log2().ceil() as i32 - 30;
+        let grid_exponent = ((sensitivity / epsilon).log2().ceil() as i32 - 30).max(-30);
         let grid = 2f64.powi(grid_exponent);
         let units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
         Ok(Self {
@@ -380,16 +383,17 @@ impl RealLaplace {
         self.units.to_f64() * self.grid()
     }
 
-    /// `value` rounded to the grid plus exact noise; an error for a non-finite value or one
-    /// too large to place on the grid.
+    /// `value` rounded to the grid (clamped to `±2^62` grid steps) plus exact noise; an error
+    /// only for NaN.
     pub fn release<R: RngCore + ?Sized>(&self, value: f64, rng: &mut R) -> Result<f64, String> {
-        let units = value / self.grid();
-        if !units.is_finite() || units.abs() >= 2f64.powi(52) {
-            return Err(format!("value {value} cannot be placed on the noise grid"));
+        if value.is_nan() {
+            return Err("cannot add noise to NaN".to_string());
         }
+        let limit = 2f64.powi(62);
+        let units = (value / self.grid()).round().clamp(-limit, limit) as i64;
         // P(j) ∝ exp(-|j| s/t) with t/s = units.num/units.den.
         let noise = discrete_laplace(rng, self.units.den, self.units.num);
-        Ok((units.round() as i64).saturating_add(noise) as f64 * self.grid())
+        Ok(units.saturating_add(noise) as f64 * self.grid())
     }
 }
 
