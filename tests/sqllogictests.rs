@@ -1,6 +1,7 @@
 //! Runs every `sql-tests/*.slt` file through the sqllogictest runner with the DP functions
 //! installed. `SLT_UPDATE=1 cargo test --test sqllogictests` rewrites the expected outputs
-//! (review the diff: it must only change where behaviour was meant to change).
+//! (review the diff: it must only change where behaviour was meant to change);
+//! `SLT_FILTER=name` runs (or rewrites) only the files whose name contains `name`.
 
 use datafusion_dp::slt::DpSltDb;
 use sqllogictest::{default_column_validator, default_normalizer, default_validator, Runner};
@@ -13,6 +14,10 @@ async fn sql_tests() {
         .expect("sql-tests/ exists")
         .map(|e| e.expect("readable entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .filter(|p| {
+            std::env::var("SLT_FILTER")
+                .map_or(true, |f| p.file_name().is_some_and(|n| n.to_string_lossy().contains(&f)))
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());

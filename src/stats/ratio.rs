@@ -211,10 +211,12 @@ impl ReleasedTable {
         confidence: f64,
         method: IntervalMethod,
     ) -> Result<Option<RatioInterval>, String> {
-        let z = two_sided_z(confidence)?;
-        let Some((nx, ny)) = self.sizes_floored() else {
-            return Ok(None);
-        };
+        Ok(self.interval_at_z(two_sided_z(confidence)?, method))
+    }
+
+    /// [`Self::interval`] for a precomputed quantile `z = two_sided_z(confidence)`.
+    pub fn interval_at_z(&self, z: f64, method: IntervalMethod) -> Option<RatioInterval> {
+        let (nx, ny) = self.sizes_floored()?;
         let estimate = self.relative_risk().expect("sizes are valid");
         let (center, half_width) = relative_risk_interval_at(
             self.exposed_cases as f64,
@@ -226,11 +228,11 @@ impl ReleasedTable {
             method,
             z,
         );
-        Ok(Some(RatioInterval {
+        Some(RatioInterval {
             estimate,
             lower: (center - half_width).max(0.0),
             upper: center + half_width,
-        }))
+        })
     }
 }
 
@@ -305,10 +307,16 @@ impl ReleasedTable {
         confidence: f64,
         method: IntervalMethod,
     ) -> Result<Option<RatioInterval>, String> {
-        let z = two_sided_z(confidence)?;
-        let Some(estimate) = self.odds_ratio() else {
-            return Ok(None);
-        };
+        Ok(self.odds_ratio_interval_at_z(two_sided_z(confidence)?, method))
+    }
+
+    /// [`Self::odds_ratio_interval`] for a precomputed quantile `z`.
+    pub fn odds_ratio_interval_at_z(
+        &self,
+        z: f64,
+        method: IntervalMethod,
+    ) -> Option<RatioInterval> {
+        let estimate = self.odds_ratio()?;
         let [a, b, c, d] = self.cells().map(|v| v.max(1) as f64);
         let log_center = (a * d / (b * c)).ln();
         let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
@@ -322,11 +330,11 @@ impl ReleasedTable {
                 };
         }
         let half_width = z * v.sqrt();
-        Ok(Some(RatioInterval {
+        Some(RatioInterval {
             estimate,
             lower: (log_center - half_width).exp(),
             upper: (log_center + half_width).exp(),
-        }))
+        })
     }
 
     /// The estimate of `statistic`.
@@ -344,9 +352,19 @@ impl ReleasedTable {
         confidence: f64,
         method: IntervalMethod,
     ) -> Result<Option<RatioInterval>, String> {
+        Ok(self.estimate_with_interval_at_z(statistic, two_sided_z(confidence)?, method))
+    }
+
+    /// [`Self::estimate_with_interval`] for a precomputed quantile `z`.
+    pub fn estimate_with_interval_at_z(
+        &self,
+        statistic: RatioStatistic,
+        z: f64,
+        method: IntervalMethod,
+    ) -> Option<RatioInterval> {
         match statistic {
-            RatioStatistic::RelativeRisk => self.interval(confidence, method),
-            RatioStatistic::OddsRatio => self.odds_ratio_interval(confidence, method),
+            RatioStatistic::RelativeRisk => self.interval_at_z(z, method),
+            RatioStatistic::OddsRatio => self.odds_ratio_interval_at_z(z, method),
         }
     }
 }

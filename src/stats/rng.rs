@@ -20,19 +20,27 @@ pub fn secure_rng() -> Result<NoiseRng, String> {
         .map_err(|e| format!("the operating system's random source failed: {e}"))
 }
 
-/// NON-PRIVATE: a reproducible stream for one group of one aggregate call.
+/// NON-PRIVATE: the reproducible base stream of one aggregate call.
 ///
-/// The key is SHA-256 over (seed, stream, group key); `stream` names the aggregate call so two
-/// calls in one query get independent noise, `group_key` makes the draw independent of the
-/// order in which groups arrive. Use it for tests and reproduction only.
-pub fn seeded_rng(seed: u64, stream: &str, group_key: u64) -> NoiseRng {
+/// The ChaCha20 key is SHA-256 over (seed, stream); `stream` names the aggregate call so two
+/// calls in one query get independent noise. Each group then reads its own ChaCha20 stream
+/// (the cipher's 64-bit stream id, [`group_stream`]) selected by its key digest, so the draw
+/// does not depend on the order in which groups arrive. Use it for tests and reproduction only.
+pub fn seeded_rng(seed: u64, stream: &str) -> NoiseRng {
     let mut hasher = Sha256::new();
-    hasher.update(b"datafusion-dp/seeded-noise/v1");
+    hasher.update(b"datafusion-dp/seeded-noise/v2");
     hasher.update(seed.to_le_bytes());
     hasher.update((stream.len() as u64).to_le_bytes());
     hasher.update(stream.as_bytes());
-    hasher.update(group_key.to_le_bytes());
     ChaCha20Rng::from_seed(hasher.finalize().into())
+}
+
+/// NON-PRIVATE: the stream of one group (identified by its key digest) of a seeded base.
+pub fn group_stream(base: &NoiseRng, group_key: u64) -> NoiseRng {
+    let mut rng = base.clone();
+    rng.set_stream(group_key);
+    rng.set_word_pos(0);
+    rng
 }
 
 /// A stable 64-bit digest of a group key given as the display strings of its values
@@ -60,11 +68,17 @@ mod tests {
 
     #[test]
     fn seeded_streams_are_reproducible_and_distinct() {
-        let a = seeded_rng(1, "x", 5).next_u64();
-        assert_eq!(a, seeded_rng(1, "x", 5).next_u64());
-        assert_ne!(a, seeded_rng(2, "x", 5).next_u64());
-        assert_ne!(a, seeded_rng(1, "y", 5).next_u64());
-        assert_ne!(a, seeded_rng(1, "x", 6).next_u64());
+        let draw = |seed, stream, key| group_stream(&seeded_rng(seed, stream), key).next_u64();
+        let a = draw(1, "x", 5);
+        assert_eq!(a, draw(1, "x", 5));
+        assert_ne!(a, draw(2, "x", 5));
+        assert_ne!(a, draw(1, "y", 5));
+        assert_ne!(a, draw(1, "x", 6));
+        // A group's stream does not depend on what was drawn from the base before.
+        let mut base = seeded_rng(1, "x");
+        let _ = group_stream(&base, 9).next_u64();
+        base.next_u64();
+        assert_eq!(group_stream(&base, 5).next_u64(), a);
     }
 
     #[test]

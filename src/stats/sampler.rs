@@ -88,7 +88,9 @@ pub fn uniform_below<R: RngCore + ?Sized>(rng: &mut R, bound: u128) -> u128 {
     }
     let bits = 128 - (bound - 1).leading_zeros();
     loop {
-        let raw = if bits <= 64 {
+        let raw = if bits <= 32 {
+            rng.next_u32() as u128
+        } else if bits <= 64 {
             rng.next_u64() as u128
         } else {
             ((rng.next_u64() as u128) << 64) | rng.next_u64() as u128

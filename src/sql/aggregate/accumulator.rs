@@ -2,11 +2,12 @@
 
 use super::{dp_rr_ci, CallPlan, DpFunction, Release};
 use crate::stats::methods::release_relative_risk;
-use crate::stats::rng::{group_key_digest, secure_rng, seeded_rng, NoiseRng};
+use crate::stats::rng::{group_key_digest, group_stream, secure_rng, seeded_rng, NoiseRng};
 use crate::stats::TwoByTwo;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
 use arrow::datatypes::UInt64Type;
+use arrow::util::bit_chunk_iterator::BitChunks;
 use datafusion::common::{exec_datafusion_err, Result, ScalarValue};
 use datafusion::logical_expr::{Accumulator, EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate_indices;
@@ -23,6 +24,9 @@ pub struct CellCounts {
     plan: Arc<CallPlan>,
     /// The secure stream, opened on first use.
     rng: Option<NoiseRng>,
+    /// Seeded (non-private) mode: the call's base stream; each group reads its own ChaCha20
+    /// stream of it, selected by the group key.
+    seeded_base: Option<NoiseRng>,
 }
 
 impl CellCounts {
@@ -34,6 +38,7 @@ impl CellCounts {
             cells: function.cells(),
             counts: Vec::new(),
             keys,
+            seeded_base: plan.options.seed.map(|seed| seeded_rng(seed, &plan.stream)),
             plan,
             rng: None,
         }
@@ -106,22 +111,57 @@ impl CellCounts {
         (counts, keys)
     }
 
-    /// The noise stream for one group: the per-accumulator secure stream, or in seeded mode a
-    /// stream derived from (seed, call, group key).
+    /// The noise stream for one group: the per-accumulator secure stream, or in seeded mode
+    /// the group's own stream of the call's seeded base.
     fn group_rng<'a>(
-        plan: &CallPlan,
         secure: &'a mut Option<NoiseRng>,
+        seeded_base: Option<&NoiseRng>,
         seeded: &'a mut Option<NoiseRng>,
         key: Option<u64>,
     ) -> Result<&'a mut NoiseRng> {
-        match plan.options.seed {
-            Some(seed) => Ok(seeded.insert(seeded_rng(seed, &plan.stream, key.unwrap_or(0)))),
+        match seeded_base {
+            Some(base) => Ok(seeded.insert(group_stream(base, key.unwrap_or(0)))),
             None => {
                 if secure.is_none() {
                     *secure = Some(secure_rng().map_err(|e| exec_datafusion_err!("{e}"))?);
                 }
                 Ok(secure.as_mut().expect("opened above"))
             }
+        }
+    }
+}
+
+/// Adds every counted row to its cell of its group's table, 64 rows at a time: the cell index
+/// comes from the words of the outcome and exposed bitmaps, and the counted-rows mask bit (0 or
+/// 1) is added without a branch, so the loop has no per-row dispatch or misprediction.
+fn count_cells(
+    counts: &mut [u64],
+    group_indices: &[usize],
+    outcome: &BooleanBuffer,
+    exposed: &BooleanBuffer,
+    mask: Option<&NullBuffer>,
+) {
+    let rows = group_indices.len();
+    fn words(b: &BooleanBuffer, rows: usize) -> BitChunks<'_> {
+        b.inner().bit_chunks(b.offset(), rows)
+    }
+    let (outcome_words, exposed_words) = (words(outcome, rows), words(exposed, rows));
+    let mask_words = mask.map(|m| words(m.inner(), rows));
+    let mut mask_iter = mask_words.as_ref().map(|w| w.iter_padded());
+    for ((groups, o), e) in group_indices
+        .chunks(64)
+        .zip(outcome_words.iter_padded())
+        .zip(exposed_words.iter_padded())
+    {
+        let m = mask_iter
+            .as_mut()
+            .and_then(|it| it.next())
+            .unwrap_or(u64::MAX);
+        let (not_o, not_e) = (!o, !e);
+        for (j, &group) in groups.iter().enumerate() {
+            // a = 0 (outcome, exposed), b = 1, c = 2, d = 3: see `table_cell`.
+            let cell = (((not_o >> j) & 1) | (((not_e >> j) & 1) << 1)) as usize;
+            counts[group * 4 + cell] += (m >> j) & 1;
         }
     }
 }
@@ -166,11 +206,7 @@ impl GroupsAccumulator for CellCounts {
                 let outcome = values[0].as_boolean().values();
                 let exposed = values[1].as_boolean().values();
                 let mask = Self::counted_rows(&[&values[0], &values[1]], opt_filter);
-                for (row, &group) in group_indices.iter().enumerate() {
-                    if mask.as_ref().is_none_or(|m| m.is_valid(row)) {
-                        counts[group * 4 + Self::table_cell(outcome, exposed, row)] += 1;
-                    }
-                }
+                count_cells(counts, group_indices, outcome, exposed, mask.as_ref());
             }
         }
         Ok(())
@@ -213,7 +249,12 @@ impl GroupsAccumulator for CellCounts {
             Release::Count(noise) => {
                 let mut out = Vec::with_capacity(groups);
                 for (g, &count) in counts.iter().enumerate() {
-                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    let rng = Self::group_rng(
+                        &mut self.rng,
+                        self.seeded_base.as_ref(),
+                        &mut seeded,
+                        key(g),
+                    )?;
                     out.push(count as i64 + noise.sample(rng));
                 }
                 Ok(Arc::new(Int64Array::from(out)))
@@ -225,7 +266,12 @@ impl GroupsAccumulator for CellCounts {
             } => {
                 let mut released = Vec::with_capacity(groups);
                 for (g, cell) in counts.chunks_exact(4).enumerate() {
-                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    let rng = Self::group_rng(
+                        &mut self.rng,
+                        self.seeded_base.as_ref(),
+                        &mut seeded,
+                        key(g),
+                    )?;
                     let table = TwoByTwo {
                         a: cell[0],
                         b: cell[1],
@@ -259,7 +305,12 @@ impl GroupsAccumulator for CellCounts {
             } => {
                 let mut estimates = Vec::with_capacity(groups);
                 for (g, cell) in counts.chunks_exact(4).enumerate() {
-                    let rng = Self::group_rng(&plan, &mut self.rng, &mut seeded, key(g))?;
+                    let rng = Self::group_rng(
+                        &mut self.rng,
+                        self.seeded_base.as_ref(),
+                        &mut seeded,
+                        key(g),
+                    )?;
                     let table = TwoByTwo {
                         a: cell[0],
                         b: cell[1],

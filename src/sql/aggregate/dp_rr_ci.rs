@@ -8,6 +8,7 @@
 //! and `seeded`, true when the noise came from `dp.seed` and the result is **not private**.
 
 use super::{DpAggregate, DpFunction};
+use crate::stats::ratio::two_sided_z;
 use crate::stats::{IntervalMethod, RatioStatistic, ReleasedTable};
 use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StructArray};
 use arrow::datatypes::{DataType, Field, Fields};
@@ -48,11 +49,11 @@ pub(crate) fn build(
     method: IntervalMethod,
     seeded: bool,
 ) -> Result<ArrayRef> {
-    let intervals = released
+    let z = two_sided_z(confidence).map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+    let intervals: Vec<_> = released
         .iter()
-        .map(|t| t.estimate_with_interval(statistic, confidence, method))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+        .map(|t| t.estimate_with_interval_at_z(statistic, z, method))
+        .collect();
     let column = |f: &dyn Fn(&ReleasedTable) -> i64| -> ArrayRef {
         Arc::new(released.iter().map(f).collect::<Int64Array>())
     };

@@ -1,0 +1,285 @@
+//! Benchmarks: DP aggregates against DataFusion's own exact aggregates, side by side, on the
+//! same generated data (the quickstart schema, with an integer group key).
+//!
+//!     cargo run --release --example bench -- generate          # Parquet files (once)
+//!     cargo run --release --example bench -- pairs [filter]    # timed pairs, medians, ratios
+//!     cargo run --release --example bench -- sampler           # noise samples per second
+//!     cargo run --release --example bench -- query <dataset> <memory|parquet> <query-name>
+//!                                                              # one query (for /usr/bin/time)
+//!
+//! Data lives in `$DP_BENCH_DIR` (default `$TMPDIR/datafusion-dp-bench`). Each pair is run
+//! interleaved (A, B, A, B, ...) after one warm-up of each, so both sides see the same
+//! machine state; the report gives the median of each side and the ratio of medians.
+
+use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::prelude::*;
+use datafusion_dp::stats::rng::secure_rng;
+use datafusion_dp::stats::{CountNoise, GaussianCalibration, Mechanism, TableNoise, TwoByTwo};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// (name, rows, groups)
+const DATASETS: [(&str, u64, u64); 4] = [
+    ("10M_100g", 10_000_000, 100),
+    ("10M_100kg", 10_000_000, 100_000),
+    ("10M_1Mg", 10_000_000, 1_000_000),
+    ("20M_1Mg", 20_000_000, 1_000_000),
+];
+
+/// (name, DP query, exact baseline, session settings for the DP side)
+const PAIRS: [(&str, &str, &str, &str); 6] = [
+    (
+        "dp_count vs count",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, count(patient_id) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_relative_risk vs 4 exact counts",
+        "SELECT grp, dp_relative_risk(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
+        "",
+    ),
+    (
+        "dp_rr_ci vs 4 exact counts",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
+        "",
+    ),
+    (
+        "dp_rr_ci seeded vs secure",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SET dp.seed = 1",
+    ),
+    (
+        "dp_rr_ci gaussian vs laplace",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_count gaussian vs count",
+        "SELECT grp, dp_count(patient_id, 1.0, 'mechanism=gaussian, delta=1e-6') FROM visits GROUP BY grp",
+        "SELECT grp, count(patient_id) FROM visits GROUP BY grp",
+        "",
+    ),
+];
+
+const FOUR_COUNTS: &str = "SELECT grp,
+    count(*) FILTER (WHERE outcome AND exposed),
+    count(*) FILTER (WHERE exposed),
+    count(*) FILTER (WHERE outcome AND NOT exposed),
+    count(*) FILTER (WHERE NOT exposed)
+  FROM visits GROUP BY grp";
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("DP_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("datafusion-dp-bench"))
+}
+
+fn dataset_path(name: &str) -> PathBuf {
+    data_dir().join(name)
+}
+
+async fn session() -> Result<SessionContext> {
+    let ctx = SessionContext::new();
+    datafusion_dp::register(&ctx)?;
+    Ok(ctx)
+}
+
+/// Deterministic pseudo-random columns from the row number, so every run sees the same data.
+async fn generate() -> Result<()> {
+    for (name, rows, groups) in DATASETS {
+        let path = dataset_path(name);
+        if path.exists() {
+            eprintln!("{name}: exists at {}", path.display());
+            continue;
+        }
+        let start = Instant::now();
+        let ctx = SessionContext::new();
+        let sql = format!(
+            "SELECT value AS visit_id, value AS patient_id,
+                    (value * 2654435761) % {groups} AS grp,
+                    (value * 40503) % 1000 < 400 AS exposed,
+                    (value * 69069) % 1000 < 250 AS outcome
+             FROM generate_series(0, {}) t(value)",
+            rows - 1
+        );
+        ctx.sql(&sql)
+            .await?
+            .write_parquet(
+                path.to_str().ok_or("non-UTF-8 path")?,
+                DataFrameWriteOptions::new(),
+                None,
+            )
+            .await?;
+        eprintln!(
+            "{name}: {rows} rows, {groups} groups in {:.1?}",
+            start.elapsed()
+        );
+    }
+    Ok(())
+}
+
+async fn register_visits(ctx: &SessionContext, dataset: &str, source: &str) -> Result<()> {
+    let path = dataset_path(dataset);
+    let frame = ctx
+        .read_parquet(
+            path.to_str().ok_or("non-UTF-8 path")?,
+            ParquetReadOptions::default(),
+        )
+        .await?;
+    match source {
+        "parquet" => ctx.register_table("visits", frame.into_view())?,
+        "memory" => ctx.register_table("visits", frame.cache().await?.into_view())?,
+        other => return Err(format!("unknown source {other}").into()),
+    };
+    Ok(())
+}
+
+async fn time_query(ctx: &SessionContext, sql: &str) -> Result<Duration> {
+    let start = Instant::now();
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let elapsed = start.elapsed();
+    std::hint::black_box(batches);
+    Ok(elapsed)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+async fn pairs(filter: Option<String>) -> Result<()> {
+    let runs = std::env::var("DP_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    println!("| dataset | source | pair | DP median (s) | baseline median (s) | ratio |");
+    println!("|---|---|---|---|---|---|");
+    for (dataset, _, _) in DATASETS {
+        for source in ["memory", "parquet"] {
+            // One session per side so session settings (the seed) apply to one side only.
+            let dp = session().await?;
+            let base = session().await?;
+            register_visits(&dp, dataset, source).await?;
+            register_visits(&base, dataset, source).await?;
+            for (name, dp_sql, base_sql, setting) in PAIRS {
+                let label = format!("{dataset} {source} {name}");
+                if filter.as_ref().is_some_and(|f| !label.contains(f.as_str())) {
+                    continue;
+                }
+                let dp = session_with(&dp, setting).await?;
+                time_query(&dp, dp_sql).await?;
+                time_query(&base, base_sql).await?;
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                for _ in 0..runs {
+                    a.push(time_query(&dp, dp_sql).await?);
+                    b.push(time_query(&base, base_sql).await?);
+                }
+                let (ma, mb) = (median(a), median(b));
+                println!(
+                    "| {dataset} | {source} | {name} | {:.3} | {:.3} | {:.2} |",
+                    ma.as_secs_f64(),
+                    mb.as_secs_f64(),
+                    ma.as_secs_f64() / mb.as_secs_f64()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A copy of `ctx` with one extra `SET` applied (the table registrations are shared).
+async fn session_with(ctx: &SessionContext, setting: &str) -> Result<SessionContext> {
+    let copy = SessionContext::new_with_state(ctx.state());
+    if !setting.is_empty() {
+        copy.sql(setting).await?;
+    }
+    Ok(copy)
+}
+
+fn sampler() -> Result<()> {
+    let mut rng = secure_rng()?;
+    println!("| mechanism | epsilon (per table) | per-cell scale | samples/s (1 core) | 1M groups x 4 cells (s) |");
+    println!("|---|---|---|---|---|");
+    for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
+        for epsilon in [0.1, 0.5, 1.0, 2.0, 10.0] {
+            let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
+            let noise = CountNoise::calibrate(
+                mechanism,
+                epsilon / 2.0,
+                delta.map(|d| d / 2.0),
+                1,
+                GaussianCalibration::Analytic,
+            )?;
+            let n = 4_000_000;
+            let start = Instant::now();
+            let mut acc = 0i64;
+            for _ in 0..n {
+                acc = acc.wrapping_add(noise.sample(&mut rng));
+            }
+            let secs = start.elapsed().as_secs_f64();
+            std::hint::black_box(acc);
+            // The same work through the table release the aggregates use: 1M tables.
+            let table_noise = TableNoise::calibrate(
+                mechanism,
+                epsilon,
+                delta,
+                GaussianCalibration::Analytic,
+                Default::default(),
+            )?;
+            let table = TwoByTwo {
+                a: 30,
+                b: 70,
+                c: 20,
+                d: 80,
+            };
+            let start = Instant::now();
+            for _ in 0..1_000_000 {
+                std::hint::black_box(table_noise.release(&table, &mut rng));
+            }
+            let release = start.elapsed().as_secs_f64();
+            println!(
+                "| {mechanism} | {epsilon} | {:.3} | {:.2e} | {release:.3} |",
+                noise.scale,
+                n as f64 / secs
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
+    let ctx = session().await?;
+    register_visits(&ctx, dataset, source).await?;
+    let sql = match query {
+        "count" => PAIRS[0].2,
+        "dp_count" => PAIRS[0].1,
+        "four_counts" => FOUR_COUNTS,
+        "dp_relative_risk" => PAIRS[1].1,
+        "dp_rr_ci" => PAIRS[2].1,
+        other => return Err(format!("unknown query {other}").into()),
+    };
+    let start = Instant::now();
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    eprintln!("{query}: {rows} groups in {:.3?}", start.elapsed());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("generate") => generate().await,
+        Some("pairs") => pairs(args.get(1).cloned()).await,
+        Some("sampler") => sampler(),
+        Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
+        _ => Err("usage: bench generate | pairs [filter] | sampler | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
+    }
+}
