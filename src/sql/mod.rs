@@ -1,7 +1,10 @@
-//! The DataFusion layer: aggregate and scalar functions, `dp.*` options and the planner rule.
+//! The DataFusion layer: aggregate and scalar functions, `dp.*` options, the planner rule and
+//! privacy budget accounting.
 //! It only adapts Arrow arrays and SQL arguments to [`crate::stats`].
 
 pub mod aggregate;
+pub mod budget;
+pub mod ledger;
 pub mod options;
 pub mod planner;
 pub mod scalar;
@@ -10,7 +13,8 @@ use datafusion::common::Result;
 use datafusion::execution::context::SessionContext;
 use std::sync::Arc;
 
-/// Installs every DP function, the `dp.*` session options and the planner rule on `ctx`.
+/// Installs every DP function, the `dp.*` session options, the planner rule and the session's
+/// privacy accountant (`dp_budget()`) on `ctx`.
 pub fn register(ctx: &SessionContext) -> Result<()> {
     {
         let state = ctx.state_ref();
@@ -29,6 +33,22 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
     for udf in scalar::analytic::udfs() {
         ctx.register_udf(udf);
     }
-    ctx.add_analyzer_rule(Arc::new(planner::DpPlannerRule));
+    // One accountant per session, shared by the planner rule (which charges) and dp_budget()
+    // (which reports). Registering twice keeps the first rule: a second would charge twice.
+    let registered = ctx
+        .state_ref()
+        .read()
+        .analyzer()
+        .rules
+        .iter()
+        .any(|r| r.name() == planner::RULE_NAME);
+    if !registered {
+        let accountant = Arc::new(budget::Accountant::new());
+        ctx.register_udtf(
+            "dp_budget",
+            Arc::new(budget::DpBudgetFunction::new(Arc::clone(&accountant))),
+        );
+        ctx.add_analyzer_rule(Arc::new(planner::DpPlannerRule::new(accountant)));
+    }
     Ok(())
 }

@@ -27,6 +27,13 @@ pub struct DpOptions {
     pub bias_correction: bool,
     /// PTR only: the proposed bound on the local sensitivity.
     pub ptr_bound: Option<f64>,
+    /// Total epsilon the session may spend (`None`: no budget enforcement unless
+    /// `delta_budget` is set). Enforced by [`crate::sql::budget`].
+    pub epsilon_budget: Option<f64>,
+    /// Total delta the session may spend (`None`: 0 when `epsilon_budget` is set).
+    pub delta_budget: Option<f64>,
+    /// Append-only file that keeps the charges across sessions and processes.
+    pub ledger: Option<String>,
 }
 
 impl Default for DpOptions {
@@ -42,6 +49,9 @@ impl Default for DpOptions {
             method: RatioMethod::NoisyCounts,
             bias_correction: false,
             ptr_bound: None,
+            epsilon_budget: None,
+            delta_budget: None,
+            ledger: None,
         }
     }
 }
@@ -62,6 +72,9 @@ const KEYS: &[(&str, &str)] = &[
     ("method", "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr"),
     ("bias_correction", "noised_log only: multiply by 1-(log 2/epsilon)^2 (needs epsilon > log 2)"),
     ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
+    ("epsilon_budget", "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning"),
+    ("delta_budget", "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)"),
+    ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
 ];
 
 fn parse_f64(key: &str, value: &str) -> std::result::Result<f64, String> {
@@ -88,6 +101,21 @@ pub fn parse_confidence(value: &str) -> std::result::Result<f64, String> {
         Ok(confidence)
     } else {
         Err(format!("confidence must be in (0, 1), got {value}"))
+    }
+}
+
+/// Checks a budget value: a finite number >= 0, or `none` to unset.
+fn parse_budget(key: &str, value: &str) -> std::result::Result<Option<f64>, String> {
+    if value.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let budget = parse_f64(key, value)?;
+    if budget.is_finite() && budget >= 0.0 {
+        Ok(Some(budget))
+    } else {
+        Err(format!(
+            "{key} must be a finite number >= 0 (or 'none'), got {value}"
+        ))
     }
 }
 
@@ -139,6 +167,16 @@ impl DpOptions {
                     ));
                 }
                 self.ptr_bound = Some(bound);
+            }
+            "epsilon_budget" => self.epsilon_budget = parse_budget("epsilon_budget", value)?,
+            "delta_budget" => self.delta_budget = parse_budget("delta_budget", value)?,
+            "ledger" => {
+                let path = value.trim();
+                self.ledger = if path.is_empty() || path.eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    Some(path.to_string())
+                };
             }
             other => {
                 let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
@@ -211,6 +249,9 @@ impl ExtensionOptions for DpOptions {
                     "method" => Some(self.method.to_string()),
                     "bias_correction" => Some(self.bias_correction.to_string()),
                     "ptr_bound" => self.ptr_bound.map(|b| b.to_string()),
+                    "epsilon_budget" => self.epsilon_budget.map(|b| b.to_string()),
+                    "delta_budget" => self.delta_budget.map(|b| b.to_string()),
+                    "ledger" => self.ledger.clone(),
                     _ => Some(self.gaussian_calibration.to_string()),
                 },
                 description,
@@ -243,6 +284,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown mechanism"));
+        o.set("epsilon_budget", "10").unwrap();
+        assert_eq!(o.epsilon_budget, Some(10.0));
+        o.set("delta_budget", "0").unwrap();
+        assert_eq!(o.delta_budget, Some(0.0));
+        for bad in ["-1", "inf", "NaN", "ten"] {
+            let err = o.set("epsilon_budget", bad).unwrap_err().to_string();
+            assert!(err.contains("dp.epsilon_budget"), "{err}");
+            assert!(o.set("delta_budget", bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            o.epsilon_budget,
+            Some(10.0),
+            "a refused SET keeps the budget"
+        );
+        o.set("epsilon_budget", "none").unwrap();
+        assert_eq!(o.epsilon_budget, None);
+        o.set("ledger", " /tmp/x.ledger ").unwrap();
+        assert_eq!(o.ledger.as_deref(), Some("/tmp/x.ledger"));
+        o.set("ledger", "none").unwrap();
+        assert_eq!(o.ledger, None);
         assert!(o
             .set("nonsense", "1")
             .unwrap_err()

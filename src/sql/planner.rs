@@ -5,10 +5,13 @@
 //! options, failing the query before anything runs; (2) calibrates the noise once for the
 //! query; (3) in seeded mode, passes the GROUP BY expressions to the call so noise is keyed by
 //! the group, not by arrival order; (4) refuses DP aggregates used as window functions.
-//! Output column names are preserved. Later rules (budget accounting, contribution bounding,
-//! group selection) belong beside it.
+//! Output column names are preserved. Then (5) it charges the query to the session's privacy
+//! budget ([`crate::sql::budget`]), refusing it before anything executes when it does not fit;
+//! a plan whose DP calls were all bound by an earlier pass is not charged again. Later rules
+//! (contribution bounding, group selection) belong beside it.
 
 use crate::sql::aggregate::{CallPlan, DpAggregate};
+use crate::sql::budget::{self, Accountant};
 use crate::sql::options::DpOptions;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -23,9 +26,26 @@ use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::optimizer::AnalyzerRule;
 use std::sync::Arc;
 
-/// Binds DP aggregate calls to the session options (see the module docs).
+/// The analyzer rule's name (errors it raises are reported under it).
+pub const RULE_NAME: &str = "datafusion_dp";
+
+/// Binds DP aggregate calls to the session options and charges the session's privacy budget
+/// (see the module docs).
 #[derive(Debug, Default)]
-pub struct DpPlannerRule;
+pub struct DpPlannerRule {
+    accountant: Arc<Accountant>,
+}
+
+impl DpPlannerRule {
+    /// A rule that charges `accountant` (the session's; shared with `dp_budget()`).
+    pub fn new(accountant: Arc<Accountant>) -> Self {
+        Self { accountant }
+    }
+
+    pub fn accountant(&self) -> &Arc<Accountant> {
+        &self.accountant
+    }
+}
 
 impl AnalyzerRule for DpPlannerRule {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
@@ -34,21 +54,29 @@ impl AnalyzerRule for DpPlannerRule {
             .get::<DpOptions>()
             .cloned()
             .unwrap_or_default();
-        plan.transform_up_with_subqueries(|node| match node {
-            LogicalPlan::Aggregate(aggregate) => bind_aggregate(aggregate, &session),
-            LogicalPlan::Window(window) => {
-                for expr in &window.window_expr {
-                    refuse_window_use(expr)?;
+        // Only a plan with calls not yet bound (so not yet charged) is charged: re-analysing a
+        // bound plan must not charge twice.
+        let charge = budget::has_unbound_calls(&plan)?;
+        let bound = plan
+            .transform_up_with_subqueries(|node| match node {
+                LogicalPlan::Aggregate(aggregate) => bind_aggregate(aggregate, &session),
+                LogicalPlan::Window(window) => {
+                    for expr in &window.window_expr {
+                        refuse_window_use(expr)?;
+                    }
+                    Ok(Transformed::no(LogicalPlan::Window(window)))
                 }
-                Ok(Transformed::no(LogicalPlan::Window(window)))
-            }
-            other => Ok(Transformed::no(other)),
-        })
-        .map(|t| t.data)
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        if charge {
+            self.accountant.charge(&bound, &session)?;
+        }
+        Ok(bound)
     }
 
     fn name(&self) -> &str {
-        "datafusion_dp"
+        RULE_NAME
     }
 }
 
