@@ -12,6 +12,8 @@
 //! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
 //! intervals); [`sql`] adapts it to DataFusion (functions, options, planner rule).
 
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "slt")]
 pub mod slt;
 pub mod sql;

@@ -15,8 +15,10 @@ async fn sql_tests() {
         .map(|e| e.expect("readable entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
         .filter(|p| {
-            std::env::var("SLT_FILTER")
-                .map_or(true, |f| p.file_name().is_some_and(|n| n.to_string_lossy().contains(&f)))
+            std::env::var("SLT_FILTER").map_or(true, |f| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(&f))
+            })
         })
         .collect();
     files.sort();

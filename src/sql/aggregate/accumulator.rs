@@ -1,6 +1,7 @@
 //! The vectorised accumulator shared by the DP aggregates.
 
-use super::{dp_rr_ci, CallPlan, DpFunction, Release};
+use super::dp_rr_ci::IntervalColumns;
+use super::{CallPlan, DpFunction, Release};
 use crate::stats::methods::release_relative_risk;
 use crate::stats::rng::{group_key_digest, group_stream, secure_rng, seeded_rng, NoiseRng};
 use crate::stats::TwoByTwo;
@@ -264,7 +265,23 @@ impl GroupsAccumulator for CellCounts {
                 confidence,
                 method,
             } => {
-                let mut released = Vec::with_capacity(groups);
+                let statistic = self.function.statistic().expect("table function");
+                let mut intervals = self
+                    .function
+                    .has_interval()
+                    .then(|| {
+                        IntervalColumns::new(
+                            self.function.name(),
+                            statistic,
+                            *confidence,
+                            *method,
+                            plan.options.seed.is_some(),
+                            groups,
+                        )
+                    })
+                    .transpose()?;
+                let mut estimates =
+                    Vec::with_capacity(if intervals.is_some() { 0 } else { groups });
                 for (g, cell) in counts.chunks_exact(4).enumerate() {
                     let rng = Self::group_rng(
                         &mut self.rng,
@@ -278,22 +295,15 @@ impl GroupsAccumulator for CellCounts {
                         c: cell[2],
                         d: cell[3],
                     };
-                    released.push(noise.release(&table, rng));
+                    let released = noise.release(&table, rng);
+                    match &mut intervals {
+                        Some(columns) => columns.push(&released),
+                        None => estimates.push(released.estimate(statistic)),
+                    }
                 }
-                let statistic = self.function.statistic().expect("table function");
-                if self.function.has_interval() {
-                    dp_rr_ci::build(
-                        self.function.name(),
-                        &released,
-                        statistic,
-                        *confidence,
-                        *method,
-                        plan.options.seed.is_some(),
-                    )
-                } else {
-                    let estimates: Float64Array =
-                        released.iter().map(|t| t.estimate(statistic)).collect();
-                    Ok(Arc::new(estimates))
+                match intervals {
+                    Some(columns) => columns.finish(),
+                    None => Ok(Arc::new(Float64Array::from(estimates))),
                 }
             }
             Release::LocalRatio {

@@ -40,48 +40,73 @@ pub fn return_type() -> DataType {
     DataType::Struct(fields())
 }
 
-/// Builds the result column of `dp_rr_ci` / `dp_or_ci` from the released tables.
-pub(crate) fn build(
-    name: &str,
-    released: &[ReleasedTable],
+/// The result columns of `dp_rr_ci` / `dp_or_ci`, filled one released table at a time so no
+/// per-group intermediate is kept.
+pub(crate) struct IntervalColumns {
     statistic: RatioStatistic,
-    confidence: f64,
+    z: f64,
     method: IntervalMethod,
+    confidence: f64,
     seeded: bool,
-) -> Result<ArrayRef> {
-    let z = two_sided_z(confidence).map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
-    let intervals: Vec<_> = released
-        .iter()
-        .map(|t| t.estimate_with_interval_at_z(statistic, z, method))
-        .collect();
-    let column = |f: &dyn Fn(&ReleasedTable) -> i64| -> ArrayRef {
-        Arc::new(released.iter().map(f).collect::<Int64Array>())
-    };
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(
-            intervals
-                .iter()
-                .map(|i| i.map(|i| i.estimate))
-                .collect::<Float64Array>(),
-        ),
-        Arc::new(
-            intervals
-                .iter()
-                .map(|i| i.map(|i| i.lower))
-                .collect::<Float64Array>(),
-        ),
-        Arc::new(
-            intervals
-                .iter()
-                .map(|i| i.map(|i| i.upper))
-                .collect::<Float64Array>(),
-        ),
-        column(&|t| t.exposed_cases),
-        column(&|t| t.exposed_total),
-        column(&|t| t.unexposed_cases),
-        column(&|t| t.unexposed_total),
-        Arc::new(Float64Array::from(vec![confidence; released.len()])),
-        Arc::new(BooleanArray::from(vec![seeded; released.len()])),
-    ];
-    Ok(Arc::new(StructArray::try_new(fields(), columns, None)?))
+    estimate: Vec<Option<f64>>,
+    lower: Vec<Option<f64>>,
+    upper: Vec<Option<f64>>,
+    counts: [Vec<i64>; 4],
+}
+
+impl IntervalColumns {
+    pub(crate) fn new(
+        name: &str,
+        statistic: RatioStatistic,
+        confidence: f64,
+        method: IntervalMethod,
+        seeded: bool,
+        capacity: usize,
+    ) -> Result<Self> {
+        let z = two_sided_z(confidence).map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+        Ok(Self {
+            statistic,
+            z,
+            method,
+            confidence,
+            seeded,
+            estimate: Vec::with_capacity(capacity),
+            lower: Vec::with_capacity(capacity),
+            upper: Vec::with_capacity(capacity),
+            counts: std::array::from_fn(|_| Vec::with_capacity(capacity)),
+        })
+    }
+
+    pub(crate) fn push(&mut self, table: &ReleasedTable) {
+        let interval = table.estimate_with_interval_at_z(self.statistic, self.z, self.method);
+        self.estimate.push(interval.map(|i| i.estimate));
+        self.lower.push(interval.map(|i| i.lower));
+        self.upper.push(interval.map(|i| i.upper));
+        let values = [
+            table.exposed_cases,
+            table.exposed_total,
+            table.unexposed_cases,
+            table.unexposed_total,
+        ];
+        for (column, value) in self.counts.iter_mut().zip(values) {
+            column.push(value);
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<ArrayRef> {
+        let rows = self.estimate.len();
+        let [a, b, c, d] = self.counts;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float64Array::from(self.estimate)),
+            Arc::new(Float64Array::from(self.lower)),
+            Arc::new(Float64Array::from(self.upper)),
+            Arc::new(Int64Array::from(a)),
+            Arc::new(Int64Array::from(b)),
+            Arc::new(Int64Array::from(c)),
+            Arc::new(Int64Array::from(d)),
+            Arc::new(Float64Array::from(vec![self.confidence; rows])),
+            Arc::new(BooleanArray::from(vec![self.seeded; rows])),
+        ];
+        Ok(Arc::new(StructArray::try_new(fields(), columns, None)?))
+    }
 }
