@@ -11,6 +11,7 @@ use datafusion_dp::stats::accuracy::{
     noised_log_accuracy_beta, noisy_counts_accuracy_beta, noisy_ratio_expectation,
 };
 use datafusion_dp::stats::methods::{ptr_oracle_accuracy_beta, smooth_accuracy_beta};
+use datafusion_dp::stats::paper::COVERAGE_TABLES;
 use datafusion_dp::stats::ratio::katz_interval;
 use datafusion_dp::stats::simulation::{coverage, Design};
 use datafusion_dp::stats::{
@@ -391,146 +392,6 @@ fn figure3(out: &Path, report: &mut String) -> Result<()> {
     Ok(())
 }
 
-/// The paper's coverage table, rows p_x and columns p_y = 0.1..0.9.
-const PAPER: [(&str, Mechanism, IntervalMethod, [[f64; 9]; 9]); 4] = [
-    (
-        "Gaussian, plain (Theorem Valid_CI)",
-        Mechanism::Gaussian,
-        IntervalMethod::Plain,
-        [
-            [
-                0.786, 0.763, 0.754, 0.734, 0.742, 0.733, 0.727, 0.729, 0.726,
-            ],
-            [
-                0.819, 0.828, 0.828, 0.821, 0.816, 0.813, 0.803, 0.806, 0.803,
-            ],
-            [
-                0.833, 0.830, 0.839, 0.848, 0.846, 0.846, 0.836, 0.836, 0.833,
-            ],
-            [
-                0.834, 0.851, 0.847, 0.863, 0.857, 0.852, 0.851, 0.849, 0.839,
-            ],
-            [
-                0.832, 0.834, 0.851, 0.858, 0.864, 0.858, 0.857, 0.850, 0.840,
-            ],
-            [
-                0.828, 0.834, 0.858, 0.864, 0.863, 0.854, 0.849, 0.848, 0.834,
-            ],
-            [
-                0.817, 0.836, 0.844, 0.853, 0.854, 0.849, 0.848, 0.829, 0.810,
-            ],
-            [
-                0.825, 0.829, 0.853, 0.851, 0.855, 0.845, 0.839, 0.806, 0.788,
-            ],
-            [
-                0.817, 0.828, 0.847, 0.847, 0.852, 0.832, 0.817, 0.782, 0.721,
-            ],
-        ],
-    ),
-    (
-        "Laplace, plain (Theorem Valid_CI)",
-        Mechanism::Laplace,
-        IntervalMethod::Plain,
-        [
-            [
-                0.898, 0.894, 0.896, 0.889, 0.888, 0.894, 0.886, 0.885, 0.892,
-            ],
-            [
-                0.913, 0.922, 0.921, 0.923, 0.920, 0.919, 0.919, 0.913, 0.915,
-            ],
-            [
-                0.916, 0.917, 0.930, 0.926, 0.926, 0.924, 0.926, 0.921, 0.925,
-            ],
-            [
-                0.916, 0.931, 0.927, 0.931, 0.933, 0.930, 0.930, 0.928, 0.918,
-            ],
-            [
-                0.918, 0.925, 0.930, 0.932, 0.933, 0.927, 0.927, 0.931, 0.929,
-            ],
-            [
-                0.919, 0.926, 0.928, 0.935, 0.932, 0.929, 0.928, 0.929, 0.924,
-            ],
-            [
-                0.911, 0.923, 0.926, 0.928, 0.928, 0.933, 0.928, 0.928, 0.918,
-            ],
-            [
-                0.918, 0.924, 0.932, 0.928, 0.929, 0.930, 0.924, 0.915, 0.916,
-            ],
-            [
-                0.909, 0.926, 0.926, 0.931, 0.921, 0.921, 0.924, 0.916, 0.894,
-            ],
-        ],
-    ),
-    (
-        "Gaussian, conservative (Theorem Gaussian_Valid_CI)",
-        Mechanism::Gaussian,
-        IntervalMethod::Conservative,
-        [
-            [
-                0.920, 0.949, 0.948, 0.945, 0.946, 0.946, 0.947, 0.944, 0.945,
-            ],
-            [
-                0.915, 0.946, 0.947, 0.949, 0.950, 0.944, 0.945, 0.949, 0.947,
-            ],
-            [
-                0.920, 0.936, 0.947, 0.950, 0.948, 0.949, 0.947, 0.948, 0.949,
-            ],
-            [
-                0.916, 0.946, 0.948, 0.952, 0.953, 0.950, 0.952, 0.953, 0.947,
-            ],
-            [
-                0.919, 0.938, 0.947, 0.950, 0.952, 0.950, 0.953, 0.954, 0.948,
-            ],
-            [
-                0.916, 0.939, 0.950, 0.952, 0.950, 0.949, 0.951, 0.955, 0.948,
-            ],
-            [
-                0.911, 0.940, 0.947, 0.947, 0.948, 0.948, 0.957, 0.949, 0.946,
-            ],
-            [
-                0.912, 0.939, 0.950, 0.948, 0.947, 0.948, 0.951, 0.949, 0.952,
-            ],
-            [
-                0.911, 0.938, 0.948, 0.947, 0.950, 0.951, 0.950, 0.947, 0.952,
-            ],
-        ],
-    ),
-    (
-        "Laplace, conservative (Theorem Gaussian_Valid_CI, Laplace variance)",
-        Mechanism::Laplace,
-        IntervalMethod::Conservative,
-        [
-            [
-                0.938, 0.941, 0.945, 0.937, 0.941, 0.944, 0.943, 0.942, 0.944,
-            ],
-            [
-                0.938, 0.949, 0.947, 0.949, 0.947, 0.946, 0.947, 0.943, 0.947,
-            ],
-            [
-                0.937, 0.941, 0.950, 0.946, 0.949, 0.945, 0.951, 0.947, 0.948,
-            ],
-            [
-                0.938, 0.951, 0.947, 0.949, 0.951, 0.951, 0.954, 0.951, 0.944,
-            ],
-            [
-                0.941, 0.947, 0.949, 0.951, 0.950, 0.945, 0.949, 0.950, 0.949,
-            ],
-            [
-                0.940, 0.947, 0.950, 0.950, 0.951, 0.949, 0.948, 0.951, 0.948,
-            ],
-            [
-                0.936, 0.945, 0.946, 0.948, 0.948, 0.951, 0.952, 0.953, 0.948,
-            ],
-            [
-                0.942, 0.948, 0.955, 0.946, 0.948, 0.950, 0.951, 0.948, 0.951,
-            ],
-            [
-                0.934, 0.949, 0.950, 0.949, 0.944, 0.947, 0.951, 0.950, 0.949,
-            ],
-        ],
-    ),
-];
-
 /// The coverage table beside the paper's numbers.
 fn coverage_table(out: &Path, report: &mut String) -> Result<()> {
     let sims = 10_000;
@@ -548,7 +409,7 @@ fn coverage_table(out: &Path, report: &mut String) -> Result<()> {
     // 10,000-trial estimates, sqrt(2 p(1-p)/n): about 5% of cells if only Monte Carlo error
     // separates us from the paper.
     let mut beyond_two_se = 0usize;
-    for (t, (title, mechanism, method, paper)) in PAPER.iter().enumerate() {
+    for (t, (title, mechanism, method, paper)) in COVERAGE_TABLES.iter().enumerate() {
         let delta = (*mechanism == Mechanism::Gaussian).then_some(1e-4);
         let noise = TableNoise::calibrate(
             *mechanism,

@@ -2,6 +2,7 @@
 //! coverage table. Fixed seeds; every tolerance is a multiple of the Monte Carlo standard
 //! error, derived where it is used.
 
+use datafusion_dp::stats::paper::COVERAGE_TABLES;
 use datafusion_dp::stats::simulation::{coverage, Design};
 use datafusion_dp::stats::{
     CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic,
@@ -62,128 +63,6 @@ fn released_counts_have_the_intended_noise_variance() {
     }
 }
 
-/// The paper's coverage table (Table tab:coverage-px-py), rows p_x, columns p_y, both
-/// 0.1..0.9, for n_x = n_y = 200, 95% intervals. Its text says ε = 0.5; the numbers are
-/// reproduced at ε = 1 (as the paper's Section 4 example, 0.933 at p_x = p_y = 0.5, states),
-/// Gaussian σ from the analytic mechanism at (ε/2, δ/2) per count, δ = 1e-4, every noisy
-/// count floored at 1. See docs/paper-notes.md.
-const GAUSSIAN_PLAIN: [[f64; 9]; 9] = [
-    [
-        0.786, 0.763, 0.754, 0.734, 0.742, 0.733, 0.727, 0.729, 0.726,
-    ],
-    [
-        0.819, 0.828, 0.828, 0.821, 0.816, 0.813, 0.803, 0.806, 0.803,
-    ],
-    [
-        0.833, 0.830, 0.839, 0.848, 0.846, 0.846, 0.836, 0.836, 0.833,
-    ],
-    [
-        0.834, 0.851, 0.847, 0.863, 0.857, 0.852, 0.851, 0.849, 0.839,
-    ],
-    [
-        0.832, 0.834, 0.851, 0.858, 0.864, 0.858, 0.857, 0.850, 0.840,
-    ],
-    [
-        0.828, 0.834, 0.858, 0.864, 0.863, 0.854, 0.849, 0.848, 0.834,
-    ],
-    [
-        0.817, 0.836, 0.844, 0.853, 0.854, 0.849, 0.848, 0.829, 0.810,
-    ],
-    [
-        0.825, 0.829, 0.853, 0.851, 0.855, 0.845, 0.839, 0.806, 0.788,
-    ],
-    [
-        0.817, 0.828, 0.847, 0.847, 0.852, 0.832, 0.817, 0.782, 0.721,
-    ],
-];
-const LAPLACE_PLAIN: [[f64; 9]; 9] = [
-    [
-        0.898, 0.894, 0.896, 0.889, 0.888, 0.894, 0.886, 0.885, 0.892,
-    ],
-    [
-        0.913, 0.922, 0.921, 0.923, 0.920, 0.919, 0.919, 0.913, 0.915,
-    ],
-    [
-        0.916, 0.917, 0.930, 0.926, 0.926, 0.924, 0.926, 0.921, 0.925,
-    ],
-    [
-        0.916, 0.931, 0.927, 0.931, 0.933, 0.930, 0.930, 0.928, 0.918,
-    ],
-    [
-        0.918, 0.925, 0.930, 0.932, 0.933, 0.927, 0.927, 0.931, 0.929,
-    ],
-    [
-        0.919, 0.926, 0.928, 0.935, 0.932, 0.929, 0.928, 0.929, 0.924,
-    ],
-    [
-        0.911, 0.923, 0.926, 0.928, 0.928, 0.933, 0.928, 0.928, 0.918,
-    ],
-    [
-        0.918, 0.924, 0.932, 0.928, 0.929, 0.930, 0.924, 0.915, 0.916,
-    ],
-    [
-        0.909, 0.926, 0.926, 0.931, 0.921, 0.921, 0.924, 0.916, 0.894,
-    ],
-];
-const GAUSSIAN_CONSERVATIVE: [[f64; 9]; 9] = [
-    [
-        0.920, 0.949, 0.948, 0.945, 0.946, 0.946, 0.947, 0.944, 0.945,
-    ],
-    [
-        0.915, 0.946, 0.947, 0.949, 0.950, 0.944, 0.945, 0.949, 0.947,
-    ],
-    [
-        0.920, 0.936, 0.947, 0.950, 0.948, 0.949, 0.947, 0.948, 0.949,
-    ],
-    [
-        0.916, 0.946, 0.948, 0.952, 0.953, 0.950, 0.952, 0.953, 0.947,
-    ],
-    [
-        0.919, 0.938, 0.947, 0.950, 0.952, 0.950, 0.953, 0.954, 0.948,
-    ],
-    [
-        0.916, 0.939, 0.950, 0.952, 0.950, 0.949, 0.951, 0.955, 0.948,
-    ],
-    [
-        0.911, 0.940, 0.947, 0.947, 0.948, 0.948, 0.957, 0.949, 0.946,
-    ],
-    [
-        0.912, 0.939, 0.950, 0.948, 0.947, 0.948, 0.951, 0.949, 0.952,
-    ],
-    [
-        0.911, 0.938, 0.948, 0.947, 0.950, 0.951, 0.950, 0.947, 0.952,
-    ],
-];
-const LAPLACE_CONSERVATIVE: [[f64; 9]; 9] = [
-    [
-        0.938, 0.941, 0.945, 0.937, 0.941, 0.944, 0.943, 0.942, 0.944,
-    ],
-    [
-        0.938, 0.949, 0.947, 0.949, 0.947, 0.946, 0.947, 0.943, 0.947,
-    ],
-    [
-        0.937, 0.941, 0.950, 0.946, 0.949, 0.945, 0.951, 0.947, 0.948,
-    ],
-    [
-        0.938, 0.951, 0.947, 0.949, 0.951, 0.951, 0.954, 0.951, 0.944,
-    ],
-    [
-        0.941, 0.947, 0.949, 0.951, 0.950, 0.945, 0.949, 0.950, 0.949,
-    ],
-    [
-        0.940, 0.947, 0.950, 0.950, 0.951, 0.949, 0.948, 0.951, 0.948,
-    ],
-    [
-        0.936, 0.945, 0.946, 0.948, 0.948, 0.951, 0.952, 0.953, 0.948,
-    ],
-    [
-        0.942, 0.948, 0.955, 0.946, 0.948, 0.950, 0.951, 0.948, 0.951,
-    ],
-    [
-        0.934, 0.949, 0.950, 0.949, 0.944, 0.947, 0.951, 0.950, 0.949,
-    ],
-];
-
 const SIMULATIONS: usize = 10_000;
 /// The grid cells checked (indices into 0.1..0.9): corners, edges and the centre.
 const CELLS: [(usize, usize); 9] = [
@@ -222,22 +101,8 @@ fn tolerance(p: f64, n1: usize, n2: usize) -> f64 {
 
 #[test]
 fn coverage_with_public_sizes_reproduces_the_paper_table() {
-    let checks = [
-        (Mechanism::Gaussian, IntervalMethod::Plain, &GAUSSIAN_PLAIN),
-        (Mechanism::Laplace, IntervalMethod::Plain, &LAPLACE_PLAIN),
-        (
-            Mechanism::Gaussian,
-            IntervalMethod::Conservative,
-            &GAUSSIAN_CONSERVATIVE,
-        ),
-        (
-            Mechanism::Laplace,
-            IntervalMethod::Conservative,
-            &LAPLACE_CONSERVATIVE,
-        ),
-    ];
     let mut failures = Vec::new();
-    for (k, (mechanism, method, table)) in checks.into_iter().enumerate() {
+    for (k, (_, mechanism, method, table)) in COVERAGE_TABLES.into_iter().enumerate() {
         let noise = table_noise(mechanism, GroupSizes::Public);
         for (c, &(i, j)) in CELLS.iter().enumerate() {
             let mut rng = ChaCha20Rng::seed_from_u64((k * 100 + c) as u64);

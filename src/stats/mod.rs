@@ -4,6 +4,7 @@
 pub mod accuracy;
 pub mod mechanism;
 pub mod methods;
+pub mod paper;
 pub mod ratio;
 pub mod rng;
 pub mod sampler;

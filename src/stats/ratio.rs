@@ -34,6 +34,18 @@ pub struct TwoByTwo {
     pub d: u64,
 }
 
+impl TwoByTwo {
+    /// The table from its cells in the order `[a, b, c, d]`.
+    pub fn from_cells(cells: &[u64]) -> Self {
+        Self {
+            a: cells[0],
+            b: cells[1],
+            c: cells[2],
+            d: cells[3],
+        }
+    }
+}
+
 /// Whether the exposed / unexposed group sizes are private (noised) or declared public.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum GroupSizes {

@@ -289,12 +289,7 @@ impl GroupsAccumulator for CellCounts {
                         &mut seeded,
                         key(g),
                     )?;
-                    let table = TwoByTwo {
-                        a: cell[0],
-                        b: cell[1],
-                        c: cell[2],
-                        d: cell[3],
-                    };
+                    let table = TwoByTwo::from_cells(cell);
                     let released = noise.release(&table, rng);
                     match &mut intervals {
                         Some(columns) => columns.push(&released),
@@ -321,12 +316,7 @@ impl GroupsAccumulator for CellCounts {
                         &mut seeded,
                         key(g),
                     )?;
-                    let table = TwoByTwo {
-                        a: cell[0],
-                        b: cell[1],
-                        c: cell[2],
-                        d: cell[3],
-                    };
+                    let table = TwoByTwo::from_cells(cell);
                     estimates.push(
                         release_relative_risk(
                             *method,
