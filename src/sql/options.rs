@@ -34,6 +34,8 @@ pub struct DpOptions {
     pub delta_budget: Option<f64>,
     /// Append-only file that keeps the charges across sessions and processes.
     pub ledger: Option<String>,
+    /// Refuse the non-private seeded mode for the rest of the session.
+    pub require_secure: bool,
 }
 
 impl Default for DpOptions {
@@ -52,6 +54,7 @@ impl Default for DpOptions {
             epsilon_budget: None,
             delta_budget: None,
             ledger: None,
+            require_secure: false,
         }
     }
 }
@@ -74,6 +77,7 @@ const KEYS: &[(&str, &str)] = &[
     ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
     ("epsilon_budget", "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning"),
     ("delta_budget", "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)"),
+    ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
     ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
 ];
 
@@ -82,6 +86,14 @@ fn parse_f64(key: &str, value: &str) -> std::result::Result<f64, String> {
         .trim()
         .parse::<f64>()
         .map_err(|_| format!("{key} must be a number, got '{value}'"))
+}
+
+fn parse_bool(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("{key} must be true or false, got '{value}'")),
+    }
 }
 
 /// Checks a delta value: in (0, 1).
@@ -128,10 +140,30 @@ impl DpOptions {
                 self.seed = if v.eq_ignore_ascii_case("none") {
                     None
                 } else {
-                    Some(v.parse::<u64>().map_err(|_| {
+                    let seed = v.parse::<u64>().map_err(|_| {
                         format!("seed must be a non-negative integer (or 'none'), got '{value}'")
-                    })?)
+                    })?;
+                    if self.require_secure {
+                        return Err(
+                            "dp.require_secure is on: a seed (reproducible, NON-PRIVATE noise) is refused"
+                                .to_string(),
+                        );
+                    }
+                    Some(seed)
                 };
+            }
+            "require_secure" => {
+                let on = parse_bool("require_secure", value)?;
+                if self.require_secure && !on {
+                    return Err("require_secure cannot be turned off in a session".to_string());
+                }
+                if on && self.seed.is_some() {
+                    return Err(
+                        "dp.seed is set (non-private mode); unset it first with SET dp.seed = 'none'"
+                            .to_string(),
+                    );
+                }
+                self.require_secure = on;
             }
             "mechanism" => self.mechanism = Mechanism::parse(value)?,
             "delta" => {
@@ -148,17 +180,7 @@ impl DpOptions {
                 self.gaussian_calibration = GaussianCalibration::parse(value)?
             }
             "method" => self.method = RatioMethod::parse(value)?,
-            "bias_correction" => {
-                self.bias_correction = match value.trim().to_ascii_lowercase().as_str() {
-                    "true" | "on" | "1" => true,
-                    "false" | "off" | "0" => false,
-                    _ => {
-                        return Err(format!(
-                            "bias_correction must be true or false, got '{value}'"
-                        ))
-                    }
-                }
-            }
+            "bias_correction" => self.bias_correction = parse_bool("bias_correction", value)?,
             "ptr_bound" => {
                 let bound = parse_f64("ptr_bound", value)?;
                 if !(bound.is_finite() && bound > 0.0) {
@@ -252,6 +274,7 @@ impl ExtensionOptions for DpOptions {
                     "epsilon_budget" => self.epsilon_budget.map(|b| b.to_string()),
                     "delta_budget" => self.delta_budget.map(|b| b.to_string()),
                     "ledger" => self.ledger.clone(),
+                    "require_secure" => Some(self.require_secure.to_string()),
                     _ => Some(self.gaussian_calibration.to_string()),
                 },
                 description,

@@ -195,6 +195,9 @@ impl CallPlan {
                 }
             },
         };
+        if options.require_secure && options.seed.is_some() {
+            return plan_err!("{name}: dp.require_secure is on, but dp.seed (non-private) is set");
+        }
         let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
         let release = match function {
             DpFunction::Count => Release::Count(
