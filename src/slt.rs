@@ -71,19 +71,32 @@ fn format_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, DataFusionEr
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
         for row in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|f| {
-                        let text = f.value(row).to_string();
-                        if text.is_empty() {
-                            "(empty)".to_string()
-                        } else {
-                            text
-                        }
-                    })
-                    .collect(),
-            );
+            let cells: Vec<String> = formatters
+                .iter()
+                .map(|f| {
+                    let text = f.value(row).to_string();
+                    if text.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        text
+                    }
+                })
+                .collect();
+            // A multi-line value (an EXPLAIN plan) becomes one output row per line, so the
+            // expected output can be written line by line.
+            let lines: Vec<Vec<&str>> = cells.iter().map(|c| c.lines().collect()).collect();
+            let height = lines.iter().map(Vec::len).max().unwrap_or(1).max(1);
+            for i in 0..height {
+                // Continuation lines carry only the cells that have a line there (an empty
+                // cell would add a separator the expected text does not have).
+                rows.push(
+                    lines
+                        .iter()
+                        .filter_map(|l| l.get(i).map(|s| s.to_string()))
+                        .filter(|s| i == 0 || !s.is_empty())
+                        .collect(),
+                );
+            }
         }
     }
     Ok(rows)

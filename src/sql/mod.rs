@@ -3,6 +3,7 @@
 //! It only adapts Arrow arrays and SQL arguments to [`crate::stats`].
 
 pub mod aggregate;
+pub mod bounding;
 pub mod budget;
 pub mod ledger;
 pub mod options;

@@ -36,6 +36,12 @@ pub struct DpOptions {
     pub ledger: Option<String>,
     /// Refuse the non-private seeded mode for the rest of the session.
     pub require_secure: bool,
+    /// The column identifying a privacy unit (a person); `None`: every row is one unit.
+    pub privacy_unit: Option<String>,
+    /// Rows of one unit kept per group (a random sample), with a privacy unit.
+    pub max_rows_per_unit: u32,
+    /// Groups one unit may contribute to, with a privacy unit.
+    pub max_groups_per_unit: u32,
 }
 
 impl Default for DpOptions {
@@ -55,6 +61,9 @@ impl Default for DpOptions {
             delta_budget: None,
             ledger: None,
             require_secure: false,
+            privacy_unit: None,
+            max_rows_per_unit: 1,
+            max_groups_per_unit: 1,
         }
     }
 }
@@ -77,6 +86,9 @@ const KEYS: &[(&str, &str)] = &[
     ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
     ("epsilon_budget", "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning"),
     ("delta_budget", "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)"),
+    ("privacy_unit", "column naming the privacy unit (e.g. patient_id); each unit's contribution is bounded before aggregation ('none': each row is one individual)"),
+    ("max_rows_per_unit", "with a privacy unit: rows of one unit kept per group (random sample), default 1"),
+    ("max_groups_per_unit", "with a privacy unit: groups one unit may contribute to, default 1"),
     ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
     ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
 ];
@@ -151,6 +163,24 @@ impl DpOptions {
                     }
                     Some(seed)
                 };
+            }
+            "privacy_unit" => {
+                let column = value.trim();
+                self.privacy_unit = (!column.is_empty() && !column.eq_ignore_ascii_case("none"))
+                    .then(|| column.to_string());
+            }
+            "max_rows_per_unit" | "max_groups_per_unit" => {
+                let bound = value
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|b| *b >= 1)
+                    .ok_or_else(|| format!("{key} must be an integer >= 1, got '{value}'"))?;
+                if key.trim().eq_ignore_ascii_case("max_rows_per_unit") {
+                    self.max_rows_per_unit = bound;
+                } else {
+                    self.max_groups_per_unit = bound;
+                }
             }
             "require_secure" => {
                 let on = parse_bool("require_secure", value)?;
@@ -275,6 +305,9 @@ impl ExtensionOptions for DpOptions {
                     "delta_budget" => self.delta_budget.map(|b| b.to_string()),
                     "ledger" => self.ledger.clone(),
                     "require_secure" => Some(self.require_secure.to_string()),
+                    "privacy_unit" => self.privacy_unit.clone(),
+                    "max_rows_per_unit" => Some(self.max_rows_per_unit.to_string()),
+                    "max_groups_per_unit" => Some(self.max_groups_per_unit.to_string()),
                     _ => Some(self.gaussian_calibration.to_string()),
                 },
                 description,

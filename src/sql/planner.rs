@@ -11,6 +11,7 @@
 //! (contribution bounding, group selection) belong beside it.
 
 use crate::sql::aggregate::{CallPlan, DpAggregate};
+use crate::sql::bounding::bound_contributions;
 use crate::sql::budget::{self, Accountant};
 use crate::sql::options::DpOptions;
 use datafusion::common::config::ConfigOptions;
@@ -147,7 +148,17 @@ fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transform
         .iter()
         .map(|e| bind_call(e, &keys, session))
         .collect::<Result<Vec<_>>>()?;
-    let rebuilt = Aggregate::try_new(aggregate.input, aggregate.group_expr, aggr_expr)?;
+    let input = match &session.privacy_unit {
+        Some(unit) => bound_contributions(
+            aggregate.input,
+            unit,
+            &keys,
+            session.max_rows_per_unit,
+            session.max_groups_per_unit,
+        )?,
+        None => aggregate.input,
+    };
+    let rebuilt = Aggregate::try_new(input, aggregate.group_expr, aggr_expr)?;
     Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
 }
 
@@ -192,6 +203,7 @@ fn bind_call(expr: &Expr, keys: &[Expr], session: &DpOptions) -> Result<Expr> {
         stream.clone(),
         user_args,
         key_args,
+        !keys.is_empty(),
     )?;
     let mut args = params.args.clone();
     if seeded {

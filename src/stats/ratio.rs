@@ -124,11 +124,26 @@ impl TableNoise {
         calibration: GaussianCalibration,
         sizes: GroupSizes,
     ) -> Result<Self, String> {
+        Self::calibrate_for_unit(mechanism, epsilon, delta, calibration, sizes, 1)
+    }
+
+    /// [`Self::calibrate`] when one privacy unit contributes up to `rows_per_unit` rows to the
+    /// table: replacing the unit moves at most `rows_per_unit` rows, changing at most two cells
+    /// by `rows_per_unit` in the worst case (L1 `2k`, L2 `√2·k`), so each cell is calibrated for
+    /// `(ε/2, δ/2)` at sensitivity `k`, the same two-cell composition argument.
+    pub fn calibrate_for_unit(
+        mechanism: Mechanism,
+        epsilon: f64,
+        delta: Option<f64>,
+        calibration: GaussianCalibration,
+        sizes: GroupSizes,
+        rows_per_unit: u32,
+    ) -> Result<Self, String> {
         let cell = CountNoise::calibrate(
             mechanism,
             epsilon / 2.0,
             delta.map(|d| d / 2.0),
-            1,
+            rows_per_unit,
             calibration,
         )?;
         Ok(Self { cell, sizes })

@@ -154,6 +154,7 @@ pub struct CallPlan {
 impl CallPlan {
     /// Validates a call's constant arguments against the session options and calibrates its
     /// noise. Errors name the function and the argument.
+    #[allow(clippy::too_many_arguments)]
     pub fn resolve(
         function: DpFunction,
         session: &DpOptions,
@@ -162,6 +163,7 @@ impl CallPlan {
         stream: String,
         user_args: usize,
         key_args: usize,
+        grouped: bool,
     ) -> Result<Self> {
         let name = function.name();
         let epsilon = match epsilon {
@@ -199,27 +201,50 @@ impl CallPlan {
             return plan_err!("{name}: dp.require_secure is on, but dp.seed (non-private) is set");
         }
         let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
+        // Contribution bounds (planner rule, dp.privacy_unit): a unit adds at most `rows` rows
+        // to each of at most `groups` groups, so each group's release gets (ε/groups, δ/groups)
+        // at sensitivity `rows` and the whole GROUP BY still costs (ε, δ).
+        let (rows, groups) = match options.privacy_unit {
+            Some(_) => (
+                options.max_rows_per_unit,
+                if grouped {
+                    options.max_groups_per_unit
+                } else {
+                    1
+                },
+            ),
+            None => (1, 1),
+        };
+        let group_epsilon = epsilon / groups as f64;
+        let group_delta = options.delta.map(|d| d / groups as f64);
         let release = match function {
             DpFunction::Count => Release::Count(
                 CountNoise::calibrate(
                     options.mechanism,
-                    epsilon,
-                    options.delta,
-                    1,
+                    group_epsilon,
+                    group_delta,
+                    rows,
                     options.gaussian_calibration,
                 )
                 .map_err(calibration_error)?,
             ),
             _ if options.method != RatioMethod::NoisyCounts => {
+                if (rows, groups) != (1, 1) {
+                    return plan_err!(
+                        "{name}: method '{}' supports one row per unit in one group only (max_rows_per_unit = max_groups_per_unit = 1)",
+                        options.method
+                    );
+                }
                 local_release(function, &options, epsilon)?
             }
             _ => Release::Table {
-                noise: TableNoise::calibrate(
+                noise: TableNoise::calibrate_for_unit(
                     options.mechanism,
-                    epsilon,
-                    options.delta,
+                    group_epsilon,
+                    group_delta,
                     options.gaussian_calibration,
                     options.group_sizes,
+                    rows,
                 )
                 .map_err(calibration_error)?,
                 confidence: options.confidence,
@@ -360,6 +385,7 @@ impl DpAggregate {
             args.name.to_string(),
             args.exprs.len(),
             0,
+            false,
         )
         .map(Arc::new)
     }

@@ -1,0 +1,67 @@
+//! Contribution bounding for privacy units (`SET dp.privacy_unit = 'patient_id'`).
+//!
+//! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: per
+//! (unit, group) a uniformly random sample of at most `max_rows_per_unit` rows is kept
+//! (`row_number() OVER (PARTITION BY unit, keys ORDER BY random())`), and each unit keeps at
+//! most `max_groups_per_unit` groups (`dense_rank() OVER (PARTITION BY unit ORDER BY keys)`:
+//! the first groups in key order — a rule that depends only on the unit's own rows, so the
+//! bound holds; a random choice of groups is left for later). The calibration then uses
+//! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
+//! ([`crate::sql::aggregate::CallPlan::resolve`]). The rewrite is a plain window + filter below
+//! the aggregate, visible in `EXPLAIN`.
+
+use datafusion::common::{plan_err, Column, Result};
+use datafusion::functions::math::expr_fn::random;
+use datafusion::functions_window::expr_fn::{dense_rank, row_number};
+use datafusion::logical_expr::{col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder};
+use std::sync::Arc;
+
+const ROW_RANK: &str = "__dp_unit_row_rank";
+const GROUP_RANK: &str = "__dp_unit_group_rank";
+
+/// `input` with every privacy unit's contribution bounded (see the module docs).
+pub fn bound_contributions(
+    input: Arc<LogicalPlan>,
+    unit: &str,
+    keys: &[Expr],
+    max_rows: u32,
+    max_groups: u32,
+) -> Result<Arc<LogicalPlan>> {
+    let schema = input.schema().clone();
+    let unit_column = match schema.qualified_field_with_unqualified_name(unit) {
+        Ok((qualifier, field)) => Expr::Column(Column::new(qualifier.cloned(), field.name())),
+        Err(_) => {
+            return plan_err!(
+                "dp.privacy_unit '{unit}' is not a column of the aggregated input (columns: {})",
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    };
+    let mut per_group = vec![unit_column.clone()];
+    per_group.extend(keys.iter().cloned());
+    let row_rank = row_number()
+        .partition_by(per_group)
+        .order_by(vec![random().sort(true, false)])
+        .build()?
+        .alias(ROW_RANK);
+    let mut plan = LogicalPlanBuilder::from(input)
+        .window(vec![row_rank])?
+        .filter(col(ROW_RANK).lt_eq(lit(max_rows as u64)))?;
+    if !keys.is_empty() {
+        let group_rank = dense_rank()
+            .partition_by(vec![unit_column])
+            .order_by(keys.iter().map(|k| k.clone().sort(true, false)).collect())
+            .build()?
+            .alias(GROUP_RANK);
+        plan = plan
+            .window(vec![group_rank])?
+            .filter(col(GROUP_RANK).lt_eq(lit(max_groups as u64)))?;
+    }
+    let original: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
+    Ok(Arc::new(plan.project(original)?.build()?))
+}
