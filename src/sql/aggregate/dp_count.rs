@@ -1,8 +1,10 @@
 //! `dp_count(expr, epsilon [, options])`: a noisy count of the non-NULL values of `expr`.
 //!
-//! Privacy: replacing one row changes the count by at most 1 (sensitivity 1), so the count
-//! with discrete Laplace noise of scale `1/ε` is `(ε, 0)`-DP, and with discrete Gaussian noise
-//! calibrated for `(ε, δ)` is `(ε, δ)`-DP (see [`crate::stats::mechanism`]). The result is the
+//! Privacy (replace-one neighbours): without GROUP BY, replacing one row changes the count by
+//! at most 1, so noise calibrated for `(ε, δ)` at sensitivity 1 (discrete Laplace of scale
+//! `1/ε`, or the discrete Gaussian) is `(ε, δ)`-DP. With GROUP BY a replaced row can leave one
+//! group and join another, so each group gets noise for `(ε/2, δ/2)` and the whole result is
+//! `(ε, δ)`-DP ([`crate::sql::aggregate::CallPlan::resolve`]). The result is the
 //! raw noisy count, unbiased and possibly negative. `FILTER (WHERE ...)` restricts the rows.
 
 use super::{DpAggregate, DpFunction};

@@ -218,16 +218,24 @@ impl CallPlan {
         let group_epsilon = epsilon / groups as f64;
         let group_delta = options.delta.map(|d| d / groups as f64);
         let release = match function {
-            DpFunction::Count => Release::Count(
-                CountNoise::calibrate(
-                    options.mechanism,
-                    group_epsilon,
-                    group_delta,
-                    rows,
-                    options.gaussian_calibration,
+            // Replace-one neighbours: replacing a unit can remove its rows from up to `groups`
+            // groups and add rows to up to `groups` others, so a grouped count changes in up to
+            // twice as many groups: (ε/2, δ/2) per group keeps the GROUP BY at (ε, δ). (The
+            // 2x2 table's per-cell (ε/2, δ/2) covers the same two sides.) Without GROUP BY
+            // the one count changes by at most `rows`.
+            DpFunction::Count => {
+                let sides = if grouped { 2.0 } else { 1.0 };
+                Release::Count(
+                    CountNoise::calibrate(
+                        options.mechanism,
+                        group_epsilon / sides,
+                        group_delta.map(|d| d / sides),
+                        rows,
+                        options.gaussian_calibration,
+                    )
+                    .map_err(calibration_error)?,
                 )
-                .map_err(calibration_error)?,
-            ),
+            }
             _ if options.method != RatioMethod::NoisyCounts => {
                 if (rows, groups) != (1, 1) {
                     return plan_err!(
