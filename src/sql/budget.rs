@@ -66,7 +66,7 @@ fn call_cost(plan: &CallPlan) -> (f64, f64) {
         _ if plan.options.mechanism == Mechanism::Gaussian => plan.options.delta.unwrap_or(0.0),
         _ => 0.0,
     };
-    (plan.epsilon, delta)
+    (plan.epsilon, delta + plan.selection_delta.unwrap_or(0.0))
 }
 
 /// How many grouping sets an aggregation's group expressions form (each row is in one group

@@ -9,6 +9,7 @@ pub mod ledger;
 pub mod options;
 pub mod planner;
 pub mod scalar;
+pub mod selection;
 
 use datafusion::common::Result;
 use datafusion::execution::context::SessionContext;

@@ -42,6 +42,11 @@ pub struct DpOptions {
     pub max_rows_per_unit: u32,
     /// Groups one unit may contribute to, with a privacy unit.
     pub max_groups_per_unit: u32,
+    /// The user asserts the GROUP BY keys are public (known in advance).
+    pub public_groups: bool,
+    /// Private group selection: privacy parameters of the thresholded noisy group count.
+    pub selection_epsilon: Option<f64>,
+    pub selection_delta: Option<f64>,
 }
 
 impl Default for DpOptions {
@@ -64,6 +69,9 @@ impl Default for DpOptions {
             privacy_unit: None,
             max_rows_per_unit: 1,
             max_groups_per_unit: 1,
+            public_groups: false,
+            selection_epsilon: None,
+            selection_delta: None,
         }
     }
 }
@@ -89,6 +97,9 @@ const KEYS: &[(&str, &str)] = &[
     ("privacy_unit", "column naming the privacy unit (e.g. patient_id); each unit's contribution is bounded before aggregation ('none': each row is one individual)"),
     ("max_rows_per_unit", "with a privacy unit: rows of one unit kept per group (random sample), default 1"),
     ("max_groups_per_unit", "with a privacy unit: groups one unit may contribute to, default 1"),
+    ("public_groups", "'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are; 'none' (default)"),
+    ("selection_epsilon", "private group selection: epsilon of the thresholded noisy count that decides which groups are released"),
+    ("selection_delta", "private group selection: delta in (0, 1), the chance a group of one unit is released"),
     ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
     ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
 ];
@@ -180,6 +191,37 @@ impl DpOptions {
                     self.max_rows_per_unit = bound;
                 } else {
                     self.max_groups_per_unit = bound;
+                }
+            }
+            "public_groups" => {
+                self.public_groups = match value.trim().to_ascii_lowercase().as_str() {
+                    "assert" => true,
+                    "none" | "" => false,
+                    _ => {
+                        return Err(format!(
+                            "public_groups must be 'assert' or 'none', got '{value}'"
+                        ))
+                    }
+                }
+            }
+            "selection_epsilon" => {
+                self.selection_epsilon = if value.trim().eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    let e = parse_f64("selection_epsilon", value)?;
+                    if !(e.is_finite() && e > 0.0) {
+                        return Err(format!(
+                            "selection_epsilon must be a finite number > 0, got {value}"
+                        ));
+                    }
+                    Some(e)
+                }
+            }
+            "selection_delta" => {
+                self.selection_delta = if value.trim().eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    Some(parse_delta(value).map_err(|e| format!("selection_{e}"))?)
                 }
             }
             "require_secure" => {
@@ -305,6 +347,11 @@ impl ExtensionOptions for DpOptions {
                     "delta_budget" => self.delta_budget.map(|b| b.to_string()),
                     "ledger" => self.ledger.clone(),
                     "require_secure" => Some(self.require_secure.to_string()),
+                    "public_groups" => {
+                        Some(if self.public_groups { "assert" } else { "none" }.to_string())
+                    }
+                    "selection_epsilon" => self.selection_epsilon.map(|e| e.to_string()),
+                    "selection_delta" => self.selection_delta.map(|d| d.to_string()),
                     "privacy_unit" => self.privacy_unit.clone(),
                     "max_rows_per_unit" => Some(self.max_rows_per_unit.to_string()),
                     "max_groups_per_unit" => Some(self.max_groups_per_unit.to_string()),

@@ -14,6 +14,7 @@ use crate::sql::aggregate::{CallPlan, DpAggregate};
 use crate::sql::bounding::bound_contributions;
 use crate::sql::budget::{self, Accountant};
 use crate::sql::options::DpOptions;
+use crate::sql::selection::select_groups;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Result, ScalarValue};
@@ -159,6 +160,13 @@ fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transform
         None => aggregate.input,
     };
     let rebuilt = Aggregate::try_new(input, aggregate.group_expr, aggr_expr)?;
+    if !keys.is_empty() && !session.public_groups {
+        if let (Some(epsilon), Some(delta)) = (session.selection_epsilon, session.selection_delta) {
+            return Ok(Transformed::yes(select_groups(
+                rebuilt, &keys, session, epsilon, delta,
+            )?));
+        }
+    }
     Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
 }
 

@@ -149,6 +149,8 @@ pub struct CallPlan {
     pub user_args: usize,
     /// Trailing group-key arguments added by the planner rule in seeded mode.
     pub key_args: usize,
+    /// Set on the hidden count of private group selection: the δ it spends.
+    pub selection_delta: Option<f64>,
 }
 
 impl CallPlan {
@@ -266,6 +268,7 @@ impl CallPlan {
             stream,
             user_args,
             key_args,
+            selection_delta: None,
         })
     }
 }
