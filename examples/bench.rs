@@ -88,6 +88,8 @@ fn dataset_path(name: &str) -> PathBuf {
 async fn session() -> Result<SessionContext> {
     let ctx = SessionContext::new();
     datafusion_dp::register(&ctx)?;
+    // The generated group keys are public.
+    ctx.sql("SET dp.public_groups = 'assert'").await?;
     Ok(ctx)
 }
 

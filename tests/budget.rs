@@ -21,6 +21,8 @@ use std::time::Duration;
 async fn session() -> SessionContext {
     let ctx = SessionContext::new();
     datafusion_dp::register(&ctx).unwrap();
+    // The test tables' GROUP BY keys are public.
+    ctx.sql("SET dp.public_groups = 'assert'").await.unwrap();
     ctx.sql("CREATE TABLE t (x INT) AS VALUES (1), (2), (3), (4)")
         .await
         .unwrap()

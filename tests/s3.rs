@@ -54,6 +54,7 @@ fn start_moto() -> Option<(Server, u16)> {
 
 async fn seeded_counts(ctx: &SessionContext) -> String {
     ctx.sql("SET dp.seed = 5").await.unwrap();
+    ctx.sql("SET dp.public_groups = 'assert'").await.unwrap();
     ctx.sql(
         "SELECT CAST(region AS VARCHAR) AS region, dp_count(patient_id, 1.0) AS n,
                 dp_rr_ci(outcome, exposed, 1.0)['estimate'] AS rr

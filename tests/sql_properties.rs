@@ -22,6 +22,8 @@ async fn session(partitions: usize, skip_partial: bool) -> SessionContext {
     }
     let ctx = SessionContext::new_with_config(config);
     datafusion_dp::register(&ctx).unwrap();
+    // The group keys (g = value % 2000) are public: every key is known in advance.
+    ctx.sql("SET dp.public_groups = 'assert'").await.unwrap();
     // 2000 groups of 20 rows; every batch of 1000 rows touches half the groups, and batches
     // are spread round-robin over the partitions, so each group is split across partitions.
     ctx.sql(&format!(

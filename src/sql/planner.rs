@@ -161,13 +161,35 @@ fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transform
     };
     let rebuilt = Aggregate::try_new(input, aggregate.group_expr, aggr_expr)?;
     if !keys.is_empty() && !session.public_groups {
-        if let (Some(epsilon), Some(delta)) = (session.selection_epsilon, session.selection_delta) {
-            return Ok(Transformed::yes(select_groups(
-                rebuilt, &keys, session, epsilon, delta,
-            )?));
-        }
+        let (Some(epsilon), Some(delta)) = (session.selection_epsilon, session.selection_delta)
+        else {
+            let name = first_dp_name(&rebuilt.aggr_expr).unwrap_or("a DP aggregate");
+            return plan_err!(
+                "{name}: the GROUP BY keys come from private data and would be released exactly. \
+                 Either declare them public with SET dp.public_groups = 'assert', asserting every \
+                 key is known in advance (the only option for pure epsilon-DP), or select groups \
+                 privately with SET dp.selection_epsilon = ... and dp.selection_delta = ..."
+            );
+        };
+        return Ok(Transformed::yes(select_groups(
+            rebuilt, &keys, session, epsilon, delta,
+        )?));
     }
     Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
+}
+
+/// The name of the first DP aggregate among `exprs`, for error messages.
+fn first_dp_name(exprs: &[Expr]) -> Option<&'static str> {
+    exprs.iter().find_map(|e| {
+        let inner = match e {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        };
+        match inner {
+            Expr::AggregateFunction(f) => as_dp(&f.func).map(|d| d.function().name()),
+            _ => None,
+        }
+    })
 }
 
 fn bind_call(expr: &Expr, keys: &[Expr], session: &DpOptions) -> Result<Expr> {
