@@ -112,6 +112,23 @@ impl CellCounts {
         (counts, keys)
     }
 
+    /// Calls `release` once per emitted group, with its exact cells and its noise stream:
+    /// the one place where groups meet their noise.
+    fn for_each_group(
+        &mut self,
+        counts: &[u64],
+        keys: Option<&[Option<u64>]>,
+        mut release: impl FnMut(&[u64], &mut NoiseRng) -> Result<()>,
+    ) -> Result<()> {
+        let mut seeded = None;
+        for (g, cells) in counts.chunks_exact(self.cells).enumerate() {
+            let key = keys.and_then(|k| k[g]);
+            let rng = Self::group_rng(&mut self.rng, self.seeded_base.as_ref(), &mut seeded, key)?;
+            release(cells, rng)?;
+        }
+        Ok(())
+    }
+
     /// The noise stream for one group: the per-accumulator secure stream, or in seeded mode
     /// the group's own stream of the call's seeded base.
     fn group_rng<'a>(
@@ -244,20 +261,14 @@ impl GroupsAccumulator for CellCounts {
         let (counts, keys) = self.take_emitted(emit_to);
         let groups = counts.len() / self.cells;
         let plan = Arc::clone(&self.plan);
-        let mut seeded = None;
-        let key = |g: usize| keys.as_ref().and_then(|k| k[g]);
+        let name = self.function.name();
         match &plan.release {
             Release::Count(noise) => {
                 let mut out = Vec::with_capacity(groups);
-                for (g, &count) in counts.iter().enumerate() {
-                    let rng = Self::group_rng(
-                        &mut self.rng,
-                        self.seeded_base.as_ref(),
-                        &mut seeded,
-                        key(g),
-                    )?;
-                    out.push(count as i64 + noise.sample(rng));
-                }
+                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
+                    out.push(cells[0] as i64 + noise.sample(rng));
+                    Ok(())
+                })?;
                 Ok(Arc::new(Int64Array::from(out)))
             }
             Release::Table {
@@ -271,7 +282,7 @@ impl GroupsAccumulator for CellCounts {
                     .has_interval()
                     .then(|| {
                         IntervalColumns::new(
-                            self.function.name(),
+                            name,
                             statistic,
                             *confidence,
                             *method,
@@ -282,20 +293,14 @@ impl GroupsAccumulator for CellCounts {
                     .transpose()?;
                 let mut estimates =
                     Vec::with_capacity(if intervals.is_some() { 0 } else { groups });
-                for (g, cell) in counts.chunks_exact(4).enumerate() {
-                    let rng = Self::group_rng(
-                        &mut self.rng,
-                        self.seeded_base.as_ref(),
-                        &mut seeded,
-                        key(g),
-                    )?;
-                    let table = TwoByTwo::from_cells(cell);
-                    let released = noise.release(&table, rng);
+                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
+                    let released = noise.release(&TwoByTwo::from_cells(cells), rng);
                     match &mut intervals {
                         Some(columns) => columns.push(&released),
                         None => estimates.push(released.estimate(statistic)),
                     }
-                }
+                    Ok(())
+                })?;
                 match intervals {
                     Some(columns) => columns.finish(),
                     None => Ok(Arc::new(Float64Array::from(estimates))),
@@ -309,27 +314,20 @@ impl GroupsAccumulator for CellCounts {
                 ptr_bound,
             } => {
                 let mut estimates = Vec::with_capacity(groups);
-                for (g, cell) in counts.chunks_exact(4).enumerate() {
-                    let rng = Self::group_rng(
-                        &mut self.rng,
-                        self.seeded_base.as_ref(),
-                        &mut seeded,
-                        key(g),
-                    )?;
-                    let table = TwoByTwo::from_cells(cell);
-                    estimates.push(
-                        release_relative_risk(
-                            *method,
-                            &table,
-                            *epsilon,
-                            *delta,
-                            *bias_correction,
-                            *ptr_bound,
-                            rng,
-                        )
-                        .map_err(|e| exec_datafusion_err!("{}: {e}", self.function.name()))?,
-                    );
-                }
+                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
+                    let estimate = release_relative_risk(
+                        *method,
+                        &TwoByTwo::from_cells(cells),
+                        *epsilon,
+                        *delta,
+                        *bias_correction,
+                        *ptr_bound,
+                        rng,
+                    )
+                    .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+                    estimates.push(estimate);
+                    Ok(())
+                })?;
                 Ok(Arc::new(Float64Array::from(estimates)))
             }
         }
