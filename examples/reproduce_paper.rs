@@ -12,7 +12,7 @@ use datafusion_dp::stats::accuracy::{
 };
 use datafusion_dp::stats::methods::{ptr_oracle_accuracy_beta, smooth_accuracy_beta};
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
-use datafusion_dp::stats::ratio::katz_interval;
+use datafusion_dp::stats::ratio::{katz_interval_at_z, two_sided_z};
 use datafusion_dp::stats::simulation::{coverage, Design};
 use datafusion_dp::stats::{
     GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic, ReleasedTable,
@@ -267,6 +267,7 @@ fn figure2(out: &Path, report: &mut String) -> Result<()> {
 /// Figure 3: width and coverage of the six intervals.
 fn figure3(out: &Path, report: &mut String) -> Result<()> {
     let (n, pairs, delta) = (150u64, 10_000, 1e-4);
+    let z = two_sided_z(0.95)?;
     writeln!(report, "## Figure 3: interval width and coverage\n")?;
     writeln!(
         report,
@@ -329,12 +330,12 @@ fn figure3(out: &Path, report: &mut String) -> Result<()> {
                 let lap = laplace.release(&t, &mut rng);
                 let gau = gaussian.release(&t, &mut rng);
                 let intervals = [
-                    katz_interval(t.a, n, t.c, n, 0.95)?,
-                    exact.interval(0.95, IntervalMethod::Plain)?,
-                    lap.interval(0.95, IntervalMethod::Plain)?,
-                    lap.interval(0.95, IntervalMethod::Conservative)?,
-                    gau.interval(0.95, IntervalMethod::Plain)?,
-                    gau.interval(0.95, IntervalMethod::Conservative)?,
+                    katz_interval_at_z(t.a, n, t.c, n, z)?,
+                    exact.interval_at_z(z, IntervalMethod::Plain),
+                    lap.interval_at_z(z, IntervalMethod::Plain),
+                    lap.interval_at_z(z, IntervalMethod::Conservative),
+                    gau.interval_at_z(z, IntervalMethod::Plain),
+                    gau.interval_at_z(z, IntervalMethod::Conservative),
                 ];
                 for (j, ci) in intervals.iter().enumerate() {
                     if let Some(ci) = ci {

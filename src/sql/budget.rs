@@ -37,10 +37,9 @@
 //! settings of whoever controls the session: a deployment that runs untrusted SQL must stop
 //! `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
 
-use crate::sql::aggregate::{CallPlan, DpAggregate, Release};
+use crate::sql::aggregate::DpAggregate;
 use crate::sql::ledger;
 use crate::sql::options::DpOptions;
-use crate::stats::Mechanism;
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::{MemTable, TableFunctionArgs, TableFunctionImpl, TableProvider};
@@ -57,16 +56,6 @@ pub struct Cost {
     pub delta: f64,
     /// Number of bound DP aggregate calls found (each grouping set counted once per call).
     pub calls: usize,
-}
-
-/// The `(epsilon, delta)` one call releases per grouping set.
-fn call_cost(plan: &CallPlan) -> (f64, f64) {
-    let delta = match &plan.release {
-        Release::LocalRatio { delta, .. } => delta.unwrap_or(0.0),
-        _ if plan.options.mechanism == Mechanism::Gaussian => plan.options.delta.unwrap_or(0.0),
-        _ => 0.0,
-    };
-    (plan.epsilon, delta + plan.selection_delta.unwrap_or(0.0))
 }
 
 /// How many grouping sets an aggregation's group expressions form (each row is in one group
@@ -116,7 +105,7 @@ impl Cost {
         let mut cost = Cost::default();
         for_each_dp_call(plan, |dp, sets, _| {
             if let Some(call) = dp.plan() {
-                let (epsilon, delta) = call_cost(call);
+                let (epsilon, delta) = call.cost();
                 let k = sets as f64;
                 cost.epsilon += k * epsilon;
                 cost.delta += k * delta;

@@ -176,6 +176,13 @@ pub fn ptr_distance(x: u64, y: u64, exposed_total: u64, unexposed_total: u64, bo
         .unwrap_or(n + 1)
 }
 
+/// PTR's budget split `ε₁ = ε₂ = ε/2` and its test threshold `ln(1/δ)/ε₁`: the noisy
+/// distance must exceed the threshold for the release to go ahead.
+fn ptr_split_and_threshold(epsilon: f64, delta: f64) -> (f64, f64) {
+    let half = epsilon / 2.0;
+    (half, (1.0 / delta).ln() / half)
+}
+
 /// Propose-Test-Release (Algorithm PTR) with `ε₁ = ε₂ = ε/2`: `(ε, δ)`-DP. `None` is FAIL:
 /// the noisy distance to a dataset whose local sensitivity exceeds `bound` was too small.
 #[allow(clippy::too_many_arguments)]
@@ -197,7 +204,7 @@ pub fn ptr<R: RngCore + ?Sized>(
     if !(delta > 0.0 && delta < 1.0) {
         return Err(format!("delta must be in (0, 1), got {delta}"));
     }
-    let half = epsilon / 2.0;
+    let (half, threshold) = ptr_split_and_threshold(epsilon, delta);
     let distance_noise = CountNoise::calibrate(
         Mechanism::Laplace,
         half,
@@ -208,7 +215,7 @@ pub fn ptr<R: RngCore + ?Sized>(
     let release = RealLaplace::calibrate(half, bound)?;
     let gamma = ptr_distance(x, y, exposed_total, unexposed_total, bound) as f64;
     let noisy = gamma + distance_noise.sample(rng) as f64;
-    if noisy <= (1.0 / delta).ln() / half {
+    if noisy <= threshold {
         return Ok(None);
     }
     release.release(x as f64 / y.max(1) as f64, rng).map(Some)
@@ -278,9 +285,9 @@ pub fn ptr_accuracy_beta(
     alpha: f64,
     bound: f64,
 ) -> f64 {
-    let half = epsilon / 2.0;
+    let (half, threshold) = ptr_split_and_threshold(epsilon, delta);
     let gamma = ptr_distance(x, y, n_x, n_y, bound) as f64;
-    let t = (1.0 / delta).ln() / half - gamma;
+    let t = threshold - gamma;
     let fail = if t < 0.0 {
         0.5 * (half * t).exp()
     } else {

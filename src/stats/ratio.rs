@@ -406,7 +406,23 @@ pub fn katz_interval(
     unexposed_total: u64,
     confidence: f64,
 ) -> Result<Option<RatioInterval>, String> {
-    let z = two_sided_z(confidence)?;
+    katz_interval_at_z(
+        exposed_cases,
+        exposed_total,
+        unexposed_cases,
+        unexposed_total,
+        two_sided_z(confidence)?,
+    )
+}
+
+/// [`katz_interval`] for a precomputed quantile `z = two_sided_z(confidence)`.
+pub fn katz_interval_at_z(
+    exposed_cases: u64,
+    exposed_total: u64,
+    unexposed_cases: u64,
+    unexposed_total: u64,
+    z: f64,
+) -> Result<Option<RatioInterval>, String> {
     if exposed_cases > exposed_total || unexposed_cases > unexposed_total {
         return Err("cases cannot exceed the total".into());
     }

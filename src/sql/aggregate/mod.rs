@@ -12,7 +12,7 @@ pub mod dp_rr_ci;
 
 use crate::sql::options::DpOptions;
 use crate::stats::{
-    CountNoise, GroupSizes, IntervalMethod, RatioMethod, RatioStatistic, TableNoise,
+    CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic, TableNoise,
 };
 use accumulator::{CellCounts, SingleGroup};
 use arrow::datatypes::{DataType, Field, FieldRef};
@@ -307,6 +307,20 @@ fn local_release(function: DpFunction, options: &DpOptions, epsilon: f64) -> Res
         bias_correction: options.bias_correction,
         ptr_bound: options.ptr_bound,
     })
+}
+
+impl CallPlan {
+    /// What the call spends, `(ε, δ)`: δ only where its release uses it (the Gaussian
+    /// mechanism, smooth sensitivity, PTR, private group selection). Budget accounting charges
+    /// exactly this.
+    pub fn cost(&self) -> (f64, f64) {
+        let delta = match &self.release {
+            Release::LocalRatio { delta, .. } => delta.unwrap_or(0.0),
+            _ if self.options.mechanism == Mechanism::Gaussian => self.options.delta.unwrap_or(0.0),
+            _ => 0.0,
+        };
+        (self.epsilon, delta + self.selection_delta.unwrap_or(0.0))
+    }
 }
 
 /// The UDAF behind every DP aggregate (`dp_count`, `dp_relative_risk`, `dp_rr_ci`,

@@ -6,7 +6,7 @@
 //! struct `{estimate, lower, upper}`, NULL where a count of cases is 0 or an input is NULL.
 
 use crate::sql::options::parse_confidence;
-use crate::stats::ratio::katz_interval;
+use crate::stats::ratio::{katz_interval_at_z, two_sided_z};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Builder, StructArray};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Float64Type, Int64Type};
@@ -112,6 +112,7 @@ impl ScalarUDFImpl for RrCiKatz {
         let mut lower = Float64Builder::with_capacity(rows);
         let mut upper = Float64Builder::with_capacity(rows);
         let mut valid = Vec::with_capacity(rows);
+        let mut quantile: Option<(f64, f64)> = None;
         for row in 0..rows {
             let mut values = [0u64; 4];
             let mut null = false;
@@ -148,8 +149,18 @@ impl ScalarUDFImpl for RrCiKatz {
             let interval = if null {
                 None
             } else {
-                katz_interval(values[0], values[1], values[2], values[3], level)
-                    .or_else(|e| exec_err!("{NAME}: argument 'confidence': {e}"))?
+                // The quantile is computed once per distinct confidence level, not per row.
+                let z = match quantile {
+                    Some((l, z)) if l == level => z,
+                    _ => {
+                        let z = two_sided_z(level)
+                            .or_else(|e| exec_err!("{NAME}: argument 'confidence': {e}"))?;
+                        quantile = Some((level, z));
+                        z
+                    }
+                };
+                katz_interval_at_z(values[0], values[1], values[2], values[3], z)
+                    .or_else(|e| exec_err!("{NAME}: {e}"))?
             };
             estimate.append_option(interval.map(|i| i.estimate));
             lower.append_option(interval.map(|i| i.lower));
