@@ -10,10 +10,13 @@
 //! ```
 //!
 //! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
-//! intervals); [`sql`] adapts it to DataFusion (functions, options, planner rule).
+//! intervals); [`sql`] adapts it to DataFusion (functions, options, planner rule);
+//! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster.
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "ballista")]
+pub mod distributed;
 #[cfg(feature = "slt")]
 pub mod slt;
 pub mod sql;

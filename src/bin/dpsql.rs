@@ -8,6 +8,7 @@
 //! dpsql --table visits=data/visits.csv    register a Parquet/CSV/NDJSON file or directory
 //! dpsql --format csv|json|table           output format (default table)
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
+//! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`)
 //! ```
 //! `s3://` locations use the usual AWS environment variables. Errors are one line.
 
@@ -20,7 +21,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: dpsql [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--format table|csv|json] [-q] [--slt FILE...]";
+const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--format table|csv|json] [-q] [--slt FILE...]";
 
 struct Args {
     commands: Vec<Command>,
@@ -28,6 +29,7 @@ struct Args {
     format: OutputFormat,
     quiet: bool,
     slt: Vec<String>,
+    scheduler: Option<String>,
 }
 
 enum Command {
@@ -42,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
         format: OutputFormat::Table,
         quiet: false,
         slt: Vec::new(),
+        scheduler: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -58,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--format" => args.format = OutputFormat::parse(&value(&arg)?)?,
             "-q" | "--quiet" => args.quiet = true,
+            "--scheduler" => args.scheduler = Some(value(&arg)?),
             "--slt" => {
                 args.slt.extend(it.by_ref());
             }
@@ -168,8 +172,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    let ctx = session(SessionConfig::new().with_information_schema(true))
-        .map_err(|e| one_line_error(&e))?;
+    let ctx = match &args.scheduler {
+        None => session(SessionConfig::new().with_information_schema(true))
+            .map_err(|e| one_line_error(&e))?,
+        Some(url) => remote(url).await?,
+    };
     for (name, path) in &args.tables {
         register_path(&ctx, name, path)
             .await
@@ -188,6 +195,20 @@ async fn run(args: Args) -> Result<(), String> {
         execute(&ctx, &sql, &args).await?;
     }
     Ok(())
+}
+
+/// A session on the Ballista cluster at `url`: queries are planned (and charged) here and run
+/// on the cluster's executors.
+#[cfg(feature = "ballista")]
+async fn remote(url: &str) -> Result<datafusion::prelude::SessionContext, String> {
+    datafusion_dp::distributed::remote_context(url)
+        .await
+        .map_err(|e| format!("scheduler {url}: {}", one_line_error(&e)))
+}
+
+#[cfg(not(feature = "ballista"))]
+async fn remote(_url: &str) -> Result<datafusion::prelude::SessionContext, String> {
+    Err("--scheduler needs dpsql built with the 'ballista' feature (cargo build --features ballista)".to_string())
 }
 
 #[tokio::main]

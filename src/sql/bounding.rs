@@ -1,11 +1,11 @@
 //! Contribution bounding for privacy units (`SET dp.privacy_unit = 'patient_id'`).
 //!
-//! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: per
-//! (unit, group) a uniformly random sample of at most `max_rows_per_unit` rows is kept
-//! (`row_number() OVER (PARTITION BY unit, keys ORDER BY random())`), and each unit keeps at
-//! most `max_groups_per_unit` groups (`dense_rank() OVER (PARTITION BY unit ORDER BY keys)`:
-//! the first groups in key order — a rule that depends only on the unit's own rows, so the
-//! bound holds; a random choice of groups is left for later). The calibration then uses
+//! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: each
+//! unit keeps at most `max_groups_per_unit` groups (`dense_rank() OVER (PARTITION BY unit
+//! ORDER BY keys)`: the first groups in key order, a rule that depends only on the unit's own
+//! rows, so the bound holds; a random choice of groups is left for later), then per (unit,
+//! group) a uniformly random sample of at most `max_rows_per_unit` rows (`row_number() OVER
+//! (PARTITION BY unit, keys ORDER BY random())`). The calibration then uses
 //! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
 //! ([`crate::sql::aggregate::CallPlan::resolve`]). The rewrite is a plain window + filter below
 //! the aggregate, visible in `EXPLAIN`.
@@ -42,19 +42,14 @@ pub fn bound_contributions(
             )
         }
     };
-    let mut per_group = vec![unit_column.clone()];
-    per_group.extend(keys.iter().cloned());
-    let row_rank = row_number()
-        .partition_by(per_group)
-        .order_by(vec![random().sort(true, false)])
-        .build()?
-        .alias(ROW_RANK);
-    let mut plan = LogicalPlanBuilder::from(input)
-        .window(vec![row_rank])?
-        .filter(col(ROW_RANK).lt_eq(lit(max_rows as u64)))?;
+    // Groups first, then rows: the same result (the row sample keeps at least one row of
+    // every (unit, group), so it never changes which groups a unit is in), and the order that
+    // Ballista 55 runs correctly: with the row sample below the group rank, its distributed
+    // plan ranks groups in the wrong order (see docs/distributed.md).
+    let mut plan = LogicalPlanBuilder::from(input);
     if !keys.is_empty() {
         let group_rank = dense_rank()
-            .partition_by(vec![unit_column])
+            .partition_by(vec![unit_column.clone()])
             .order_by(keys.iter().map(|k| k.clone().sort(true, false)).collect())
             .build()?
             .alias(GROUP_RANK);
@@ -62,6 +57,16 @@ pub fn bound_contributions(
             .window(vec![group_rank])?
             .filter(col(GROUP_RANK).lt_eq(lit(max_groups as u64)))?;
     }
+    let mut per_group = vec![unit_column];
+    per_group.extend(keys.iter().cloned());
+    let row_rank = row_number()
+        .partition_by(per_group)
+        .order_by(vec![random().sort(true, false)])
+        .build()?
+        .alias(ROW_RANK);
+    let plan = plan
+        .window(vec![row_rank])?
+        .filter(col(ROW_RANK).lt_eq(lit(max_rows as u64)))?;
     let original: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
     Ok(Arc::new(plan.project(original)?.build()?))
 }

@@ -9,6 +9,7 @@ pub mod dp_odds_ratio;
 pub mod dp_or_ci;
 pub mod dp_relative_risk;
 pub mod dp_rr_ci;
+pub mod wire;
 
 use crate::sql::options::DpOptions;
 use crate::stats::{
@@ -149,6 +150,8 @@ pub struct CallPlan {
     pub user_args: usize,
     /// Trailing group-key arguments added by the planner rule in seeded mode.
     pub key_args: usize,
+    /// Whether the call is in a GROUP BY (its calibration depends on it).
+    pub grouped: bool,
     /// Set on the hidden count of private group selection: the δ it spends.
     pub selection_delta: Option<f64>,
 }
@@ -268,6 +271,7 @@ impl CallPlan {
             stream,
             user_args,
             key_args,
+            grouped,
             selection_delta: None,
         })
     }

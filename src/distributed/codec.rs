@@ -1,0 +1,205 @@
+//! Extension codecs that carry a bound DP call across processes.
+//!
+//! Ballista sends the client's optimised logical plan to its scheduler and each stage's
+//! physical plan to its executors through `datafusion-proto`. A user-defined aggregate travels
+//! by name unless a codec writes its definition: with the name alone, a node would look up the
+//! registered, *unbound* `dp_rr_ci` and lose the call's options and calibrated noise. These
+//! codecs write a bound call's [`CallPlan`](crate::sql::aggregate::CallPlan) wire form
+//! ([`crate::sql::aggregate::wire`]) and hand everything else to Ballista's own codecs (file
+//! formats, shuffle readers and writers).
+
+use crate::sql::aggregate::{DpAggregate, DpFunction};
+use arrow::datatypes::SchemaRef;
+use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
+use datafusion::catalog::TableProvider;
+use datafusion::common::{Result, TableReference};
+use datafusion::datasource::file_format::FileFormatFactory;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{AggregateUDF, Extension, LogicalPlan, ScalarUDF, WindowUDF};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use std::sync::Arc;
+
+/// A bound DP call's bytes, or `None` for any other aggregate (left to the inner codec).
+fn encode_udaf(node: &AggregateUDF) -> Option<Vec<u8>> {
+    node.inner().downcast_ref::<DpAggregate>()?.encode()
+}
+
+/// The bound DP call `name` written by [`encode_udaf`], or `None` for any other aggregate.
+fn decode_udaf(name: &str, buf: &[u8]) -> Option<Result<Arc<AggregateUDF>>> {
+    if buf.is_empty() || DpFunction::from_name(name).is_none() {
+        return None;
+    }
+    Some(DpAggregate::decode(name, buf).map(|dp| Arc::new(AggregateUDF::new_from_impl(dp))))
+}
+
+/// Ballista's logical codec, plus bound DP calls.
+#[derive(Debug)]
+pub struct DpLogicalCodec {
+    inner: Arc<dyn LogicalExtensionCodec>,
+}
+
+impl Default for DpLogicalCodec {
+    fn default() -> Self {
+        Self::new(Arc::new(BallistaLogicalExtensionCodec::default()))
+    }
+}
+
+impl DpLogicalCodec {
+    /// Wraps `inner`, which handles everything but bound DP calls.
+    pub fn new(inner: Arc<dyn LogicalExtensionCodec>) -> Self {
+        Self { inner }
+    }
+}
+
+impl LogicalExtensionCodec for DpLogicalCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[LogicalPlan],
+        ctx: &TaskContext,
+    ) -> Result<Extension> {
+        self.inner.try_decode(buf, inputs, ctx)
+    }
+
+    fn try_encode(&self, node: &Extension, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode(node, buf)
+    }
+
+    fn try_decode_table_provider(
+        &self,
+        buf: &[u8],
+        table_ref: &TableReference,
+        schema: SchemaRef,
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn TableProvider>> {
+        self.inner
+            .try_decode_table_provider(buf, table_ref, schema, ctx)
+    }
+
+    fn try_encode_table_provider(
+        &self,
+        table_ref: &TableReference,
+        node: Arc<dyn TableProvider>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.inner.try_encode_table_provider(table_ref, node, buf)
+    }
+
+    fn try_decode_file_format(
+        &self,
+        buf: &[u8],
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn FileFormatFactory>> {
+        self.inner.try_decode_file_format(buf, ctx)
+    }
+
+    fn try_encode_file_format(
+        &self,
+        buf: &mut Vec<u8>,
+        node: Arc<dyn FileFormatFactory>,
+    ) -> Result<()> {
+        self.inner.try_encode_file_format(buf, node)
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.inner.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        match encode_udaf(node) {
+            Some(bytes) => {
+                buf.extend_from_slice(&bytes);
+                Ok(())
+            }
+            None => self.inner.try_encode_udaf(node, buf),
+        }
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.inner.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udwf(node, buf)
+    }
+}
+
+/// Ballista's physical codec (shuffle readers and writers, ...), plus bound DP calls.
+#[derive(Debug)]
+pub struct DpPhysicalCodec {
+    inner: Arc<dyn PhysicalExtensionCodec>,
+}
+
+impl Default for DpPhysicalCodec {
+    fn default() -> Self {
+        Self::new(Arc::new(BallistaPhysicalExtensionCodec::default()))
+    }
+}
+
+impl DpPhysicalCodec {
+    /// Wraps `inner`, which handles everything but bound DP calls.
+    pub fn new(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
+        Self { inner }
+    }
+}
+
+impl PhysicalExtensionCodec for DpPhysicalCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.inner.try_decode(buf, inputs, ctx, proto_converter)
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        self.inner.try_encode(node, buf, proto_converter)
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.inner.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        match encode_udaf(node) {
+            Some(bytes) => {
+                buf.extend_from_slice(&bytes);
+                Ok(())
+            }
+            None => self.inner.try_encode_udaf(node, buf),
+        }
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.inner.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udwf(node, buf)
+    }
+}

@@ -1,0 +1,243 @@
+//! Distributed execution on Apache Ballista 55 (cargo feature `ballista`).
+//!
+//! A Ballista cluster runs the same SQL as a single node once every process has the DP
+//! functions, the `dp.*` options and the codecs that carry a bound call:
+//!
+//! - **client** ([`remote_context`]): plans the SQL. The planner rule binds every DP call,
+//!   calibrates its noise and charges the privacy budget *here*, before the plan leaves the
+//!   process; the bound plan is sent to the scheduler with the session's `dp.*` settings.
+//! - **scheduler** ([`scheduler_config`], [`session_state`]): decodes the plan with
+//!   [`DpLogicalCodec`] and re-optimises it. Its planner rule finds every call already bound,
+//!   so it neither re-binds nor charges again (re-planning costs nothing because the query was
+//!   charged in full on the client; a plan with an *unbound* call, from a client without the
+//!   rule, is bound and charged by the scheduler's session instead — never released
+//!   unaccounted).
+//! - **executors** ([`executor_config`]): run the stages. The partial aggregates before the
+//!   shuffle emit exact cell counts only; the final aggregate after the shuffle draws the noise,
+//!   once per group (`evaluate`), keyed by the group in seeded mode, so a seeded query gives the
+//!   same result on any number of executors and partitions as on one node.
+//!
+//! The budget is the client session's (and its `dp.ledger`); the scheduler and executors hold
+//! no budget of their own for bound plans.
+
+pub mod codec;
+
+pub use codec::{DpLogicalCodec, DpPhysicalCodec};
+
+use crate::cli::EnvObjectStoreRegistry;
+use crate::sql::options::DpOptions;
+use async_trait::async_trait;
+use ballista::prelude::SessionContextExt;
+use ballista_core::extension::{
+    ballista_aggregate_functions, ballista_scalar_functions, ballista_window_functions,
+    SessionConfigExt,
+};
+use ballista_core::planner::BallistaQueryPlanner;
+use ballista_core::registry::BallistaFunctionRegistry;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::BallistaCodec;
+use ballista_executor::executor_process::ExecutorProcessConfig;
+use ballista_scheduler::config::SchedulerConfig;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::{source_as_provider, MemTable};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_proto::protobuf::LogicalPlanNode;
+use std::sync::Arc;
+use std::time::Duration;
+use url::Url;
+
+/// The session configuration of every node: Ballista's defaults, the `dp.*` options and the
+/// DP-aware codecs.
+pub fn session_config() -> SessionConfig {
+    SessionConfig::new_with_ballista()
+        .with_information_schema(true)
+        .with_option_extension(DpOptions::default())
+        .with_ballista_logical_extension_codec(Arc::new(DpLogicalCodec::default()))
+        .with_ballista_physical_extension_codec(Arc::new(DpPhysicalCodec::default()))
+}
+
+/// The runtime of every node: local files, and `s3://` stores from the usual AWS environment
+/// variables, as in `dpsql` (each node reads its own environment).
+pub fn runtime(_config: &SessionConfig) -> Result<Arc<RuntimeEnv>> {
+    RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(EnvObjectStoreRegistry::default()))
+        .build_arc()
+}
+
+/// A Ballista session state with the DP functions, options and planner rule installed (the
+/// scheduler's session builder, and the base of the client's session).
+pub fn session_state(config: SessionConfig) -> Result<SessionState> {
+    let runtime = runtime(&config)?;
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_optimizer_rules(ballista_core::optimizer::ballista_default_optimizer_rules())
+        .with_scalar_functions(ballista_scalar_functions())
+        .with_aggregate_functions(ballista_aggregate_functions())
+        .with_window_functions(ballista_window_functions())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    crate::register(&ctx)?;
+    Ok(ctx.state())
+}
+
+/// The codecs every node encodes and decodes plans with.
+pub fn codec() -> BallistaCodec {
+    BallistaCodec::new(
+        Arc::new(DpLogicalCodec::default()),
+        Arc::new(DpPhysicalCodec::default()),
+    )
+}
+
+/// The functions an executor resolves by name (the DP scalar functions, and the unbound DP
+/// aggregates; bound calls arrive with their codec bytes).
+pub fn function_registry() -> Result<BallistaFunctionRegistry> {
+    Ok((&session_state(session_config())?).into())
+}
+
+/// `config` (from Ballista's command-line `Config`, or built by hand) with the DP session
+/// builder, options and codecs installed: what `dp-scheduler` runs.
+pub fn scheduler_config(mut config: SchedulerConfig) -> SchedulerConfig {
+    config.override_logical_codec = Some(Arc::new(DpLogicalCodec::default()));
+    config.override_physical_codec = Some(Arc::new(DpPhysicalCodec::default()));
+    config
+        .with_override_config_producer(Arc::new(session_config))
+        .with_override_session_builder(Arc::new(session_state))
+}
+
+/// `config` with the DP functions, options, codecs and object stores installed: what
+/// `dp-executor` runs.
+pub fn executor_config(mut config: ExecutorProcessConfig) -> Result<ExecutorProcessConfig> {
+    config.override_function_registry = Some(Arc::new(function_registry()?));
+    config.override_config_producer = Some(Arc::new(session_config));
+    config.override_runtime_producer = Some(Arc::new(runtime));
+    config.override_logical_codec = Some(Arc::new(DpLogicalCodec::default()));
+    config.override_physical_codec = Some(Arc::new(DpPhysicalCodec::default()));
+    Ok(config)
+}
+
+/// A client session on the Ballista scheduler at `url` (`df://host:port`) with the DP
+/// functions, options and planner rule: the rule binds and charges on this side.
+pub async fn remote_context(url: &str) -> Result<SessionContext> {
+    let parsed = Url::parse(url)
+        .map_err(|e| DataFusionError::Configuration(format!("scheduler URL '{url}': {e}")))?;
+    let host = parsed.host_str().ok_or_else(|| {
+        DataFusionError::Configuration(format!("scheduler URL '{url}' has no host"))
+    })?;
+    let scheduler = format!("http://{host}:{}", parsed.port().unwrap_or(50050));
+    let config = session_config();
+    let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
+        scheduler,
+        config.ballista_config(),
+        config.ballista_logical_extension_codec(),
+    );
+    let config = config.with_ballista_query_planner(Arc::new(DpQueryPlanner { cluster }));
+    let ctx = SessionContext::remote_with_state(url, session_state(config)?).await?;
+    // Ballista's upgrade of the state replaces its function registries: install ours again
+    // (the planner rule and the budget survive the upgrade and are not added twice).
+    crate::register(&ctx)?;
+    Ok(ctx)
+}
+
+/// The client's query planner: a plan that reads only the client's own session tables
+/// (`dp_budget()`, `information_schema`) runs on the client, where they live (they cannot be
+/// serialised, and the budget is the client's); every other plan goes to the cluster.
+#[derive(Debug)]
+struct DpQueryPlanner {
+    cluster: BallistaQueryPlanner<LogicalPlanNode>,
+}
+
+#[async_trait]
+impl QueryPlanner for DpQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if reads_only_session_tables(plan)? {
+            DefaultPhysicalPlanner::default()
+                .create_physical_plan(plan, session)
+                .await
+        } else {
+            self.cluster.create_physical_plan(plan, session).await
+        }
+    }
+}
+
+/// Whether every table `plan` reads (subqueries included) is `dp_budget()` or in
+/// `information_schema`, and it reads at least one.
+fn reads_only_session_tables(plan: &LogicalPlan) -> Result<bool> {
+    let (mut local, mut other) = (false, false);
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let budget = scan.table_name.table() == "dp_budget()"
+                && source_as_provider(&scan.source)
+                    .is_ok_and(|p| p.downcast_ref::<MemTable>().is_some());
+            if budget || scan.table_name.schema() == Some("information_schema") {
+                local = true;
+            } else {
+                other = true;
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(local && !other)
+}
+
+/// Starts a scheduler and `executors` executors (each with `vcores` task slots) inside this
+/// process, on loopback ports the OS picks, and returns the scheduler's `df://` URL. For tests
+/// and single-machine demos; the processes of a real cluster are `dp-scheduler` and
+/// `dp-executor`.
+pub async fn start_local_cluster(executors: usize, vcores: usize) -> Result<String> {
+    let to_df = |e: ballista_core::error::BallistaError| DataFusionError::External(Box::new(e));
+    let addr = ballista_scheduler::standalone::new_standalone_scheduler_with_builder(
+        Arc::new(session_state),
+        Arc::new(session_config),
+        codec(),
+    )
+    .await
+    .map_err(to_df)?;
+    let http = format!("http://localhost:{}", addr.port());
+    let registry = function_registry()?;
+    for _ in 0..executors {
+        // The scheduler serves on a spawned task: retry while it starts (up to 10 s).
+        let mut attempts = 0;
+        let scheduler = loop {
+            match SchedulerGrpcClient::connect(http.clone()).await {
+                Ok(client) => break client,
+                Err(e) if attempts >= 100 => {
+                    return Err(DataFusionError::Execution(format!(
+                        "cannot reach the Ballista scheduler at {http}: {e}"
+                    )))
+                }
+                Err(_) => attempts += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        ballista_executor::new_standalone_executor_from_builder(
+            scheduler,
+            vcores,
+            Arc::new(session_config),
+            Arc::new(runtime),
+            codec(),
+            BallistaFunctionRegistry {
+                scalar_functions: registry.scalar_functions.clone(),
+                aggregate_functions: registry.aggregate_functions.clone(),
+                window_functions: registry.window_functions.clone(),
+                higher_order_functions: registry.higher_order_functions.clone(),
+            },
+        )
+        .await
+        .map_err(to_df)?;
+    }
+    Ok(format!("df://localhost:{}", addr.port()))
+}

@@ -1,0 +1,212 @@
+//! The wire form of a bound DP call, for plans that cross processes (Ballista's scheduler and
+//! executors, or any `datafusion-proto` round trip).
+//!
+//! A bound call carries its [`CallPlan`]: the noise calibrated once for the query and the
+//! options it was bound with. Rather than serialising the calibration itself, the wire form
+//! keeps the inputs of [`CallPlan::resolve`] (the merged `dp.*` options, ε, the stream name and
+//! argument counts) and the receiving node calls `resolve` again. The calibration is a pure
+//! function of those inputs, so both sides hold the same plan (checked on decode), and there
+//! stays one calibration function for every caller. Decoding never charges a budget: the call
+//! was charged when it was bound.
+
+use super::{CallPlan, DpAggregate, DpFunction};
+use crate::sql::options::DpOptions;
+use datafusion::common::config::ExtensionOptions;
+use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+
+/// First field of every encoded call; bump the version when the layout changes.
+const MAGIC: &str = "datafusion-dp/call/1";
+
+impl DpFunction {
+    /// Every DP aggregate, in registration order.
+    pub const ALL: [DpFunction; 5] = [
+        DpFunction::Count,
+        DpFunction::RelativeRisk,
+        DpFunction::RrCi,
+        DpFunction::OddsRatio,
+        DpFunction::OrCi,
+    ];
+
+    /// The function called `name` in SQL.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl DpAggregate {
+    /// The bound call as bytes, or `None` for an unbound function (which travels by name).
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        self.plan().map(|plan| encode(self.function(), plan))
+    }
+
+    /// The function `name`, bound to the call encoded in `bytes` (see [`DpAggregate::encode`]).
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<Self> {
+        let function = DpFunction::from_name(name)
+            .ok_or_else(|| plan_datafusion_err!("'{name}' is not a DP aggregate"))?;
+        let plan = decode(function, bytes)?;
+        Ok(DpAggregate::new(function).configured(plan))
+    }
+}
+
+fn encode(function: DpFunction, plan: &CallPlan) -> Vec<u8> {
+    let mut fields: Vec<String> = vec![
+        MAGIC.to_string(),
+        function.name().to_string(),
+        format!("{:016x}", plan.epsilon.to_bits()),
+        plan.stream.clone(),
+        plan.user_args.to_string(),
+        plan.key_args.to_string(),
+        plan.grouped.to_string(),
+        plan.selection_delta
+            .map_or(String::new(), |d| format!("{:016x}", d.to_bits())),
+    ];
+    for entry in plan.options.entries() {
+        if let Some(value) = entry.value {
+            let key = entry.key.strip_prefix("dp.").unwrap_or(&entry.key);
+            fields.push(key.to_string());
+            fields.push(value);
+        }
+    }
+    let mut bytes = Vec::new();
+    for field in fields {
+        bytes.extend_from_slice(&(field.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(field.as_bytes());
+    }
+    bytes
+}
+
+fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
+    let name = function.name();
+    let corrupt = |what: &str| plan_datafusion_err!("{name}: cannot decode the bound call: {what}");
+    let mut fields: Vec<&str> = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (len, tail) = rest
+            .split_at_checked(4)
+            .ok_or_else(|| corrupt("truncated"))?;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let (field, tail) = tail
+            .split_at_checked(len)
+            .ok_or_else(|| corrupt("truncated"))?;
+        fields.push(std::str::from_utf8(field).map_err(|_| corrupt("not UTF-8"))?);
+        rest = tail;
+    }
+    if fields.len() < 8 || fields[0] != MAGIC {
+        return Err(corrupt(&format!(
+            "not a {MAGIC} record (was it written by another version of datafusion-dp?)"
+        )));
+    }
+    if fields[1] != name {
+        return plan_err!("{name}: the bound call is for {}", fields[1]);
+    }
+    let bits = |s: &str| u64::from_str_radix(s, 16).map(f64::from_bits);
+    let epsilon = bits(fields[2]).map_err(|_| corrupt("epsilon"))?;
+    let count = |s: &str| s.parse::<usize>().map_err(|_| corrupt("argument count"));
+    let (user_args, key_args) = (count(fields[4])?, count(fields[5])?);
+    let grouped = fields[6].parse::<bool>().map_err(|_| corrupt("grouped"))?;
+    let selection_delta = match fields[7] {
+        "" => None,
+        d => Some(bits(d).map_err(|_| corrupt("selection delta"))?),
+    };
+    let pairs = &fields[8..];
+    if !pairs.len().is_multiple_of(2) {
+        return Err(corrupt("options"));
+    }
+    let mut options = DpOptions::default();
+    for pair in pairs.chunks(2) {
+        options
+            .apply(pair[0], pair[1])
+            .map_err(|e| corrupt(&format!("option {}: {e}", pair[0])))?;
+    }
+    let mut plan = CallPlan::resolve(
+        function,
+        &options,
+        Some(&ScalarValue::Float64(Some(epsilon))),
+        None,
+        fields[3].to_string(),
+        user_args,
+        key_args,
+        grouped,
+    )?;
+    plan.selection_delta = selection_delta;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(function: DpFunction, options: &DpOptions, grouped: bool) -> DpAggregate {
+        let plan = CallPlan::resolve(
+            function,
+            options,
+            Some(&ScalarValue::Float64(Some(0.7))),
+            None,
+            format!("{}(o, e, 0.7)", function.name()),
+            3,
+            if options.seed.is_some() { 2 } else { 0 },
+            grouped,
+        )
+        .unwrap();
+        DpAggregate::new(function).configured(plan)
+    }
+
+    #[test]
+    fn every_bound_call_round_trips_to_the_same_plan() {
+        let mut gaussian = DpOptions::default();
+        for (k, v) in [
+            ("mechanism", "gaussian"),
+            ("delta", "1e-7"),
+            ("confidence", "0.9"),
+            ("seed", "42"),
+            ("privacy_unit", "patient_id"),
+            ("max_rows_per_unit", "3"),
+            ("max_groups_per_unit", "2"),
+            ("ledger", "/tmp/a b,c=d.ledger"),
+            ("epsilon_budget", "0.1"),
+        ] {
+            gaussian.apply(k, v).unwrap();
+        }
+        let mut public = DpOptions::default();
+        public.apply("group_sizes", "public").unwrap();
+        public.apply("method", "noised_log").unwrap();
+        for function in DpFunction::ALL {
+            for options in [&DpOptions::default(), &gaussian] {
+                for grouped in [false, true] {
+                    let call = bound(function, options, grouped);
+                    let back =
+                        DpAggregate::decode(function.name(), &call.encode().unwrap()).unwrap();
+                    assert_eq!(back, call, "{function:?} {options:?} {grouped}");
+                }
+            }
+        }
+        let call = bound(DpFunction::RelativeRisk, &public, true);
+        let mut plan = call.plan().unwrap().as_ref().clone();
+        plan.selection_delta = Some(1e-6);
+        let call = DpAggregate::new(DpFunction::RelativeRisk).configured(plan);
+        let back = DpAggregate::decode("dp_relative_risk", &call.encode().unwrap()).unwrap();
+        assert_eq!(back, call);
+    }
+
+    #[test]
+    fn unbound_and_corrupt_calls_are_refused_with_the_function_name() {
+        assert!(DpAggregate::new(DpFunction::Count).encode().is_none());
+        let bytes = bound(DpFunction::RrCi, &DpOptions::default(), true)
+            .encode()
+            .unwrap();
+        for bad in [&bytes[..bytes.len() - 1], &bytes[4..], b"\x03\0\0\0abc"] {
+            let err = DpAggregate::decode("dp_rr_ci", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("dp_rr_ci: cannot decode"), "{err}");
+        }
+        let err = DpAggregate::decode("dp_count", &bytes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dp_count: the bound call is for dp_rr_ci"),
+            "{err}"
+        );
+        assert!(DpAggregate::decode("count", &bytes).is_err());
+    }
+}

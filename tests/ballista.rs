@@ -1,0 +1,228 @@
+//! The DP functions on an in-process Apache Ballista cluster (one scheduler, two executors,
+//! real gRPC and Arrow Flight shuffles on loopback), against a single DataFusion node.
+#![cfg(feature = "ballista")]
+
+use arrow::array::AsArray;
+use arrow::datatypes::Int64Type;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_dp::distributed::{remote_context, start_local_cluster};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use tokio::sync::OnceCell;
+
+/// Rows of the test table: group `g = v / 4` has exactly one row in each of the four Parquet
+/// files (`v % 4`), so every group's partial states come from four partitions.
+const ROWS: i64 = 8000;
+const GROUPS: i64 = ROWS / 4;
+const FILES: i64 = 4;
+
+/// One cluster for the whole test binary (each test gets its own client session). Its servers
+/// run on a runtime of their own: each test's runtime ends with the test.
+fn cluster() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let (started, url) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                started.send(start_local_cluster(2, 2).await).unwrap();
+                std::future::pending::<()>().await
+            })
+        });
+        url.recv().unwrap().expect("cluster starts")
+    })
+}
+
+/// The test data as four Parquet files, written once.
+async fn data() -> &'static Path {
+    static DIR: OnceCell<PathBuf> = OnceCell::const_new();
+    DIR.get_or_init(|| async {
+        let dir =
+            std::env::temp_dir().join(format!("datafusion-dp-ballista-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ctx = SessionContext::new();
+        for file in 0..FILES {
+            let sql = format!(
+                "COPY (SELECT value / 4 AS g, value % 40 AS region, value % 7 < 3 AS outcome,
+                              value % 5 < 2 AS exposed, value / 2 AS patient
+                       FROM range(0, {ROWS}) WHERE value % {FILES} = {file})
+                 TO '{}/part-{file}.parquet' STORED AS PARQUET",
+                dir.display()
+            );
+            ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        }
+        dir
+    })
+    .await
+}
+
+async fn register(ctx: &SessionContext) {
+    let dir = data().await;
+    ctx.register_parquet("t", dir.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+}
+
+/// A client session on the cluster, four partitions per scan.
+async fn remote() -> SessionContext {
+    let ctx = remote_context(cluster()).await.unwrap();
+    ctx.sql("SET datafusion.execution.target_partitions = 4")
+        .await
+        .unwrap();
+    register(&ctx).await;
+    ctx
+}
+
+/// A single-node session reading the same files in one partition.
+async fn local() -> SessionContext {
+    let ctx = datafusion_dp::cli::session(SessionConfig::new().with_target_partitions(1)).unwrap();
+    register(&ctx).await;
+    ctx
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> String {
+    let mut text = String::new();
+    for statement in sql.split(';').filter(|s| !s.trim().is_empty()) {
+        let batches = ctx
+            .sql(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        text = pretty_format_batches(&batches).unwrap().to_string();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seeded_queries_give_the_single_node_result() {
+    // The same seed must give the same released values on the cluster (four partitions, two
+    // executors, a hash shuffle between partial and final aggregates) as on one node reading
+    // one partition: noise is keyed by the group and drawn once, after the merge. Covers the
+    // 2x2 statistics with intervals, odds ratios, counts, contribution bounding (every
+    // patient has rows in two regions, one of which bounding drops; no patient has more rows
+    // in a region than the bound, so the random row sample keeps every row), private group selection,
+    // call options, and a DP scalar function resolved on the executors.
+    let queries = [
+        "SET dp.public_groups = 'assert';
+         SELECT region, dp_rr_ci(outcome, exposed, 1.0) AS rr, dp_count(1, 0.5) AS n
+         FROM t GROUP BY region ORDER BY region",
+        "SET dp.public_groups = 'assert';
+         SELECT region, dp_or_ci(outcome, exposed, 2.0, 'mechanism=gaussian, delta=1e-6') AS ci,
+                dp_odds_ratio(outcome, exposed, 1.0) AS odds
+         FROM t GROUP BY region ORDER BY region",
+        "SELECT dp_relative_risk(outcome, exposed, 0.5) AS rr, dp_count(patient, 1.0) AS n FROM t",
+        "SET dp.privacy_unit = 'patient'; SET dp.max_rows_per_unit = 2; SET dp.public_groups = 'assert';
+         SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",
+        "SET dp.selection_epsilon = 1.0; SET dp.selection_delta = 1e-6;
+         SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",
+        "SELECT rr_ci_katz(30, 100, 20, 100, 0.95) AS katz",
+    ];
+    for sql in queries {
+        let seeded = format!("SET dp.seed = 7; {sql}");
+        let single = run(&local().await, &seeded).await;
+        let distributed = run(&remote().await, &seeded).await;
+        assert!(single.lines().count() > 4, "{single}");
+        assert_eq!(distributed, single, "{sql}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn noise_is_drawn_once_per_group_after_the_shuffle() {
+    // Secure noise on the cluster. Each of the 2000 groups has one row in each of four files
+    // (four partitions): noise added per partial state would carry four draws (variance ×4).
+    // A grouped dp_count at ε = 1 uses ε/2 per group: discrete Laplace of scale 2, exact
+    // variance 2q/(1−q)², q = e^{-1/2}, ≈ 7.84. The sample variance over 2000 groups has
+    // standard error sqrt((μ4 − σ⁴)/n), estimated from the sample (≈ 0.4); the assertion
+    // allows 5 of them, far below the ×4 alternative (≈ 31). The mean noise is 0 within 5
+    // standard errors sqrt(σ²/n) ≈ 0.06.
+    let ctx = remote().await;
+    run(&ctx, "SET dp.public_groups = 'assert'").await;
+    let batches = ctx
+        .sql("SELECT dp_count(1, 1.0) - count(*) AS noise, count(*) AS n FROM t GROUP BY g")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let mut noise = Vec::new();
+    for b in &batches {
+        let column = b.column(0).as_primitive::<Int64Type>();
+        let sizes = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            assert_eq!(sizes.value(i), FILES, "every group has one row per file");
+            noise.push(column.value(i) as f64);
+        }
+    }
+    assert_eq!(noise.len() as i64, GROUPS);
+    let n = noise.len() as f64;
+    let mean = noise.iter().sum::<f64>() / n;
+    let var = noise.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let m4 = noise.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
+    let se = ((m4 - var * var) / n).sqrt();
+    let q = (-0.5f64).exp();
+    let expected = 2.0 * q / (1.0 - q).powi(2);
+    assert!(
+        (var - expected).abs() < 5.0 * se,
+        "variance {var}, expected {expected} (se {se})"
+    );
+    assert!(
+        mean.abs() < 5.0 * (expected / n).sqrt(),
+        "mean noise {mean}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_budget_is_charged_once_per_query_on_the_client() {
+    // The client binds and charges; the scheduler re-optimises the bound plan and must not
+    // charge again. The ledger is shared by every node that could charge (the setting travels
+    // with the query), so it holds exactly one entry per query.
+    let ledger = data().await.join("budget.ledger");
+    let _ = std::fs::remove_file(&ledger);
+    let ctx = remote().await;
+    run(
+        &ctx,
+        &format!(
+            "SET dp.epsilon_budget = 2.5; SET dp.ledger = '{}'; SET dp.public_groups = 'assert'",
+            ledger.display()
+        ),
+    )
+    .await;
+    for _ in 0..2 {
+        run(
+            &ctx,
+            "SELECT region, dp_rr_ci(outcome, exposed, 1.0) FROM t GROUP BY region",
+        )
+        .await;
+    }
+    let entries = datafusion_dp::sql::ledger::read(&ledger).unwrap();
+    let charged: Vec<f64> = entries.iter().map(|e| e.epsilon).collect();
+    assert_eq!(charged, vec![1.0, 1.0]);
+    // What is left (0.5) does not cover a third query: refused before it reaches the cluster.
+    let refused = match ctx.sql("SELECT dp_count(1, 1.0) FROM t").await {
+        Ok(df) => df.collect().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let err = refused.unwrap_err().to_string();
+    assert!(err.contains("budget"), "{err}");
+    assert_eq!(datafusion_dp::sql::ledger::read(&ledger).unwrap().len(), 2);
+    // dp_budget() reads the client's session: it runs on the client, not on the cluster.
+    let status = run(
+        &ctx,
+        "SELECT entry, epsilon FROM dp_budget() WHERE entry <> 'charge'",
+    )
+    .await;
+    for line in [
+        "| budget    | 2.5     |",
+        "| spent     | 2.0     |",
+        "| remaining | 0.5     |",
+    ] {
+        assert!(status.contains(line), "{status}");
+    }
+}
