@@ -8,6 +8,7 @@ pub mod budget;
 pub mod ledger;
 pub mod options;
 pub mod planner;
+pub mod public_groups;
 pub mod scalar;
 pub mod selection;
 
@@ -50,7 +51,12 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
             "dp_budget",
             Arc::new(budget::DpBudgetFunction::new(Arc::clone(&accountant))),
         );
-        ctx.add_analyzer_rule(Arc::new(planner::DpPlannerRule::new(accountant)));
+        // The session's catalogs (one Arc shared by every clone of the state), where a table
+        // of public keys (dp.public_groups) is looked up at planning.
+        let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
+        ctx.add_analyzer_rule(Arc::new(
+            planner::DpPlannerRule::new(accountant).with_catalogs(catalogs),
+        ));
     }
     Ok(())
 }

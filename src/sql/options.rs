@@ -10,6 +10,52 @@ use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions}
 use datafusion::common::{config_err, Result};
 use std::any::Any;
 
+/// How the GROUP BY keys of a grouped DP query are declared public (`SET dp.public_groups`).
+///
+/// Without a declaration ([`PublicGroups::None`]) a grouped DP query is refused unless private
+/// group selection is set ([`crate::sql::selection`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PublicGroups {
+    /// `'none'` (or `''`): the keys are not declared public.
+    #[default]
+    None,
+    /// `'assert'`: the user asserts every key that occurs is public; keys are released as they
+    /// occur in the data.
+    Assert,
+    /// Any other value: the name of a table (`table`, `schema.table` or
+    /// `catalog.schema.table`, SQL identifier rules) whose rows are the public keys. Rows of
+    /// undeclared keys are dropped and every declared key is released, with noise on zero
+    /// when it has no rows ([`crate::sql::public_groups`]).
+    Table(String),
+}
+
+impl PublicGroups {
+    /// Parses a `dp.public_groups` value: `'assert'`, `'none'`/`''`, or anything else as a
+    /// table name.
+    pub fn parse(value: &str) -> std::result::Result<Self, String> {
+        let v = value.trim();
+        if v.is_empty() || v.eq_ignore_ascii_case("none") {
+            return Ok(Self::None);
+        }
+        if v.eq_ignore_ascii_case("assert") {
+            return Ok(Self::Assert);
+        }
+        // Whether the table exists is checked when a grouped DP query uses it (it may be
+        // created after the SET).
+        Ok(Self::Table(v.to_string()))
+    }
+}
+
+impl std::fmt::Display for PublicGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("none"),
+            Self::Assert => f.write_str("assert"),
+            Self::Table(name) => f.write_str(name),
+        }
+    }
+}
+
 /// Session-wide defaults for every DP aggregate (`SET dp.<key> = ...`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DpOptions {
@@ -42,8 +88,9 @@ pub struct DpOptions {
     pub max_rows_per_unit: u32,
     /// Groups one unit may contribute to, with a privacy unit.
     pub max_groups_per_unit: u32,
-    /// The user asserts the GROUP BY keys are public (known in advance).
-    pub public_groups: bool,
+    /// Whether the GROUP BY keys are declared public: not at all, by assertion, or as a table
+    /// of keys ([`PublicGroups`]).
+    pub public_groups: PublicGroups,
     /// Private group selection: privacy parameters of the thresholded noisy group count.
     pub selection_epsilon: Option<f64>,
     pub selection_delta: Option<f64>,
@@ -69,7 +116,7 @@ impl Default for DpOptions {
             privacy_unit: None,
             max_rows_per_unit: 1,
             max_groups_per_unit: 1,
-            public_groups: false,
+            public_groups: PublicGroups::None,
             selection_epsilon: None,
             selection_delta: None,
         }
@@ -97,7 +144,7 @@ const KEYS: &[(&str, &str)] = &[
     ("privacy_unit", "column naming the privacy unit (e.g. patient_id); each unit's contribution is bounded before aggregation ('none': each row is one individual)"),
     ("max_rows_per_unit", "with a privacy unit: rows of one unit kept per group (random sample), default 1"),
     ("max_groups_per_unit", "with a privacy unit: groups one unit may contribute to, default 1"),
-    ("public_groups", "'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are; 'none' (default)"),
+    ("public_groups", "a table name (e.g. 'regions' or 'public.regions'): the table's rows are the public GROUP BY keys, matched by column name; every declared key is released (noise on zero for keys without rows) and rows of undeclared keys are dropped. 'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are. 'none' (default)"),
     ("selection_epsilon", "private group selection: epsilon of the thresholded noisy count that decides which groups are released"),
     ("selection_delta", "private group selection: delta in (0, 1), the chance a group of one unit is released"),
     ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
@@ -193,17 +240,7 @@ impl DpOptions {
                     self.max_groups_per_unit = bound;
                 }
             }
-            "public_groups" => {
-                self.public_groups = match value.trim().to_ascii_lowercase().as_str() {
-                    "assert" => true,
-                    "none" | "" => false,
-                    _ => {
-                        return Err(format!(
-                            "public_groups must be 'assert' or 'none', got '{value}'"
-                        ))
-                    }
-                }
-            }
+            "public_groups" => self.public_groups = PublicGroups::parse(value)?,
             "selection_epsilon" => {
                 self.selection_epsilon = if value.trim().eq_ignore_ascii_case("none") {
                     None
@@ -347,9 +384,7 @@ impl ExtensionOptions for DpOptions {
                     "delta_budget" => self.delta_budget.map(|b| b.to_string()),
                     "ledger" => self.ledger.clone(),
                     "require_secure" => Some(self.require_secure.to_string()),
-                    "public_groups" => {
-                        Some(if self.public_groups { "assert" } else { "none" }.to_string())
-                    }
+                    "public_groups" => Some(self.public_groups.to_string()),
                     "selection_epsilon" => self.selection_epsilon.map(|e| e.to_string()),
                     "selection_delta" => self.selection_delta.map(|d| d.to_string()),
                     "privacy_unit" => self.privacy_unit.clone(),
@@ -412,6 +447,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown option"));
+    }
+
+    #[test]
+    fn public_groups_is_assert_none_or_a_table() {
+        let mut o = DpOptions::default();
+        assert_eq!(o.public_groups, PublicGroups::None);
+        o.set("public_groups", " Assert ").unwrap();
+        assert_eq!(o.public_groups, PublicGroups::Assert);
+        o.set("public_groups", "public.Regions").unwrap();
+        assert_eq!(
+            o.public_groups,
+            PublicGroups::Table("public.Regions".to_string())
+        );
+        assert_eq!(o.public_groups.to_string(), "public.Regions");
+        for off in ["none", "NONE", "", "  "] {
+            o.set("public_groups", "assert").unwrap();
+            o.set("public_groups", off).unwrap();
+            assert_eq!(o.public_groups, PublicGroups::None, "{off:?}");
+        }
     }
 
     #[test]

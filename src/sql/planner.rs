@@ -5,16 +5,27 @@
 //! options, failing the query before anything runs; (2) calibrates the noise once for the
 //! query; (3) in seeded mode, passes the GROUP BY expressions to the call so noise is keyed by
 //! the group, not by arrival order; (4) refuses DP aggregates used as window functions.
-//! Output column names are preserved. Then (5) it charges the query to the session's privacy
-//! budget ([`crate::sql::budget`]), refusing it before anything executes when it does not fit;
-//! a plan whose DP calls were all bound by an earlier pass is not charged again. Later rules
-//! (contribution bounding, group selection) belong beside it.
+//! Output column names are preserved. For each aggregation with DP calls it then rewrites the
+//! input, visibly in `EXPLAIN`: (5) with `dp.privacy_unit`, bounds each unit's contribution
+//! ([`crate::sql::bounding`]); (6) decides how GROUP BY keys may be released: with
+//! `dp.public_groups = '<table>'` the table's rows are the public keys — rows of other keys
+//! are dropped before bounding, one phantom row per declared key is added after it and every
+//! aggregate is filtered to the real rows, so each declared key appears once, with noise on
+//! zero when it has no rows ([`crate::sql::public_groups`]); with `'assert'` the keys are
+//! released as they occur; otherwise the query is refused unless private group selection is
+//! set ([`crate::sql::selection`]). Ungrouped aggregations ignore the option. Finally (7) it
+//! charges the query to the session's privacy budget ([`crate::sql::budget`]), refusing it
+//! before anything executes when it does not fit; a plan whose DP calls were all bound by an
+//! earlier pass is not charged (nor rewritten) again. Declaring keys public costs nothing;
+//! private selection is charged with its (ε, δ).
 
 use crate::sql::aggregate::{CallPlan, DpAggregate};
 use crate::sql::bounding::bound_contributions;
 use crate::sql::budget::{self, Accountant};
-use crate::sql::options::DpOptions;
+use crate::sql::options::{DpOptions, PublicGroups};
+use crate::sql::public_groups::DeclaredKeys;
 use crate::sql::selection::select_groups;
+use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Result, ScalarValue};
@@ -36,12 +47,25 @@ pub const RULE_NAME: &str = "datafusion_dp";
 #[derive(Debug, Default)]
 pub struct DpPlannerRule {
     accountant: Arc<Accountant>,
+    /// The session's catalogs, where a table of public keys (`dp.public_groups`) is looked up.
+    catalogs: Option<Arc<dyn CatalogProviderList>>,
 }
 
 impl DpPlannerRule {
     /// A rule that charges `accountant` (the session's; shared with `dp_budget()`).
     pub fn new(accountant: Arc<Accountant>) -> Self {
-        Self { accountant }
+        Self {
+            accountant,
+            catalogs: None,
+        }
+    }
+
+    /// The rule looking tables of public keys up in `catalogs` (the session's
+    /// `SessionState::catalog_list()`, shared by every clone of the state, so tables
+    /// registered later are found). Without it, `dp.public_groups = '<table>'` is refused.
+    pub fn with_catalogs(mut self, catalogs: Arc<dyn CatalogProviderList>) -> Self {
+        self.catalogs = Some(catalogs);
+        self
     }
 
     pub fn accountant(&self) -> &Arc<Accountant> {
@@ -61,7 +85,9 @@ impl AnalyzerRule for DpPlannerRule {
         let charge = budget::has_unbound_calls(&plan)?;
         let bound = plan
             .transform_up_with_subqueries(|node| match node {
-                LogicalPlan::Aggregate(aggregate) => bind_aggregate(aggregate, &session),
+                LogicalPlan::Aggregate(aggregate) => {
+                    bind_aggregate(aggregate, &session, self.catalogs.as_ref(), config)
+                }
                 LogicalPlan::Window(window) => {
                     for expr in &window.window_expr {
                         refuse_window_use(expr)?;
@@ -119,7 +145,12 @@ fn constant_value(expr: &Expr) -> Option<ScalarValue> {
     }
 }
 
-fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transformed<LogicalPlan>> {
+fn bind_aggregate(
+    aggregate: Aggregate,
+    session: &DpOptions,
+    catalogs: Option<&Arc<dyn CatalogProviderList>>,
+    config: &ConfigOptions,
+) -> Result<Transformed<LogicalPlan>> {
     let needs_binding = aggregate.aggr_expr.iter().any(|e| {
         let inner = match e {
             Expr::Alias(alias) => alias.expr.as_ref(),
@@ -149,26 +180,47 @@ fn bind_aggregate(aggregate: Aggregate, session: &DpOptions) -> Result<Transform
         .iter()
         .map(|e| bind_call(e, &keys, session))
         .collect::<Result<Vec<_>>>()?;
-    let input = match &session.privacy_unit {
-        Some(unit) => bound_contributions(
-            aggregate.input,
+    // A table of public keys: rows of undeclared keys are dropped before bounding, and
+    // every declared key gets a phantom row after it (see crate::sql::public_groups).
+    let declared = match &session.public_groups {
+        PublicGroups::Table(name) if !keys.is_empty() => Some(DeclaredKeys::resolve(
+            name,
+            catalogs,
+            config,
+            &aggregate.group_expr,
+            aggregate.input.schema(),
+        )?),
+        _ => None,
+    };
+    let mut input = aggregate.input;
+    if let Some(declared) = &declared {
+        input = declared.restrict(input)?;
+    }
+    if let Some(unit) = &session.privacy_unit {
+        input = bound_contributions(
+            input,
             unit,
             &keys,
             session.max_rows_per_unit,
             session.max_groups_per_unit,
-        )?,
-        None => aggregate.input,
+        )?;
+    }
+    let rebuilt = match &declared {
+        Some(declared) => declared.aggregate(input, aggregate.group_expr, aggr_expr)?,
+        None => Aggregate::try_new(input, aggregate.group_expr, aggr_expr)?,
     };
-    let rebuilt = Aggregate::try_new(input, aggregate.group_expr, aggr_expr)?;
-    if !keys.is_empty() && !session.public_groups {
+    if !keys.is_empty() && session.public_groups == PublicGroups::None {
         let (Some(epsilon), Some(delta)) = (session.selection_epsilon, session.selection_delta)
         else {
             let name = first_dp_name(&rebuilt.aggr_expr).unwrap_or("a DP aggregate");
             return plan_err!(
-                "{name}: the GROUP BY keys come from private data and would be released exactly. \
-                 Either declare them public with SET dp.public_groups = 'assert', asserting every \
-                 key is known in advance (the only option for pure epsilon-DP), or select groups \
-                 privately with SET dp.selection_epsilon = ... and dp.selection_delta = ..."
+                "{name}: the GROUP BY keys come from private data and would be released \
+                 exactly. Declare them public with SET dp.public_groups = '<table>', naming a \
+                 table of the public keys (every declared key is released, one without rows \
+                 as noise on zero; rows of other keys are dropped), or with SET \
+                 dp.public_groups = 'assert', asserting every key that occurs is known in \
+                 advance (declaring keys is the only option for pure epsilon-DP); or select \
+                 groups privately with SET dp.selection_epsilon = ... and dp.selection_delta = ..."
             );
         };
         return Ok(Transformed::yes(select_groups(
