@@ -51,11 +51,16 @@ async fn data() -> &'static Path {
                 "COPY (SELECT value / 4 AS g, value % 40 AS region, value % 7 < 3 AS outcome,
                               value % 5 < 2 AS exposed, value / 2 AS patient
                        FROM range(0, {ROWS}) WHERE value % {FILES} = {file})
-                 TO '{}/part-{file}.parquet' STORED AS PARQUET",
+                 TO '{}/t/part-{file}.parquet' STORED AS PARQUET",
                 dir.display()
             );
             ctx.sql(&sql).await.unwrap().collect().await.unwrap();
         }
+        let keys = format!(
+            "COPY (SELECT value AS region FROM range(38, 42)) TO '{}/keys.parquet' STORED AS PARQUET",
+            dir.display()
+        );
+        ctx.sql(&keys).await.unwrap().collect().await.unwrap();
         dir
     })
     .await
@@ -63,9 +68,20 @@ async fn data() -> &'static Path {
 
 async fn register(ctx: &SessionContext) {
     let dir = data().await;
-    ctx.register_parquet("t", dir.to_str().unwrap(), ParquetReadOptions::default())
-        .await
-        .unwrap();
+    ctx.register_parquet(
+        "t",
+        dir.join("t").to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    ctx.register_parquet(
+        "keys",
+        dir.join("keys.parquet").to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
 }
 
 /// A client session on the cluster, four partitions per scan.
@@ -123,6 +139,11 @@ async fn seeded_queries_give_the_single_node_result() {
         "SET dp.selection_epsilon = 1.0; SET dp.selection_delta = 1e-6;
          SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",
         "SELECT rr_ci_katz(30, 100, 20, 100, 0.95) AS katz",
+        // A table of public keys: keys 38..41 are declared (40 and 41 have no rows: noise on
+        // zero), every other region is dropped.
+        "SET dp.public_groups = 'keys';
+         SELECT region, dp_count(1, 1.0) AS n, dp_rr_ci(outcome, exposed, 1.0)['estimate'] AS rr
+         FROM t GROUP BY region ORDER BY region",
     ];
     for sql in queries {
         let seeded = format!("SET dp.seed = 7; {sql}");

@@ -164,6 +164,7 @@ mod tests {
             ("max_groups_per_unit", "2"),
             ("ledger", "/tmp/a b,c=d.ledger"),
             ("epsilon_budget", "0.1"),
+            ("public_groups", "lake.public.regions"),
         ] {
             gaussian.apply(k, v).unwrap();
         }
