@@ -6,51 +6,8 @@
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
 use datafusion_dp::cli::session;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http(port: u16, request: &str) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.write_all(request.as_bytes())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
-}
-
-fn start_moto() -> Option<(Server, u16)> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let server = Server(child);
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "moto_server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some((server, port))
-}
+mod common;
+use common::{create_bucket, start_moto};
 
 async fn seeded_counts(ctx: &SessionContext) -> String {
     ctx.sql("SET dp.seed = 5").await.unwrap();
@@ -78,12 +35,7 @@ async fn dp_query_over_partitioned_parquet_on_s3() {
         println!("SKIPPED: moto_server is not installed (pip install 'moto[server]')");
         return;
     };
-    let created = http(
-        port,
-        &format!("PUT /dp-test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
-    )
-    .unwrap();
-    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+    create_bucket(port, "dp-test");
     for (key, value) in [
         ("AWS_ACCESS_KEY_ID", "test"),
         ("AWS_SECRET_ACCESS_KEY", "test"),

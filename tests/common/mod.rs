@@ -1,0 +1,126 @@
+//! What the integration tests share: a moto S3-compatible server on loopback (from PyPI;
+//! `.ci/run` installs it) and plain HTTP requests to it.
+
+// Each test crate compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `moto_server`, killed when dropped.
+pub struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends one raw HTTP/1.1 request (with `Connection: close`) and returns the whole response.
+pub fn http(port: u16, request: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+/// A request with a body: `method path` to the server on `port`, with `headers` (each
+/// `Name: value`) and `Content-Length` added.
+pub fn http_with_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> std::io::Result<String> {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    http(port, &request)
+}
+
+/// Creates `bucket` (moto accepts unsigned requests until authentication is switched on).
+pub fn create_bucket(port: u16, bucket: &str) {
+    let created = http_with_body(port, "PUT", &format!("/{bucket}"), &[], "").unwrap();
+    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+}
+
+/// Starts `moto_server` on a free loopback port; `None` if it is not installed.
+pub fn start_moto() -> Option<(Server, u16)> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let server = Server(child);
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "moto_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some((server, port))
+}
+
+/// Creates an IAM user allowed everything on S3 and returns its (access key id, secret),
+/// for a server whose authentication is switched on afterwards by [`enforce_credentials`].
+pub fn create_s3_user(port: u16, user: &str) -> (String, String) {
+    // moto routes by the service in the credential scope; the signature is not checked yet.
+    let scope = "Authorization: AWS4-HMAC-SHA256 Credential=setup/20260101/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0";
+    let form = "Content-Type: application/x-www-form-urlencoded";
+    let call = |pairs: &[(&str, &str)]| {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(pairs.iter().copied().chain([("Version", "2010-05-08")]))
+            .finish();
+        let response = http_with_body(port, "POST", "/", &[scope, form], &body).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        response
+    };
+    call(&[("Action", "CreateUser"), ("UserName", user)]);
+    let key = call(&[("Action", "CreateAccessKey"), ("UserName", user)]);
+    let element = |name: &str| {
+        let from = key.find(&format!("<{name}>")).unwrap() + name.len() + 2;
+        let to = from + key[from..].find(&format!("</{name}>")).unwrap();
+        key[from..to].to_string()
+    };
+    let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#;
+    call(&[
+        ("Action", "PutUserPolicy"),
+        ("UserName", user),
+        ("PolicyName", "s3"),
+        ("PolicyDocument", policy),
+    ]);
+    (element("AccessKeyId"), element("SecretAccessKey"))
+}
+
+/// From now on every request must be signed with an IAM user's credentials (moto's
+/// `INITIAL_NO_AUTH_ACTION_COUNT`, reset through its API).
+pub fn enforce_credentials(port: u16) {
+    let response = http_with_body(
+        port,
+        "POST",
+        "/moto-api/reset-auth",
+        &["Content-Type: text/plain"],
+        "0",
+    )
+    .unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
