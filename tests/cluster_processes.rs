@@ -92,7 +92,7 @@ fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
     let sql = "SET dp.public_groups = 'assert'; SET dp.seed = 11; \
                SELECT region, dp_rr_ci(outcome, exposed, 1.0) AS rr, dp_count(1, 0.5) AS n \
                FROM visits GROUP BY region ORDER BY region";
-    let single = dpsql(&["--table", &table, "-c", sql, "--format", "json"]);
+    let single = dpsql(&["--table", &table, "-c", sql, "--format", "csv"]);
     assert!(single.status.success(), "{single:?}");
     let url = format!("df://127.0.0.1:{scheduler_port}");
     // The servers take a moment to start and register: retry for up to 60 s.
@@ -120,6 +120,10 @@ fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
     );
     let text = String::from_utf8(single.stdout).unwrap();
     assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(
+        text.starts_with("region,rr.estimate,rr.lower,rr.upper,"),
+        "CSV flattens the struct: {text}"
+    );
     assert_eq!(String::from_utf8(distributed.stdout).unwrap(), text);
     let tasks: usize = logs
         .iter()

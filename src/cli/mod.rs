@@ -3,7 +3,8 @@
 //! output formatting. Thin: everything else is DataFusion's.
 
 use crate::sql::options::DpOptions;
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Field, Schema};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -239,13 +240,13 @@ impl OutputFormat {
 
 /// Formats one statement's result.
 pub fn format_result(result: &StatementResult, format: OutputFormat) -> Result<String> {
+    // Statements without output (SET, CREATE ...) print nothing in any format.
+    if result.schema.fields().is_empty() {
+        return Ok(String::new());
+    }
     Ok(match format {
         OutputFormat::Table => {
-            if result.schema.fields().is_empty() {
-                String::new()
-            } else {
-                arrow::util::pretty::pretty_format_batches(&result.batches)?.to_string()
-            }
+            arrow::util::pretty::pretty_format_batches(&result.batches)?.to_string()
         }
         OutputFormat::Csv => {
             let mut out = Vec::new();
@@ -254,7 +255,7 @@ pub fn format_result(result: &StatementResult, format: OutputFormat) -> Result<S
                     .with_header(true)
                     .build(&mut out);
                 for batch in &result.batches {
-                    writer.write(batch)?;
+                    writer.write(&flatten_structs(batch)?)?;
                 }
             }
             String::from_utf8_lossy(&out).into_owned()
@@ -267,6 +268,32 @@ pub fn format_result(result: &StatementResult, format: OutputFormat) -> Result<S
             String::from_utf8_lossy(&writer.into_inner()).into_owned()
         }
     })
+}
+
+/// `batch` with every struct column (such as `dp_rr_ci`'s result) replaced by one column per
+/// field, named `column.field`, since CSV has no nested values.
+fn flatten_structs(batch: &RecordBatch) -> Result<RecordBatch> {
+    fn push(name: &str, column: &ArrayRef, fields: &mut Vec<Field>, columns: &mut Vec<ArrayRef>) {
+        match column.as_struct_opt() {
+            Some(inner) => {
+                for (field, child) in inner.fields().iter().zip(inner.columns()) {
+                    push(&format!("{name}.{}", field.name()), child, fields, columns);
+                }
+            }
+            None => {
+                fields.push(Field::new(name, column.data_type().clone(), true));
+                columns.push(Arc::clone(column));
+            }
+        }
+    }
+    let (mut fields, mut columns) = (Vec::new(), Vec::new());
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        push(field.name(), column, &mut fields, &mut columns);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// The one-line warning printed after results computed in the non-private seeded mode.

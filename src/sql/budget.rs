@@ -22,8 +22,9 @@
 //! - Re-analysis of a plan whose DP calls are all bound already (a plan optimised twice, or a
 //!   scheduler such as Ballista re-optimising the plan it received) is not charged again in
 //!   the process that bound it; a plan in which any call is still unbound is charged in full.
-//!   A scheduler that receives unbound calls (a codec that drops the binding) charges them
-//!   again: over-counting, never under-counting. Every `collect()` of a DataFrame re-analyses
+//!   The codecs of `crate::distributed` carry the binding, so Ballista's scheduler charges
+//!   nothing; a scheduler that receives unbound calls (a client without the rule) charges them
+//!   in its own session: over-counting, never under-counting. Every `collect()` of a DataFrame re-analyses
 //!   its unbound plan, draws fresh noise and is charged again.
 //! - Each session ([`crate::register`]) has one [`Accountant`]; a `Mutex` makes the check and
 //!   the charge one step, so concurrent queries cannot together overspend. With `dp.ledger`,
