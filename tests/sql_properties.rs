@@ -78,7 +78,7 @@ async fn noise_is_added_once_per_group_after_the_merge() {
     // Each group's 20 rows are spread over 8 partitions. If noise were added per partial
     // state, the released count would carry the sum of up to 8 noise draws (variance ×8).
     // A grouped dp_count at ε = 2 uses ε/2 = 1 per group (a replaced row can change two
-    // groups): Laplace scale 1, exact discrete variance 2q/(1−q)², q = e^{-1}, ≈ 0.9206.
+    // groups): Laplace scale 1, exact discrete variance 2q/(1−q)², q = e^{-1}, ≈ 1.841.
     // Over 2000 groups the sample variance has standard error sqrt((μ4 − σ⁴)/n) (estimated
     // from the sample, ≈ 0.06); the assertion allows 5 of them, far below the ×8 alternative.
     let ctx = session(8, false).await;

@@ -203,6 +203,7 @@ fn bind_aggregate(
             &keys,
             session.max_rows_per_unit,
             session.max_groups_per_unit,
+            session.seed,
         )?;
     }
     let rebuilt = match &declared {
