@@ -2,6 +2,8 @@
 //! real gRPC and Arrow Flight shuffles on loopback), against a single DataFusion node.
 #![cfg(feature = "ballista")]
 
+mod common;
+
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use arrow::util::pretty::pretty_format_batches;
@@ -182,11 +184,8 @@ async fn noise_is_drawn_once_per_group_after_the_shuffle() {
         }
     }
     assert_eq!(noise.len() as i64, GROUPS);
+    let (mean, var, _, se) = common::moments(&noise);
     let n = noise.len() as f64;
-    let mean = noise.iter().sum::<f64>() / n;
-    let var = noise.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    let m4 = noise.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
-    let se = ((m4 - var * var) / n).sqrt();
     let q = (-0.5f64).exp();
     let expected = 2.0 * q / (1.0 - q).powi(2);
     assert!(

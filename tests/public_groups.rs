@@ -2,6 +2,8 @@
 //! released with noise on zero, calibrated like every other group, and the phantom rows that
 //! create them count nothing. Also: a catalog whose table lookup has to wait.
 
+mod common;
+
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use async_trait::async_trait;
@@ -9,7 +11,7 @@ use datafusion::catalog::{
     CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider, TableProvider,
 };
 use datafusion::error::Result;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -19,20 +21,7 @@ const DECLARED: i64 = 4000;
 const ROWS: i64 = 20;
 
 async fn session(partitions: usize, skip_partial: bool) -> SessionContext {
-    let mut config = SessionConfig::new()
-        .with_target_partitions(partitions)
-        .with_batch_size(1000);
-    if skip_partial {
-        // Forces the skip-partial-aggregation path (`convert_to_state`, with the filter).
-        let options = config.options_mut();
-        options
-            .execution
-            .skip_partial_aggregation_probe_rows_threshold = 10;
-        options
-            .execution
-            .skip_partial_aggregation_probe_ratio_threshold = 0.0;
-    }
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = SessionContext::new_with_config(common::config(partitions, skip_partial));
     datafusion_dp::register(&ctx).unwrap();
     // Every key declared twice (duplicates collapse), as INT (cast to the BIGINT key).
     ctx.sql(&format!(
@@ -74,15 +63,6 @@ async fn released(ctx: &SessionContext, sql: &str) -> BTreeMap<i64, i64> {
     out
 }
 
-/// Sample mean, sample variance and the standard errors of both.
-fn moments(xs: &[f64]) -> (f64, f64, f64, f64) {
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    let m4 = xs.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
-    (mean, var, (var / n).sqrt(), ((m4 - var * var) / n).sqrt())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_declared_keys_get_noise_on_zero_and_phantom_rows_count_nothing() {
     // A grouped dp_count at ε = 2 spends ε/2 = 1 per group (a replaced row can change two
@@ -117,7 +97,7 @@ async fn empty_declared_keys_get_noise_on_zero_and_phantom_rows_count_nothing() 
             ("keys with rows", 0..FULL, ROWS),
         ] {
             let noise: Vec<f64> = keys.map(|k| (out[&k] - exact) as f64).collect();
-            let (mean, var, se_mean, se_var) = moments(&noise);
+            let (mean, var, se_mean, se_var) = common::moments(&noise);
             let context = format!(
                 "{label} (partitions {partitions}, skip_partial {skip_partial}): mean {mean} \
                  (se {se_mean}), variance {var} (se {se_var}), expected 0 and {expected_var}"

@@ -1,26 +1,16 @@
 //! End-to-end properties of the SQL aggregates: noise drawn once per group after the merge,
 //! reproducible seeded mode independent of partitioning, fresh noise without a seed.
 
+mod common;
+
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 
 const GROUPS: i64 = 2000;
 
 async fn session(partitions: usize, skip_partial: bool) -> SessionContext {
-    let mut config = SessionConfig::new()
-        .with_target_partitions(partitions)
-        .with_batch_size(1000);
-    if skip_partial {
-        let options = config.options_mut();
-        options
-            .execution
-            .skip_partial_aggregation_probe_rows_threshold = 10;
-        options
-            .execution
-            .skip_partial_aggregation_probe_ratio_threshold = 0.0;
-    }
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = SessionContext::new_with_config(common::config(partitions, skip_partial));
     datafusion_dp::register(&ctx).unwrap();
     // The group keys (g = value % 2000) are public: every key is known in advance.
     ctx.sql("SET dp.public_groups = 'assert'").await.unwrap();
@@ -88,11 +78,7 @@ async fn noise_is_added_once_per_group_after_the_merge() {
     )
     .await;
     let noise: Vec<f64> = int_column(&batches, 0).iter().map(|&v| v as f64).collect();
-    let n = noise.len() as f64;
-    let mean = noise.iter().sum::<f64>() / n;
-    let var = noise.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    let m4 = noise.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
-    let se = ((m4 - var * var) / n).sqrt();
+    let (_, var, _, se) = common::moments(&noise);
     let q = (-1.0f64).exp();
     let expected = 2.0 * q / (1.0 - q).powi(2);
     assert!(

@@ -34,6 +34,42 @@ fn decode_udaf(name: &str, buf: &[u8]) -> Option<Result<Arc<AggregateUDF>>> {
     Some(DpAggregate::decode(name, buf).map(|dp| Arc::new(AggregateUDF::new_from_impl(dp))))
 }
 
+/// The function methods both codec traits share (same names and signatures): bound DP calls
+/// are ours, everything else goes to the inner codec.
+macro_rules! function_methods {
+    () => {
+        fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+            self.inner.try_decode_udf(name, buf)
+        }
+
+        fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+            self.inner.try_encode_udf(node, buf)
+        }
+
+        fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+            decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
+        }
+
+        fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+            match encode_udaf(node) {
+                Some(bytes) => {
+                    buf.extend_from_slice(&bytes);
+                    Ok(())
+                }
+                None => self.inner.try_encode_udaf(node, buf),
+            }
+        }
+
+        fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+            self.inner.try_decode_udwf(name, buf)
+        }
+
+        fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+            self.inner.try_encode_udwf(node, buf)
+        }
+    };
+}
+
 /// Ballista's logical codec, plus bound DP calls.
 #[derive(Debug)]
 pub struct DpLogicalCodec {
@@ -103,35 +139,7 @@ impl LogicalExtensionCodec for DpLogicalCodec {
         self.inner.try_encode_file_format(buf, node)
     }
 
-    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        self.inner.try_decode_udf(name, buf)
-    }
-
-    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udf(node, buf)
-    }
-
-    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
-    }
-
-    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match encode_udaf(node) {
-            Some(bytes) => {
-                buf.extend_from_slice(&bytes);
-                Ok(())
-            }
-            None => self.inner.try_encode_udaf(node, buf),
-        }
-    }
-
-    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        self.inner.try_decode_udwf(name, buf)
-    }
-
-    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udwf(node, buf)
-    }
+    function_methods!();
 }
 
 /// Ballista's physical codec (shuffle readers and writers, ...), plus bound DP calls.
@@ -173,33 +181,5 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         self.inner.try_encode(node, buf, proto_converter)
     }
 
-    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        self.inner.try_decode_udf(name, buf)
-    }
-
-    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udf(node, buf)
-    }
-
-    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
-    }
-
-    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match encode_udaf(node) {
-            Some(bytes) => {
-                buf.extend_from_slice(&bytes);
-                Ok(())
-            }
-            None => self.inner.try_encode_udaf(node, buf),
-        }
-    }
-
-    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        self.inner.try_decode_udwf(name, buf)
-    }
-
-    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udwf(node, buf)
-    }
+    function_methods!();
 }

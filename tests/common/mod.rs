@@ -1,13 +1,43 @@
-//! What the integration tests share: a moto S3-compatible server on loopback (from PyPI;
-//! `.ci/run` installs it) and plain HTTP requests to it.
+//! What the integration tests share: session configurations and sample moments for the
+//! statistical SQL tests, and a moto S3-compatible server on loopback (from PyPI; `.ci/run`
+//! installs it) with plain HTTP requests to it.
 
 // Each test crate compiles this module and uses part of it.
 #![allow(dead_code)]
 
+use datafusion::prelude::SessionConfig;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A session configuration with `partitions` partitions and 1000-row batches; `skip_partial`
+/// forces DataFusion's skip-partial-aggregation path (`convert_to_state`).
+pub fn config(partitions: usize, skip_partial: bool) -> SessionConfig {
+    let mut config = SessionConfig::new()
+        .with_target_partitions(partitions)
+        .with_batch_size(1000);
+    if skip_partial {
+        let options = config.options_mut();
+        options
+            .execution
+            .skip_partial_aggregation_probe_rows_threshold = 10;
+        options
+            .execution
+            .skip_partial_aggregation_probe_ratio_threshold = 0.0;
+    }
+    config
+}
+
+/// Sample mean, sample variance, and the standard errors of both (`sqrt(σ²/n)` and
+/// `sqrt((μ4 − σ⁴)/n)`, from the sample's own moments).
+pub fn moments(xs: &[f64]) -> (f64, f64, f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let m4 = xs.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
+    (mean, var, (var / n).sqrt(), ((m4 - var * var) / n).sqrt())
+}
 
 /// A running `moto_server`, killed when dropped.
 pub struct Server(Child);
