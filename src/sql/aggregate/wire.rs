@@ -5,9 +5,10 @@
 //! options it was bound with. Rather than serialising the calibration itself, the wire form
 //! keeps the inputs of [`CallPlan::resolve`] (the merged `dp.*` options, ε, the stream name and
 //! argument counts) and the receiving node calls `resolve` again. The calibration is a pure
-//! function of those inputs, so both sides hold the same plan (checked on decode), and there
-//! stays one calibration function for every caller. Decoding never charges a budget: the call
-//! was charged when it was bound.
+//! function of those inputs, so both sides hold the same plan (the tests below round-trip every
+//! function and kind of option and compare the plans), and there stays one calibration
+//! function for every caller. Decoding never charges a budget: the call was charged when it
+//! was bound.
 
 use super::{CallPlan, DpAggregate, DpFunction};
 use crate::sql::options::DpOptions;
