@@ -3,6 +3,7 @@
 //! error, derived where it is used.
 
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
+use datafusion_dp::stats::sampler::{DiscreteGaussian, Rational};
 use datafusion_dp::stats::simulation::{coverage, Design};
 use datafusion_dp::stats::{
     CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic,
@@ -10,6 +11,7 @@ use datafusion_dp::stats::{
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
+use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 /// Sample mean and variance of `n` draws, and the sample fourth central moment.
 fn moments(noise: &CountNoise, n: usize, seed: u64) -> (f64, f64, f64) {
@@ -60,6 +62,118 @@ fn released_counts_have_the_intended_noise_variance() {
             Mechanism::Gaussian => noise.scale * noise.scale,
         };
         assert!((continuous - noise.variance) < 0.17 && continuous >= noise.variance - 1e-9);
+    }
+}
+
+/// Checks integer draws against an exact pmf: `weights[i]` is proportional to the probability
+/// of `lo + i`, normalised here numerically; the range must hold all but a negligible mass
+/// (below e^-700 in every use), and draws outside it are counted in the end cells.
+///
+/// Adjacent values are pooled into bins with an expected count of at least 20 (each bin count
+/// is Binomial(n, p), close to normal at that size). Two checks, with thresholds from that
+/// law and fixed seeds, never tuned:
+/// * each bin within 5 standard errors `sqrt(n p (1 − p))` of `n p`: an exact sampler fails a
+///   given bin with probability about 5.7e-7, so all (at most a few hundred here) pass
+///   unless the law is off;
+/// * Pearson's `X² = Σ (O − E)² / E` below the 1 − 10⁻⁶ quantile of χ² with `bins − 1`
+///   degrees of freedom, its law for an exact sampler; this also catches deviations spread
+///   over many bins, too small to show in any one.
+fn assert_matches_pmf(draws: &[i64], lo: i64, weights: &[f64], what: &str) {
+    let n = draws.len() as f64;
+    let total: f64 = weights.iter().sum();
+    let mut counts = vec![0u64; weights.len()];
+    for &x in draws {
+        let i = (x.saturating_sub(lo)).clamp(0, weights.len() as i64 - 1);
+        counts[i as usize] += 1;
+    }
+    // (first value, expected, observed) per bin.
+    let mut bins: Vec<(i64, f64, f64)> = Vec::new();
+    let mut open: Option<(i64, f64, f64)> = None;
+    for (i, (&w, &c)) in weights.iter().zip(&counts).enumerate() {
+        let bin = open.get_or_insert((lo + i as i64, 0.0, 0.0));
+        bin.1 += n * w / total;
+        bin.2 += c as f64;
+        if bin.1 >= 20.0 {
+            bins.push(open.take().unwrap());
+        }
+    }
+    if let Some((_, e, o)) = open {
+        let last = bins.last_mut().expect("at least one full bin");
+        last.1 += e;
+        last.2 += o;
+    }
+    let mut chi2 = 0.0;
+    for &(x, e, o) in &bins {
+        let se = (e * (1.0 - e / n)).sqrt();
+        assert!(
+            (o - e).abs() <= 5.0 * se,
+            "{what}: bin from {x}: {o} draws, expected {e:.1} (se {se:.1})"
+        );
+        chi2 += (o - e).powi(2) / e;
+    }
+    let df = bins.len() as f64 - 1.0;
+    let limit = ChiSquared::new(df).unwrap().inverse_cdf(1.0 - 1e-6);
+    assert!(
+        chi2 <= limit,
+        "{what}: chi-square {chi2:.1} over {df} degrees of freedom, limit {limit:.1}"
+    );
+}
+
+/// The values `-r..=r` with `r = ⌈40·scale⌉ + 2` (beyond which every pmf used here is below
+/// e^-800 of its peak) and the weights `f(x)` on them.
+fn weights_on_range(scale: f64, f: impl Fn(f64) -> f64) -> (i64, Vec<f64>) {
+    let r = (40.0 * scale).ceil() as i64 + 2;
+    (-r, (-r..=r).map(|x| f(x as f64)).collect())
+}
+
+#[test]
+fn discrete_gaussian_matches_the_exact_pmf() {
+    // 400,000 draws at each σ²: small (σ² = 0.3, where almost all mass is on -1, 0, 1), near
+    // 1 (σ² = 1.063, where the proposal scale is t = 1, not CKS's ⌊σ⌋ + 1 = 2), medium
+    // (4.37) and large (5000, σ ≈ 70.7); σ² as the exact dyadic rationals the sampler gets,
+    // pmf ∝ exp(-x²/2σ²).
+    for (i, sigma2) in [0.3, 1.063, 4.37, 5000.0].into_iter().enumerate() {
+        let sigma2 = Rational::ceil_dyadic(sigma2, 40).unwrap();
+        let gaussian = DiscreteGaussian::new(sigma2).unwrap();
+        let mut rng = ChaCha20Rng::seed_from_u64(500 + i as u64);
+        let draws: Vec<i64> = (0..400_000).map(|_| gaussian.sample(&mut rng)).collect();
+        let s2 = sigma2.to_f64();
+        let (lo, weights) = weights_on_range(s2.sqrt(), |x| (-x * x / (2.0 * s2)).exp());
+        assert_matches_pmf(&draws, lo, &weights, &format!("gaussian sigma^2={s2}"));
+    }
+}
+
+#[test]
+fn released_noise_matches_the_exact_pmf() {
+    // The noise the aggregates add (CountNoise, as calibrated), 400,000 draws per case:
+    // Laplace ∝ exp(-ε|x|/Δ) (ε = 0.5 is the rational 1/2; ε = 0.1 has a 2^55 denominator,
+    // the samplers' wide paths), and the Gaussian at its calibrated σ² (scale², exact up to
+    // f64 rounding far below the Monte Carlo error).
+    let cases = [
+        (Mechanism::Laplace, 0.5, None, 1),
+        (Mechanism::Laplace, 0.1, None, 2),
+        (Mechanism::Gaussian, 1.0, Some(1e-5), 1),
+        (Mechanism::Gaussian, 0.3, Some(1e-6), 2),
+    ];
+    for (i, (mechanism, epsilon, delta, sensitivity)) in cases.into_iter().enumerate() {
+        let noise = CountNoise::calibrate(
+            mechanism,
+            epsilon,
+            delta,
+            sensitivity,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
+        let mut rng = ChaCha20Rng::seed_from_u64(600 + i as u64);
+        let draws: Vec<i64> = (0..400_000).map(|_| noise.sample(&mut rng)).collect();
+        let (scale, d) = (noise.scale, sensitivity as f64);
+        let (lo, weights) = match mechanism {
+            Mechanism::Laplace => weights_on_range(scale, |x| (-epsilon * x.abs() / d).exp()),
+            Mechanism::Gaussian => {
+                weights_on_range(scale, |x| (-x * x / (2.0 * scale * scale)).exp())
+            }
+        };
+        assert_matches_pmf(&draws, lo, &weights, &format!("{mechanism} eps={epsilon}"));
     }
 }
 

@@ -20,7 +20,7 @@
 //! the discrete Gaussian's variance is below `σ²` by a relative `O(exp(-2π²σ²))`. Intervals use
 //! the exact variance of the noise added ([`CountNoise::variance`]).
 
-use super::sampler::{discrete_gaussian, discrete_laplace, Rational};
+use super::sampler::{discrete_laplace, DiscreteGaussian, Rational};
 use rand::RngCore;
 use statrs::distribution::{ContinuousCDF, Normal};
 use std::fmt;
@@ -226,8 +226,8 @@ pub fn discrete_gaussian_delta(sigma2: f64, epsilon: f64, sensitivity: u32) -> f
 enum Sampler {
     /// `P(k) ∝ exp(-|k| s / t)`.
     DiscreteLaplace { s: u128, t: u128 },
-    /// `N_Z(0, σ²)` with the exact rational `σ²` sampled.
-    DiscreteGaussian { sigma2: Rational },
+    /// `N_Z(0, σ²)` with the exact rational `σ²` sampled (its constants computed once, here).
+    DiscreteGaussian(DiscreteGaussian),
 }
 
 /// A calibrated integer-noise mechanism for one count of sensitivity `Δ`.
@@ -296,7 +296,7 @@ impl CountNoise {
                     ));
                 }
                 // Sample σ² rounded up to a dyadic rational with enough bits to keep the
-                // sampler's integer arithmetic within u128 (see sampler::discrete_gaussian),
+                // sampler's integer arithmetic within u128 (see sampler::DiscreteGaussian),
                 // then make sure the exact discrete δ is within target (CKS Theorem 7).
                 let mut sigma2 = dyadic_sigma2(sigma * sigma)?;
                 let mut guard = 0;
@@ -315,7 +315,7 @@ impl CountNoise {
                     sensitivity,
                     scale: sigma2.to_f64().sqrt(),
                     variance: discrete_gaussian_variance(sigma2.to_f64()),
-                    sampler: Sampler::DiscreteGaussian { sigma2 },
+                    sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
                 })
             }
         }
@@ -325,7 +325,7 @@ impl CountNoise {
     pub fn sample<R: RngCore + ?Sized>(&self, rng: &mut R) -> i64 {
         match self.sampler {
             Sampler::DiscreteLaplace { s, t } => discrete_laplace(rng, s, t),
-            Sampler::DiscreteGaussian { sigma2 } => discrete_gaussian(rng, sigma2),
+            Sampler::DiscreteGaussian(gaussian) => gaussian.sample(rng),
         }
     }
 }
