@@ -23,6 +23,23 @@ fn moments(noise: &CountNoise, n: usize, seed: u64) -> (f64, f64, f64) {
     (mean, var, m4)
 }
 
+/// The count noise `CountNoise::calibrate` gives (analytic Gaussian calibration).
+fn calibrated(
+    mechanism: Mechanism,
+    epsilon: f64,
+    delta: Option<f64>,
+    sensitivity: u32,
+) -> CountNoise {
+    CountNoise::calibrate(
+        mechanism,
+        epsilon,
+        delta,
+        sensitivity,
+        GaussianCalibration::Analytic,
+    )
+    .unwrap()
+}
+
 #[test]
 fn released_counts_have_the_intended_noise_variance() {
     // For each mechanism and scale, 200,000 draws. The sample variance s² has standard error
@@ -38,14 +55,7 @@ fn released_counts_have_the_intended_noise_variance() {
         (Mechanism::Gaussian, 0.25, Some(5e-5), 1),
     ];
     for (i, (mechanism, epsilon, delta, sensitivity)) in cases.into_iter().enumerate() {
-        let noise = CountNoise::calibrate(
-            mechanism,
-            epsilon,
-            delta,
-            sensitivity,
-            GaussianCalibration::Analytic,
-        )
-        .unwrap();
+        let noise = calibrated(mechanism, epsilon, delta, sensitivity);
         let (mean, var, m4) = moments(&noise, n, 1000 + i as u64);
         let var_se = ((m4 - var * var) / n as f64).sqrt();
         let mean_se = (var / n as f64).sqrt();
@@ -156,14 +166,7 @@ fn released_noise_matches_the_exact_pmf() {
         (Mechanism::Gaussian, 0.3, Some(1e-6), 2),
     ];
     for (i, (mechanism, epsilon, delta, sensitivity)) in cases.into_iter().enumerate() {
-        let noise = CountNoise::calibrate(
-            mechanism,
-            epsilon,
-            delta,
-            sensitivity,
-            GaussianCalibration::Analytic,
-        )
-        .unwrap();
+        let noise = calibrated(mechanism, epsilon, delta, sensitivity);
         let mut rng = ChaCha20Rng::seed_from_u64(600 + i as u64);
         let draws: Vec<i64> = (0..400_000).map(|_| noise.sample(&mut rng)).collect();
         let (scale, d) = (noise.scale, sensitivity as f64);
