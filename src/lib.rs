@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
-//! intervals); [`sql`] adapts it to DataFusion (functions, options, planner rule);
+//! intervals); [`sql`] adapts it to DataFusion (functions, privacy rewrites, accounting);
 //! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster.
 
 #[cfg(feature = "cli")]

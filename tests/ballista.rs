@@ -221,7 +221,7 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
         )
         .await;
     }
-    let entries = datafusion_dp::sql::ledger::read(&ledger).unwrap();
+    let entries = datafusion_dp::sql::accounting::ledger::read(&ledger).unwrap();
     let charged: Vec<f64> = entries.iter().map(|e| e.epsilon).collect();
     assert_eq!(charged, vec![1.0, 1.0]);
     // What is left (0.5) does not cover a third query: refused before it reaches the cluster.
@@ -231,7 +231,7 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
     };
     let err = refused.unwrap_err().to_string();
     assert!(err.contains("budget"), "{err}");
-    assert_eq!(datafusion_dp::sql::ledger::read(&ledger).unwrap().len(), 2);
+    assert_eq!(datafusion_dp::sql::accounting::ledger::read(&ledger).unwrap().len(), 2);
     // dp_budget() reads the client's session: it runs on the client, not on the cluster.
     let status = run(
         &ctx,

@@ -4,11 +4,11 @@
 //! physical plan to its executors through `datafusion-proto`. A user-defined aggregate travels
 //! by name unless a codec writes its definition: with the name alone, a node would look up the
 //! registered, *unbound* `dp_rr_ci` and lose the call's options and calibrated noise. These
-//! codecs write a bound call's [`CallPlan`](crate::sql::aggregate::CallPlan) wire form
-//! ([`crate::sql::aggregate::wire`]) and hand everything else to Ballista's own codecs (file
+//! codecs write a bound call's [`CallPlan`](crate::sql::functions::aggregate::CallPlan) wire form
+//! ([`crate::sql::functions::aggregate::wire`]) and hand everything else to Ballista's own codecs (file
 //! formats, shuffle readers and writers).
 
-use crate::sql::aggregate::{DpAggregate, DpFunction};
+use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;

@@ -1,16 +1,16 @@
-//! The DataFusion layer: aggregate and scalar functions, `dp.*` options, the planner rule and
-//! privacy budget accounting.
-//! It only adapts Arrow arrays and SQL arguments to [`crate::stats`].
+//! The DataFusion layer, in three parts:
+//! - [`functions`]: the DP aggregates and the scalar functions (Arrow in, [`crate::stats`] out);
+//! - [`privacy`]: the planner rule and the rewrites that make a query private (binding a call
+//!   to its calibration, bounding each unit's contribution, public and privately selected
+//!   group keys);
+//! - [`accounting`]: the privacy budget and its durable ledger.
+//!
+//! [`options`] holds the `dp.*` session options every part reads.
 
-pub mod aggregate;
-pub mod bounding;
-pub mod budget;
-pub mod ledger;
+pub mod accounting;
+pub mod functions;
 pub mod options;
-pub mod planner;
-pub mod public_groups;
-pub mod scalar;
-pub mod selection;
+pub mod privacy;
 
 use datafusion::common::Result;
 use datafusion::execution::context::SessionContext;
@@ -27,13 +27,13 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
             options.extensions.insert(options::DpOptions::default());
         }
     }
-    ctx.register_udaf(aggregate::dp_count::udaf().as_ref().clone());
-    ctx.register_udaf(aggregate::dp_relative_risk::udaf().as_ref().clone());
-    ctx.register_udaf(aggregate::dp_rr_ci::udaf().as_ref().clone());
-    ctx.register_udaf(aggregate::dp_odds_ratio::udaf().as_ref().clone());
-    ctx.register_udaf(aggregate::dp_or_ci::udaf().as_ref().clone());
-    ctx.register_udf(scalar::rr_ci_katz::udf().as_ref().clone());
-    for udf in scalar::analytic::udfs() {
+    ctx.register_udaf(functions::aggregate::dp_count::udaf().as_ref().clone());
+    ctx.register_udaf(functions::aggregate::dp_relative_risk::udaf().as_ref().clone());
+    ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
+    ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
+    ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
+    ctx.register_udf(functions::scalar::rr_ci_katz::udf().as_ref().clone());
+    for udf in functions::scalar::analytic::udfs() {
         ctx.register_udf(udf);
     }
     // One accountant per session, shared by the planner rule (which charges) and dp_budget()
@@ -44,18 +44,18 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         .analyzer()
         .rules
         .iter()
-        .any(|r| r.name() == planner::RULE_NAME);
+        .any(|r| r.name() == privacy::rule::RULE_NAME);
     if !registered {
-        let accountant = Arc::new(budget::Accountant::new());
+        let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
             "dp_budget",
-            Arc::new(budget::DpBudgetFunction::new(Arc::clone(&accountant))),
+            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(&accountant))),
         );
         // The session's catalogs (one Arc shared by every clone of the state), where a table
         // of public keys (dp.public_groups) is looked up at planning.
         let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
         ctx.add_analyzer_rule(Arc::new(
-            planner::DpPlannerRule::new(accountant).with_catalogs(catalogs),
+            privacy::rule::DpPlannerRule::new(accountant).with_catalogs(catalogs),
         ));
     }
     Ok(())

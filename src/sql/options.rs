@@ -13,7 +13,7 @@ use std::any::Any;
 /// How the GROUP BY keys of a grouped DP query are declared public (`SET dp.public_groups`).
 ///
 /// Without a declaration ([`PublicGroups::None`]) a grouped DP query is refused unless private
-/// group selection is set ([`crate::sql::selection`]).
+/// group selection is set ([`crate::sql::privacy::selection`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PublicGroups {
     /// `'none'` (or `''`): the keys are not declared public.
@@ -25,7 +25,7 @@ pub enum PublicGroups {
     /// Any other value: the name of a table (`table`, `schema.table` or
     /// `catalog.schema.table`, SQL identifier rules) whose rows are the public keys. Rows of
     /// undeclared keys are dropped and every declared key is released, with noise on zero
-    /// when it has no rows ([`crate::sql::public_groups`]).
+    /// when it has no rows ([`crate::sql::privacy::public_groups`]).
     Table(String),
 }
 
@@ -74,7 +74,7 @@ pub struct DpOptions {
     /// PTR only: the proposed bound on the local sensitivity.
     pub ptr_bound: Option<f64>,
     /// Total epsilon the session may spend (`None`: no budget enforcement unless
-    /// `delta_budget` is set). Enforced by [`crate::sql::budget`].
+    /// `delta_budget` is set). Enforced by [`crate::sql::accounting::budget`].
     pub epsilon_budget: Option<f64>,
     /// Total delta the session may spend (`None`: 0 when `epsilon_budget` is set).
     pub delta_budget: Option<f64>,

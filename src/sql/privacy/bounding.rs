@@ -8,7 +8,7 @@
 //! (PARTITION BY unit, keys ORDER BY random())`). Each choice depends only on the unit's own
 //! rows and the salt, so the bounds hold whatever the data. The calibration then uses
 //! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
-//! ([`crate::sql::aggregate::CallPlan::resolve`]). The rewrite is a plain window + filter below
+//! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The rewrite is a plain window + filter below
 //! the aggregate, visible in `EXPLAIN`.
 
 use crate::stats::rng::{secure_rng, seeded_rng};

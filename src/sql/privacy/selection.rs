@@ -13,7 +13,7 @@
 //! `P(X ≥ T − k) = q^{T−k}/(1+q) ≤ δ'`, and every other group's decision is `ε'`-DP, so the
 //! selection is `(ε, δ)`-DP in total and is charged to the budget as such.
 
-use crate::sql::aggregate::{CallPlan, DpAggregate, DpFunction, Release};
+use crate::sql::functions::aggregate::{CallPlan, DpAggregate, DpFunction, Release};
 use crate::sql::options::DpOptions;
 use crate::stats::{Mechanism, RatioMethod};
 use datafusion::common::{plan_err, Result, ScalarValue};

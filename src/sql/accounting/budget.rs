@@ -11,7 +11,7 @@
 //! deduplicates into one computation and one noise draw, count once; the same call in two
 //! places (a UNION, a CTE used twice) is computed twice with fresh noise and counts twice.
 //!
-//! **When it is charged**: in the analyzer ([`crate::sql::planner::DpPlannerRule`]), after every
+//! **When it is charged**: in the analyzer ([`crate::sql::privacy::rule::DpPlannerRule`]), after every
 //! call is bound and validated and before anything executes, in one atomic check-and-charge
 //! ([`Accountant::charge`]); a query that does not fit is refused with an error that gives its
 //! cost, the amount spent and what is left. Decisions, all erring towards charging:
@@ -29,7 +29,7 @@
 //! - Each session ([`crate::register`]) has one [`Accountant`]; a `Mutex` makes the check and
 //!   the charge one step, so concurrent queries cannot together overspend. With `dp.ledger`,
 //!   an exclusive file lock extends that to every session and process sharing the file, and
-//!   the charge is synced to disk before the plan is returned (see [`crate::sql::ledger`]).
+//!   the charge is synced to disk before the plan is returned (see [`crate::sql::accounting::ledger`]).
 //!
 //! **Budgets** come from the session options when the query is analysed. With neither set
 //! nothing is enforced (charges are still recorded); with one set, the other is 0 (setting
@@ -38,8 +38,8 @@
 //! settings of whoever controls the session: a deployment that runs untrusted SQL must stop
 //! `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
 
-use crate::sql::aggregate::DpAggregate;
-use crate::sql::ledger;
+use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::accounting::ledger;
 use crate::sql::options::DpOptions;
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};

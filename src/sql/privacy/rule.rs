@@ -7,24 +7,24 @@
 //! the group, not by arrival order; (4) refuses DP aggregates used as window functions.
 //! Output column names are preserved. For each aggregation with DP calls it then rewrites the
 //! input, visibly in `EXPLAIN`: (5) with `dp.privacy_unit`, bounds each unit's contribution
-//! ([`crate::sql::bounding`]); (6) decides how GROUP BY keys may be released: with
+//! ([`crate::sql::privacy::bounding`]); (6) decides how GROUP BY keys may be released: with
 //! `dp.public_groups = '<table>'` the table's rows are the public keys — rows of other keys
 //! are dropped before bounding, one phantom row per declared key is added after it and every
 //! aggregate is filtered to the real rows, so each declared key appears once, with noise on
-//! zero when it has no rows ([`crate::sql::public_groups`]); with `'assert'` the keys are
+//! zero when it has no rows ([`crate::sql::privacy::public_groups`]); with `'assert'` the keys are
 //! released as they occur; otherwise the query is refused unless private group selection is
-//! set ([`crate::sql::selection`]). Ungrouped aggregations ignore the option. Finally (7) it
-//! charges the query to the session's privacy budget ([`crate::sql::budget`]), refusing it
+//! set ([`crate::sql::privacy::selection`]). Ungrouped aggregations ignore the option. Finally (7) it
+//! charges the query to the session's privacy budget ([`crate::sql::accounting::budget`]), refusing it
 //! before anything executes when it does not fit; a plan whose DP calls were all bound by an
 //! earlier pass is not charged (nor rewritten) again. Declaring keys public costs nothing;
 //! private selection is charged with its (ε, δ).
 
-use crate::sql::aggregate::{CallPlan, DpAggregate};
-use crate::sql::bounding::bound_contributions;
-use crate::sql::budget::{self, Accountant};
+use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
+use crate::sql::privacy::bounding::bound_contributions;
+use crate::sql::accounting::budget::{self, Accountant};
 use crate::sql::options::{DpOptions, PublicGroups};
-use crate::sql::public_groups::DeclaredKeys;
-use crate::sql::selection::select_groups;
+use crate::sql::privacy::public_groups::DeclaredKeys;
+use crate::sql::privacy::selection::select_groups;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -181,7 +181,7 @@ fn bind_aggregate(
         .map(|e| bind_call(e, &keys, session))
         .collect::<Result<Vec<_>>>()?;
     // A table of public keys: rows of undeclared keys are dropped before bounding, and
-    // every declared key gets a phantom row after it (see crate::sql::public_groups).
+    // every declared key gets a phantom row after it (see crate::sql::privacy::public_groups).
     let declared = match &session.public_groups {
         PublicGroups::Table(name) if !keys.is_empty() => Some(DeclaredKeys::resolve(
             name,

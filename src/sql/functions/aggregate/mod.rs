@@ -329,7 +329,7 @@ impl CallPlan {
 
 /// The UDAF behind every DP aggregate (`dp_count`, `dp_relative_risk`, `dp_rr_ci`,
 /// `dp_odds_ratio`, `dp_or_ci`). Registered unconfigured;
-/// the planner rule ([`crate::sql::planner::DpPlannerRule`]) swaps in a configured copy per call
+/// the planner rule ([`crate::sql::privacy::rule::DpPlannerRule`]) swaps in a configured copy per call
 /// carrying the session options, the calibrated noise and, in seeded mode, the group keys.
 #[derive(Debug)]
 pub struct DpAggregate {

@@ -14,7 +14,7 @@
 //! (a truncated file), an unparsable field, a wrong header — is an error that names the file and
 //! the line: the ledger is never repaired or reset automatically. Removing whole lines from the
 //! end cannot be detected from the file alone (protect it with file permissions); a session
-//! that wrote a charge does detect its disappearance (see [`crate::sql::budget`]).
+//! that wrote a charge does detect its disappearance (see [`crate::sql::accounting::budget`]).
 
 use datafusion::common::{plan_datafusion_err, DataFusionError, Result};
 use sha2::{Digest, Sha256};

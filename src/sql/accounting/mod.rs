@@ -1,0 +1,4 @@
+//! Privacy accounting: the session budget and the durable ledger of charges.
+
+pub mod budget;
+pub mod ledger;

@@ -1,0 +1,4 @@
+//! DP aggregate and scalar functions.
+
+pub mod aggregate;
+pub mod scalar;
