@@ -147,6 +147,13 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SET dp.require_secure = false", Refused("require_secure is set by the data owner")),
     ("SET datafusion.explain.show_statistics = true", Refused("this session is locked")),
     ("SET datafusion.catalog.default_schema = 'other'", Refused("this session is locked")),
+    // Subqueries hidden in other clauses, and table function arguments.
+    ("SELECT region FROM regions LIMIT (SELECT count(*) FROM t)", Refused("")),
+    ("SELECT region FROM regions ORDER BY (SELECT max(x) FROM t)", Refused("max(t.x) over protected table 't' is computed exactly")),
+    ("VALUES ((SELECT max(x) FROM t))", Refused("max(t.x) over protected table 't' is computed exactly")),
+    ("SELECT count(*) FROM generate_series(1, (SELECT max(x) FROM t))", Refused("")),
+    ("SELECT dp_count(x, 1.0) FILTER (WHERE x < (SELECT max(x) FROM t)) FROM t", Refused("max(t.x) over protected table 't' is computed exactly")),
+    ("SELECT dp_count(x, (SELECT max(x) FROM t)) FROM t", Refused("")),
     // What stays allowed.
     ("SET dp.confidence = 0.9", Answered),
     ("SET dp.max_rows_per_unit = 2", Answered),
@@ -191,6 +198,29 @@ async fn every_attack_is_refused_or_answered_with_noise() -> Result<()> {
         ATTACKS.len() >= 27,
         "the issue's 7 queries and at least 20 more shapes"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_locked_session_cannot_assert_that_any_key_is_public() -> Result<()> {
+    // With 'assert', the analyst's GROUP BY would decide what is released (GROUP BY id
+    // releases every id): the lock refuses it; a table of keys or private selection is needed.
+    let ctx = session(false).await?;
+    ctx.sql("SET dp.public_groups = 'assert'").await?;
+    let err = lock(&ctx).unwrap_err().to_string();
+    assert!(err.contains("declare the public keys as a table"), "{err}");
+    ctx.sql("SET dp.public_groups = 'regions'").await?;
+    lock(&ctx)?;
+    // Keys from the table only: relabelling a private column as the key releases no value of
+    // it (every declared key once, others dropped).
+    let batches = run(
+        &ctx,
+        "SELECT region, dp_count(1, 1.0) FROM (SELECT patient_id, CAST(patient_id AS VARCHAR) AS region FROM visits) GROUP BY region ORDER BY region",
+    )
+    .await?;
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?.to_string();
+    assert!(text.contains("north") && text.contains("south"), "{text}");
+    assert!(!text.contains("| 1 ") && !text.contains("| 2 "), "{text}");
     Ok(())
 }
 
@@ -281,8 +311,13 @@ async fn an_answered_amplifying_join_is_bounded_and_calibrated() -> Result<()> {
     .await?
     .collect()
     .await?;
+    ctx.sql("CREATE TABLE keys AS SELECT value AS g FROM range(0, 4000)")
+        .await?
+        .collect()
+        .await?;
     protect(&ctx, "many", Protection::Unit("patient_id".into()))?;
-    ctx.sql("SET dp.public_groups = 'assert'").await?;
+    protect(&ctx, "keys", Protection::Public)?;
+    ctx.sql("SET dp.public_groups = 'keys'").await?;
     ctx.sql("SET dp.epsilon_budget = 10").await?;
     lock(&ctx)?;
     let epsilon = 1.0;

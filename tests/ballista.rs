@@ -254,3 +254,40 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
         assert!(status.contains(line), "{status}");
     }
 }
+
+#[tokio::test]
+async fn the_release_guard_travels_with_the_stage() {
+    // The physical plan of a grouped DP query holds a ReleaseOnceExec above the noise-drawing
+    // aggregation; the physical codec carries it to the executors (each decoded copy runs each
+    // of its partitions once).
+    use datafusion_proto::physical_plan::AsExecutionPlan;
+    use datafusion_proto::protobuf::PhysicalPlanNode;
+    let ctx = SessionContext::new_with_state(
+        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
+            .unwrap(),
+    );
+    run(
+        &ctx,
+        "CREATE TABLE r (g INT, x INT) AS VALUES (1, 1), (2, 2); SET dp.public_groups = 'assert'",
+    )
+    .await;
+    let plan = ctx
+        .sql("SELECT g, dp_count(x, 1.0) FROM r GROUP BY g")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let shown = |p: &dyn datafusion::physical_plan::ExecutionPlan| {
+        datafusion::physical_plan::displayable(p)
+            .indent(false)
+            .to_string()
+    };
+    assert!(shown(plan.as_ref()).contains("ReleaseOnceExec"));
+    let codec = datafusion_dp::distributed::DpPhysicalCodec::default();
+    let node = PhysicalPlanNode::try_from_physical_plan(plan.clone(), &codec).unwrap();
+    let back = node
+        .try_into_physical_plan(&ctx.task_ctx(), &codec)
+        .unwrap();
+    assert_eq!(shown(back.as_ref()), shown(plan.as_ref()));
+}

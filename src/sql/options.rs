@@ -242,6 +242,12 @@ impl DpOptions {
                     .to_string(),
             );
         }
+        if self.public_groups == PublicGroups::Assert {
+            return Err(
+                "dp.public_groups = 'assert' releases whatever GROUP BY keys the analyst's query computes; in a locked session declare the public keys as a table (dp.public_groups = '<table>', declared in dp.public_tables) or use private group selection"
+                    .to_string(),
+            );
+        }
         self.require_secure = true;
         self.locked = true;
         Ok(())
