@@ -37,6 +37,8 @@ use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Column, DFSchema, Result};
+use datafusion::datasource::cte_worktable::CteWorkTable;
+use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::WindowFunction;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
@@ -322,8 +324,9 @@ impl<'a> PlanAnalysis<'a> {
                         public => public,
                     });
                 }
-                if !self.is_catalog_table(&scan.table_name) {
-                    // A table function (generate_series, dp_budget()) or a CTE's work table.
+                if is_work_table(scan) || self.is_table_function(&scan.table_name) {
+                    // A CTE's work table (a recursion over protected rows is refused at the
+                    // RecursiveQuery) or a table function (generate_series, dp_budget()).
                     return Ok(Relation::Public);
                 }
                 let name = scan.table_name.to_string();
@@ -670,21 +673,31 @@ impl<'a> PlanAnalysis<'a> {
         ))))
     }
 
-    /// Whether `table` names a table of the session's catalogs (not a table function or a
-    /// CTE's work table). Without catalogs every scan counts as a table.
-    fn is_catalog_table(&self, table: &datafusion::common::TableReference) -> bool {
+    /// Whether a scan named `table` reads a table function: SQL names those scans
+    /// `name()`, which no table of the session's catalogs is called. Every other scan is a
+    /// table (a DataFrame's unnamed scan too: protected unless declared). Without catalogs
+    /// nothing is a table function.
+    fn is_table_function(&self, table: &datafusion::common::TableReference) -> bool {
         let Some(catalogs) = self.catalogs else {
-            return true;
+            return false;
         };
+        if !table.table().ends_with("()") {
+            return false;
+        }
         let resolved = table.clone().resolve(
             &self.config.catalog.default_catalog,
             &self.config.catalog.default_schema,
         );
-        catalogs
+        !catalogs
             .catalog(&resolved.catalog)
             .and_then(|c| c.schema(&resolved.schema))
             .is_some_and(|s| s.table_exist(&resolved.table))
     }
+}
+
+/// Whether `scan` reads the work table of a recursive CTE.
+fn is_work_table(scan: &datafusion::logical_expr::TableScan) -> bool {
+    source_as_provider(&scan.source).is_ok_and(|p| p.downcast_ref::<CteWorkTable>().is_some())
 }
 
 /// `p` seen through a scan's projection (column indices of the table).
