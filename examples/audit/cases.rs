@@ -371,10 +371,10 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "method_smooth_grid",
-            what: "method=smooth_sensitivity, epsilon 1, delta 0.01 (regression): X 0 vs 1 of 3, Y = 3 of 3; the old grid followed S (2^-29 vs 2^-28)",
+            what: "method=smooth_sensitivity, epsilon 1, delta 0.01 (regression): X 0 vs 1 of 3, Y = 3 of 3; the old grid followed S (2^-29 vs 2^-28); the ratio moves by 1/3 against noise of scale 2S/epsilon, S about 1",
             epsilon: 1.0,
             delta: 0.01,
-            visible: 1.0,
+            visible: 0.16,
             expect: Expect::WithinClaim,
             ci: 100_000,
             full: 1_000_000,
@@ -391,7 +391,7 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "method_smooth_issue_example",
-            what: "method=smooth_sensitivity, epsilon 0.1, delta 1e-6 (regression, the issue's example): exposed 100 of 100, unexposed cases 95 vs 96 of 100",
+            what: "method=smooth_sensitivity, epsilon 0.1, delta 1e-6 (regression, the issue's example): 100 exposed rows without cases, unexposed cases 95 vs 96 of 100; the old grid was 2^-20 vs 2^-21; the ratio is 0 in both, so only the noise scale could differ",
             epsilon: 0.1,
             delta: 1e-6,
             visible: 0.1,
@@ -401,8 +401,8 @@ pub fn cases() -> Vec<Case> {
             build: |n| {
                 with_grid(grouped(
                     "SELECT replicate, dp_relative_risk(o, e, 0.1, 'group_sizes=public, method=smooth_sensitivity, delta=1e-6') AS rr FROM t GROUP BY replicate",
-                    table(100, 0, 95, 5),
-                    table(100, 0, 96, 4),
+                    table(0, 100, 95, 5),
+                    table(0, 100, 96, 4),
                     n,
                     35,
                 ))
@@ -411,10 +411,10 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "method_smooth_one_exposed",
-            what: "method=smooth_sensitivity, epsilon 1, delta 1e-6 (regression): n_x = n_y = 1, X 1 vs 0, Y = 1; the old S was 1/2 at X = Y = 1, below the local sensitivity 1 (value only, no grid feature)",
+            what: "method=smooth_sensitivity, epsilon 1, delta 1e-6 (regression): n_x = n_y = 1, X 1 vs 0, Y = 1; the old S was 1/2 at X = Y = 1, below the local sensitivity 1 (value only, no grid feature); noise of scale 2S/epsilon shows epsilon/2",
             epsilon: 1.0,
             delta: 1e-6,
-            visible: 1.0,
+            visible: 0.5,
             expect: Expect::WithinClaim,
             ci: 200_000,
             full: 1_000_000,
@@ -431,18 +431,18 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "method_ptr",
-            what: "method=ptr, epsilon 1, delta 1e-3, ptr_bound 1: X 25 vs 26 of 50, Y = 25 of 50 (NULL is FAIL)",
+            what: "method=ptr, epsilon 1, delta 1e-3, ptr_bound 1: n_x = n_y = 50, X = 20, Y 19 vs 20: the distance to a table of local sensitivity 1 is 14 vs 15, at the test's threshold 13.8 (NULL is FAIL; the test sees epsilon/2)",
             epsilon: 1.0,
             delta: 1e-3,
-            visible: 1.0,
+            visible: 0.5,
             expect: Expect::WithinClaim,
-            ci: 20_000,
-            full: 500_000,
+            ci: 100_000,
+            full: 1_000_000,
             build: |n| {
                 ratio(
                     "group_sizes=public, method=ptr, delta=1e-3, ptr_bound=1",
-                    table(25, 25, 25, 25),
-                    table(26, 24, 25, 25),
+                    table(20, 30, 19, 31),
+                    table(20, 30, 20, 30),
                     n,
                     37,
                 )
