@@ -81,8 +81,12 @@ fn units(rows: &[(i64, &str)]) -> RecordBatch {
 fn table(a: usize, b: usize, c: usize, d: usize) -> RecordBatch {
     let mut o = Vec::new();
     let mut e = Vec::new();
-    for (count, outcome, exposed) in [(a, true, true), (b, false, true), (c, true, false), (d, false, false)]
-    {
+    for (count, outcome, exposed) in [
+        (a, true, true),
+        (b, false, true),
+        (c, true, false),
+        (d, false, false),
+    ] {
         o.extend(std::iter::repeat_n(outcome, count));
         e.extend(std::iter::repeat_n(exposed, count));
     }
@@ -140,22 +144,22 @@ pub fn cases() -> Vec<Case> {
         // ---- dp_count ----
         Case {
             name: "count_ungrouped",
-            what: "ungrouped dp_count, Laplace: one row's value NULL in D' (count 1 vs 0); secure noise, UNION ALL of ungrouped queries",
+            what: "ungrouped dp_count, Laplace: one row's value NULL in D' (count 1 vs 0); secure noise, the planned query executed once per release",
             epsilon: 1.0,
             delta: 0.0,
             visible: 1.0,
             expect: Expect::WithinClaim,
-            ci: 20_000,
-            full: 200_000,
+            ci: 50_000,
+            full: 1_000_000,
             build: |n| {
                 SqlAudit::new(
-                    "SELECT {r} AS replicate, dp_count(x, 1.0) AS c FROM t",
+                    "SELECT dp_count(x, 1.0) AS c FROM t",
                     "t",
                     gx(&[("a", Some(1))]),
                     gx(&[("a", None)]),
                     n,
                 )
-                .repetition(Repetition::Union { branches: 500 })
+                .repetition(Repetition::Executions)
                 .alpha(ALPHA)
             },
         },
@@ -205,7 +209,7 @@ pub fn cases() -> Vec<Case> {
             delta: 1e-3,
             visible: 1.0,
             expect: Expect::WithinClaim,
-            ci: 500_000,
+            ci: 200_000,
             full: 2_000_000,
             build: |n| {
                 grouped(
@@ -457,7 +461,7 @@ pub fn cases() -> Vec<Case> {
             delta: 0.0,
             visible: 1.0,
             expect: Expect::WithinClaim,
-            ci: 100_000,
+            ci: 50_000,
             full: 1_000_000,
             build: |n| {
                 let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
@@ -481,12 +485,12 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "units_over_the_bounds",
-            what: "dp.privacy_unit, 2 rows and 2 groups per unit: a unit with 3 rows in each of a, b, c (bounding drops rows and a group) is replaced by one with 3 rows in d",
+            what: "dp.privacy_unit, 2 rows and 2 groups per unit: a unit with 3 rows in each of a, b, c (bounding drops rows and a group) is replaced by one with 3 rows in d (3 groups change by 2 at epsilon/4 each: 3/4 epsilon visible)",
             epsilon: 1.0,
             delta: 0.0,
-            visible: 1.0,
+            visible: 0.75,
             expect: Expect::WithinClaim,
-            ci: 100_000,
+            ci: 50_000,
             full: 1_000_000,
             build: |n| {
                 let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
@@ -538,10 +542,10 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "private_group_selection",
-            what: "private group selection (selection epsilon 1, delta 1e-2) with dp_count at epsilon 1: a row of key x (present in D only) moves to key a (20 rows)",
+            what: "private group selection (selection epsilon 1, delta 1e-2) with dp_count at epsilon 1: a row of key x (present in D only) moves to key a (20 rows); x is released with probability below delta, a's count moves by 1 at epsilon/2",
             epsilon: 2.0,
             delta: 1e-2,
-            visible: 2.0,
+            visible: 0.5,
             expect: Expect::WithinClaim,
             ci: 200_000,
             full: 1_000_000,
@@ -584,7 +588,7 @@ pub fn cases() -> Vec<Case> {
             delta: 0.0,
             visible: 2.0,
             expect: Expect::Exceeds,
-            ci: 500_000,
+            ci: 200_000,
             full: 2_000_000,
             build: |n| {
                 grouped(
@@ -604,7 +608,7 @@ pub fn cases() -> Vec<Case> {
             delta: 0.0,
             visible: 2.0,
             expect: Expect::Exceeds,
-            ci: 500_000,
+            ci: 200_000,
             full: 2_000_000,
             build: |n| {
                 grouped(

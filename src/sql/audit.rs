@@ -29,6 +29,7 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::{exec_err, plan_err, DataFusionError, Result};
 use datafusion::datasource::MemTable;
+use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -49,11 +50,12 @@ pub enum Repetition {
     #[default]
     Grouped,
     /// For queries that must not be grouped (an ungrouped aggregate's calibration): the
-    /// table holds one copy (`replicate` = 0) and the query, with `{r}` replaced by the
-    /// replicate number (write `SELECT {r} AS replicate, ...`), is run as `branches` of a
-    /// `UNION ALL` at a time. Each branch's aggregate draws its own secure noise; seeded
-    /// noise would repeat across branches, so this mode refuses a seed.
-    Union { branches: usize },
+    /// table holds one copy (`replicate` = 0), the query is planned once (and charged once)
+    /// and its physical plan is executed once per replicate; each execution builds fresh
+    /// accumulators, so each draws its own secure noise. The query need not output
+    /// `replicate`: the driver numbers the executions. Seeded noise would repeat across
+    /// executions, so this mode refuses a seed.
+    Executions,
 }
 
 /// One audit: a query template, the neighbouring datasets and how to run them.
@@ -193,16 +195,18 @@ impl SqlAudit {
         if self.replicates < 8 {
             return plan_err!("audit: at least 8 replicates are needed");
         }
-        if let Repetition::Union { branches } = self.repetition {
-            if self.seed.is_some() {
-                return plan_err!("audit: Repetition::Union needs secure noise (seed None)");
-            }
-            if branches == 0 {
-                return plan_err!("audit: Repetition::Union needs at least one branch per query");
-            }
+        if self.repetition == Repetition::Executions && self.seed.is_some() {
+            return plan_err!("audit: Repetition::Executions needs secure noise (seed None)");
         }
-        if self.d.schema() != self.d_prime.schema() {
-            return plan_err!("audit: D and D' must have the same schema");
+        let shape = |b: &RecordBatch| {
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect::<Vec<_>>()
+        };
+        if shape(&self.d) != shape(&self.d_prime) {
+            return plan_err!("audit: D and D' must have the same column names and types");
         }
         let start = Instant::now();
         let stride = self.stride()?;
@@ -272,8 +276,8 @@ impl SqlAudit {
             }
             samples.push(releases);
         }
-        let report = audit(&samples[0], &samples[1], self.settings)
-            .map_err(DataFusionError::Execution)?;
+        let report =
+            audit(&samples[0], &samples[1], self.settings).map_err(DataFusionError::Execution)?;
         Ok(SqlAuditReport {
             report,
             features: names,
@@ -309,17 +313,22 @@ impl SqlAudit {
     ) -> Result<Vec<RecordBatch>> {
         let rows = data.num_rows().max(1);
         let per_batch = (65_536 / rows).max(1);
+        // Every column nullable, so D and D' register the same schema.
         let mut fields = vec![Arc::new(Field::new(REPLICATE, DataType::Int64, false))];
-        fields.extend(data.schema().fields().iter().cloned());
+        fields.extend(
+            data.schema()
+                .fields()
+                .iter()
+                .map(|f| Arc::new(f.as_ref().clone().with_nullable(true))),
+        );
         let schema = Arc::new(Schema::new(fields));
         let mut batches = Vec::new();
         let mut first = 0usize;
         while first < replicates {
             let last = (first + per_batch).min(replicates);
             let copies = last - first;
-            let indices = UInt32Array::from_iter_values(
-                (0..copies).flat_map(|_| 0..data.num_rows() as u32),
-            );
+            let indices =
+                UInt32Array::from_iter_values((0..copies).flat_map(|_| 0..data.num_rows() as u32));
             let replicate: Vec<i64> = (first..last)
                 .flat_map(|r| std::iter::repeat_n(r as i64, data.num_rows()))
                 .collect();
@@ -354,7 +363,7 @@ impl SqlAudit {
         }
         let copies = match self.repetition {
             Repetition::Grouped => self.replicates,
-            Repetition::Union { .. } => 1,
+            Repetition::Executions => 1,
         };
         let batches = self.replicated(data, stride, copies)?;
         let schema = batches
@@ -372,28 +381,44 @@ impl SqlAudit {
             ctx.sql(&fill(statement)).await?.collect().await?;
         }
         if let Some(seed) = seed {
-            ctx.sql(&format!("SET dp.seed = {seed}")).await?.collect().await?;
+            ctx.sql(&format!("SET dp.seed = {seed}"))
+                .await?
+                .collect()
+                .await?;
         }
         let batches = match self.repetition {
             Repetition::Grouped => ctx.sql(&fill(&self.query)).await?.collect().await?,
-            Repetition::Union { branches } => {
-                let template = fill(&self.query);
+            Repetition::Executions => {
+                let frame = ctx.sql(&fill(&self.query)).await?;
+                let task = Arc::new(frame.task_ctx());
+                let plan = frame.create_physical_plan().await?;
                 let mut all = Vec::new();
-                let mut first = 0;
-                while first < self.replicates {
-                    let last = (first + branches).min(self.replicates);
-                    let sql = (first..last)
-                        .map(|r| format!("({})", template.replace("{r}", &r.to_string())))
-                        .collect::<Vec<_>>()
-                        .join(" UNION ALL ");
-                    all.extend(ctx.sql(&sql).await?.collect().await?);
-                    first = last;
+                for r in 0..self.replicates {
+                    for batch in collect(Arc::clone(&plan), Arc::clone(&task)).await? {
+                        all.push(with_replicate(&batch, r as i64)?);
+                    }
                 }
                 all
             }
         };
         Output::read(&batches, &self.group_columns)
     }
+}
+
+/// `batch` with a first column `replicate` = `r` (replacing one it has).
+fn with_replicate(batch: &RecordBatch, r: i64) -> Result<RecordBatch> {
+    let mut fields = vec![Arc::new(Field::new(REPLICATE, DataType::Int64, false))];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![r; batch.num_rows()]))];
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if field.name() != REPLICATE {
+            fields.push(Arc::clone(field));
+            columns.push(Arc::clone(column));
+        }
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// One dataset's output: per replicate, per key (the group columns' display form), the

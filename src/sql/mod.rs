@@ -30,7 +30,11 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         }
     }
     ctx.register_udaf(functions::aggregate::dp_count::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_relative_risk::udaf().as_ref().clone());
+    ctx.register_udaf(
+        functions::aggregate::dp_relative_risk::udaf()
+            .as_ref()
+            .clone(),
+    );
     ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
@@ -51,7 +55,9 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
             "dp_budget",
-            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(&accountant))),
+            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(
+                &accountant,
+            ))),
         );
         // The session's catalogs (one Arc shared by every clone of the state), where a table
         // of public keys (dp.public_groups) is looked up at planning.

@@ -174,7 +174,11 @@ impl Score {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// `feature[j] >= t` or `feature[j] < t` (`NaN` is in neither).
-    Threshold { feature: usize, side: Side, threshold: f64 },
+    Threshold {
+        feature: usize,
+        side: Side,
+        threshold: f64,
+    },
     /// `low <= feature[j] < high`: catches a noise scale that depends on the data.
     Interval { feature: usize, low: f64, high: f64 },
     /// Feature `j` is missing (`NaN`).
@@ -209,7 +213,8 @@ impl Event {
             Self::Missing { feature } => release[*feature].is_nan(),
             Self::Present { feature } => !release[*feature].is_nan(),
             Self::Quadrant { first, second } => {
-                first.1.holds(release[first.0], first.2) && second.1.holds(release[second.0], second.2)
+                first.1.holds(release[first.0], first.2)
+                    && second.1.holds(release[second.0], second.2)
             }
             Self::Score {
                 score,
@@ -302,7 +307,11 @@ pub struct AuditReport {
 impl AuditReport {
     /// One line: the bound, the event, and the test counts.
     pub fn summary(&self, names: &[String]) -> String {
-        let (first, second) = if self.reversed { ("D'", "D") } else { ("D", "D'") };
+        let (first, second) = if self.reversed {
+            ("D'", "D")
+        } else {
+            ("D", "D'")
+        };
         format!(
             "epsilon_lower = {:.4} (point estimate {:.4}) at confidence {}: event [{}] in {} of {} releases of {first}, {} of {} of {second}",
             self.epsilon_lower,
@@ -333,10 +342,16 @@ pub fn audit(
         return Err("audit: at least 4 releases of each dataset are needed".to_string());
     }
     if !(settings.alpha > 0.0 && settings.alpha < 1.0) {
-        return Err(format!("audit: alpha must be in (0, 1), got {}", settings.alpha));
+        return Err(format!(
+            "audit: alpha must be in (0, 1), got {}",
+            settings.alpha
+        ));
     }
     if !(settings.delta >= 0.0 && settings.delta < 1.0) {
-        return Err(format!("audit: delta must be in [0, 1), got {}", settings.delta));
+        return Err(format!(
+            "audit: delta must be in [0, 1), got {}",
+            settings.delta
+        ));
     }
     let (hd, hp) = (d.len() / 2, d_prime.len() / 2);
     let (train_d, test_d) = (d.slice(0, hd), d.slice(hd, d.len()));
@@ -359,8 +374,7 @@ pub fn audit(
         0.0
     };
     let rate = |(k, n): (u64, u64)| k as f64 / n as f64;
-    let epsilon_estimate =
-        ((rate(numerator) - settings.delta).max(0.0) / rate(denominator)).ln();
+    let epsilon_estimate = ((rate(numerator) - settings.delta).max(0.0) / rate(denominator)).ln();
     Ok(AuditReport {
         epsilon_lower,
         event,
@@ -426,15 +440,19 @@ fn choose_event(d: Sample, p: Sample, settings: &AuditSettings) -> (Event, bool)
         let (vd, vp) = (sort(d), sort(p));
         let (missing_d, missing_p) = ((d.len() - vd.len()) as f64, (p.len() - vp.len()) as f64);
         consider(missing_d, missing_p, &|| Event::Missing { feature: j });
-        consider(nd - missing_d, np - missing_p, &|| Event::Present { feature: j });
+        consider(nd - missing_d, np - missing_p, &|| Event::Present {
+            feature: j,
+        });
         let candidates = thresholds(vd.iter().chain(&vp).copied(), settings.thresholds);
         for &t in &candidates {
             let below = |v: &[f64]| v.partition_point(|&x| x < t) as f64;
             let (bd, bp) = (below(&vd), below(&vp));
-            consider(vd.len() as f64 - bd, vp.len() as f64 - bp, &|| Event::Threshold {
-                feature: j,
-                side: Side::AtLeast,
-                threshold: t,
+            consider(vd.len() as f64 - bd, vp.len() as f64 - bp, &|| {
+                Event::Threshold {
+                    feature: j,
+                    side: Side::AtLeast,
+                    threshold: t,
+                }
             });
             consider(bd, bp, &|| Event::Threshold {
                 feature: j,
@@ -489,10 +507,9 @@ fn choose_event(d: Sample, p: Sample, settings: &AuditSettings) -> (Event, bool)
                 let mut cum = vec![0.0f64; (bj + 1) * (bk + 1)];
                 for x in 0..bj {
                     for y in 0..bk {
-                        cum[(x + 1) * (bk + 1) + y + 1] = g[x * bk + y]
-                            + cum[x * (bk + 1) + y + 1]
-                            + cum[(x + 1) * (bk + 1) + y]
-                            - cum[x * (bk + 1) + y];
+                        cum[(x + 1) * (bk + 1) + y + 1] =
+                            g[x * bk + y] + cum[x * (bk + 1) + y + 1] + cum[(x + 1) * (bk + 1) + y]
+                                - cum[x * (bk + 1) + y];
                     }
                 }
                 cum
@@ -513,12 +530,14 @@ fn choose_event(d: Sample, p: Sample, settings: &AuditSettings) -> (Event, bool)
                 for b in 0..ek.len() {
                     for sa in [Side::AtLeast, Side::Below] {
                         for sb in [Side::AtLeast, Side::Below] {
-                            consider(quadrant(&gd, a, sa, b, sb), quadrant(&gp, a, sa, b, sb), &|| {
-                                Event::Quadrant {
+                            consider(
+                                quadrant(&gd, a, sa, b, sb),
+                                quadrant(&gp, a, sa, b, sb),
+                                &|| Event::Quadrant {
                                     first: (j, sa, ej[a]),
                                     second: (k, sb, ek[b]),
-                                }
-                            });
+                                },
+                            );
                         }
                     }
                 }
@@ -537,10 +556,7 @@ fn choose_event(d: Sample, p: Sample, settings: &AuditSettings) -> (Event, bool)
         for t in thresholds(sd.iter().chain(&sp).copied(), settings.thresholds) {
             let below = |v: &[f64]| v.partition_point(|&x| x < t) as f64;
             let (bd, bp) = (below(&sd), below(&sp));
-            for (side, kd, kp) in [
-                (Side::AtLeast, nd - bd, np - bp),
-                (Side::Below, bd, bp),
-            ] {
+            for (side, kd, kp) in [(Side::AtLeast, nd - bd, np - bp), (Side::Below, bd, bp)] {
                 consider(kd, kp, &|| Event::Score {
                     score: Box::new(score.clone()),
                     side,
@@ -695,10 +711,19 @@ mod tests {
 
     #[test]
     fn binomial_tail_matches_direct_summation() {
-        for (n, k, p) in [(20, 5, 0.3), (20, 15, 0.3), (50, 0, 0.1), (50, 50, 0.9), (30, 1, 0.01)] {
+        for (n, k, p) in [
+            (20, 5, 0.3),
+            (20, 15, 0.3),
+            (50, 0, 0.1),
+            (50, 50, 0.9),
+            (30, 1, 0.01),
+        ] {
             let ours = binomial_upper_tail(n, k, p);
             let direct = exact_upper_tail(n, k, p);
-            assert!((ours - direct).abs() < 1e-12, "{n} {k} {p}: {ours} vs {direct}");
+            assert!(
+                (ours - direct).abs() < 1e-12,
+                "{n} {k} {p}: {ours} vs {direct}"
+            );
         }
     }
 
@@ -706,7 +731,10 @@ mod tests {
     fn clopper_pearson_matches_known_values() {
         // k = 0: the upper bound solves (1 − p)^n = level exactly.
         let upper = clopper_pearson_upper(0, 100, 0.025);
-        assert!((upper - (1.0 - 0.025f64.powf(0.01))).abs() < 1e-12, "{upper}");
+        assert!(
+            (upper - (1.0 - 0.025f64.powf(0.01))).abs() < 1e-12,
+            "{upper}"
+        );
         // k = n: the lower bound solves p^n = level.
         let lower = clopper_pearson_lower(100, 100, 0.025);
         assert!((lower - 0.025f64.powf(0.01)).abs() < 1e-12, "{lower}");
@@ -735,9 +763,14 @@ mod tests {
         // Discrete Laplace at ε = 1 on counts 1 and 0: the event {x >= 1} has ratio exactly
         // e^ε, with probabilities 0.73 and 0.27, so 100,000 test releases per side bound ε
         // within a few hundredths (3.3 SE of ln p̂ − ln q̂ ≈ 0.03 at alpha = 1e-3).
-        let noise =
-            CountNoise::calibrate(Mechanism::Laplace, 1.0, None, 1, GaussianCalibration::Analytic)
-                .unwrap();
+        let noise = CountNoise::calibrate(
+            Mechanism::Laplace,
+            1.0,
+            None,
+            1,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
         let settings = AuditSettings {
             alpha: 1e-3,
             ..Default::default()
@@ -754,9 +787,14 @@ mod tests {
 
     #[test]
     fn identical_datasets_give_no_evidence() {
-        let noise =
-            CountNoise::calibrate(Mechanism::Laplace, 1.0, None, 1, GaussianCalibration::Analytic)
-                .unwrap();
+        let noise = CountNoise::calibrate(
+            Mechanism::Laplace,
+            1.0,
+            None,
+            1,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
         let report = audit(
             &count_releases(&noise, 3, 100_000, 3),
             &count_releases(&noise, 3, 100_000, 4),
@@ -772,9 +810,14 @@ mod tests {
     fn joint_releases_are_audited_through_pairs_and_the_score() {
         // Two groups with noise at ε/2 each; a row moves from group 0 to group 1: the joint
         // output reveals ε = 1, each group alone ε/2.
-        let noise =
-            CountNoise::calibrate(Mechanism::Laplace, 0.5, None, 1, GaussianCalibration::Analytic)
-                .unwrap();
+        let noise = CountNoise::calibrate(
+            Mechanism::Laplace,
+            0.5,
+            None,
+            1,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
         let joint = |a: i64, b: i64, seed: u64| {
             let mut rng = ChaCha20Rng::seed_from_u64(seed);
             let mut out = Releases::new(2);

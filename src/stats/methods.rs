@@ -438,12 +438,16 @@ mod tests {
                         for a in 0..=n_x {
                             for b in 0..=y + m {
                                 if a.abs_diff(x) + b.abs_diff(y) <= m {
-                                    direct = direct.max(local_sensitivity_bound(a as f64, b as f64));
+                                    direct =
+                                        direct.max(local_sensitivity_bound(a as f64, b as f64));
                                 }
                             }
                         }
                         let ours = max_local_sensitivity_at(x, y, n_x, m);
-                        assert!((ours - direct).abs() < 1e-12, "{n_x} {x} {y} {m}: {ours} vs {direct}");
+                        assert!(
+                            (ours - direct).abs() < 1e-12,
+                            "{n_x} {x} {y} {m}: {ours} vs {direct}"
+                        );
                     }
                 }
             }
@@ -464,7 +468,11 @@ mod tests {
                     for x in 0..=n_x {
                         for y in 0..=n_y {
                             let ls = local_sensitivity(x, y, n_x, n_y);
-                            assert!(s(x, y) >= ls - 1e-12, "{n_x} {n_y} {x} {y}: S {} < LS {ls}", s(x, y));
+                            assert!(
+                                s(x, y) >= ls - 1e-12,
+                                "{n_x} {n_y} {x} {y}: S {} < LS {ls}",
+                                s(x, y)
+                            );
                             assert!(ls <= naive_sensitivity(n_x) + 1e-12, "{n_x} {x} {y}");
                             for (a, b) in [(x + 1, y), (x, y + 1)] {
                                 if a <= n_x && b <= n_y {
