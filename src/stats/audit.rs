@@ -526,16 +526,16 @@ fn choose_event(d: Sample, p: Sample, settings: &AuditSettings) -> (Event, bool)
                 let at = |x: usize, y: usize| cum[x * (bk + 1) + y];
                 at(x1, y1) - at(x0, y1) - at(x1, y0) + at(x0, y0)
             };
-            for a in 0..ej.len() {
-                for b in 0..ek.len() {
+            for (a, &ta) in ej.iter().enumerate() {
+                for (b, &tb) in ek.iter().enumerate() {
                     for sa in [Side::AtLeast, Side::Below] {
                         for sb in [Side::AtLeast, Side::Below] {
                             consider(
                                 quadrant(&gd, a, sa, b, sb),
                                 quadrant(&gp, a, sa, b, sb),
                                 &|| Event::Quadrant {
-                                    first: (j, sa, ej[a]),
-                                    second: (k, sb, ek[b]),
+                                    first: (j, sa, ta),
+                                    second: (k, sb, tb),
                                 },
                             );
                         }
