@@ -62,3 +62,48 @@ async fn ratio_methods_stay_within_their_charge() {
 async fn planted_bugs_are_caught() {
     run(|name| name.starts_with("planted")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_refuses_what_it_cannot_audit() {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use datafusion_dp::sql::audit::{Repetition, SqlAudit};
+    use std::sync::Arc;
+    let ints = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1])) as ArrayRef)])
+        .unwrap();
+    let text =
+        RecordBatch::try_from_iter([("x", Arc::new(StringArray::from(vec!["1"])) as ArrayRef)])
+            .unwrap();
+    let query = "SELECT dp_count(x, 1.0) AS c FROM t";
+    let err = SqlAudit::new(query, "t", ints.clone(), text, 100)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("same column names and types"),
+        "{err}"
+    );
+    let err = SqlAudit::new(query, "t", ints.clone(), ints.clone(), 100)
+        .repetition(Repetition::Executions)
+        .seed(Some(1))
+        .run()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("needs secure noise"), "{err}");
+    // A grouped query must output the replicate key.
+    let err = SqlAudit::new(
+        "SELECT dp_count(x, 1.0) AS c FROM t GROUP BY replicate",
+        "t",
+        ints.clone(),
+        ints,
+        100,
+    )
+    .statement("SET dp.public_groups = 'assert'")
+    .run()
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("must output the column 'replicate'"),
+        "{err}"
+    );
+}
