@@ -5,9 +5,11 @@
 //!   group keys);
 //! - [`accounting`]: the privacy budget and its durable ledger.
 //!
-//! [`options`] holds the `dp.*` session options every part reads.
+//! [`options`] holds the `dp.*` session options every part reads; [`audit`] runs a DP query on
+//! neighbouring datasets and bounds the ε its outputs reveal ([`crate::stats::audit`]).
 
 pub mod accounting;
+pub mod audit;
 pub mod functions;
 pub mod options;
 pub mod privacy;

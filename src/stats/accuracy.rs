@@ -193,15 +193,17 @@ pub fn noised_log_accuracy_beta(z: f64, epsilon: f64, alpha: f64) -> Result<Opti
     ))
 }
 
-/// The `β` of Claim `naive_lap_sample_acc` for NaiveRelativeRisk (`Z̃ = Z + Lap(n_x/(2ε))`):
-/// `β = exp(−2αε/n_x)`, the exact `P(|Z̃ − Z| > α)`.
+/// The `β` of Claim `naive_lap_sample_acc` for NaiveRelativeRisk (`Z̃ = Z + Lap(Δ/ε)`):
+/// `β = exp(−αε/Δ)`, the exact `P(|Z̃ − Z| > α)`, with the sensitivity `Δ = max(n_x/2, 1)`
+/// the release uses ([`crate::stats::methods::naive_sensitivity`]): the claim's
+/// `exp(−2αε/n_x)` for `n_x ≥ 2`.
 ///
 /// `Err` for `n_x` not finite and `> 0`, invalid `ε` or `α`.
 pub fn naive_accuracy_beta(n_x: f64, epsilon: f64, alpha: f64) -> Result<f64, String> {
     check_positive("n_x", n_x)?;
     check_positive("epsilon", epsilon)?;
     check_positive("alpha", alpha)?;
-    Ok((-2.0 * alpha * epsilon / n_x).exp())
+    Ok((-alpha * epsilon / (n_x / 2.0).max(1.0)).exp())
 }
 
 /// `e^{−x} Ei(x)` for `x > 0`, without overflow: the convergent series

@@ -354,15 +354,34 @@ pub struct RealLaplace {
 }
 
 impl RealLaplace {
-    /// Calibrates Laplace noise of scale `Δ/ε` on the grid (the one place this is done).
+    /// Calibrates Laplace noise of scale `Δ/ε` on the grid chosen from `Δ`, for a public
+    /// sensitivity `Δ` (the one place this is done).
     pub fn calibrate(epsilon: f64, sensitivity: f64) -> Result<Self, String> {
+        Self::calibrate_on_public_grid(epsilon, sensitivity, sensitivity)
+    }
+
+    /// [`Self::calibrate`] with the grid chosen from `grid_bound` instead of `Δ`. When `Δ`
+    /// depends on the data (smooth sensitivity), the grid must not: which grid an output lies
+    /// on would tell neighbouring datasets apart, whatever the noise. `grid_bound` must be
+    /// computed from public values only (an upper bound on `Δ` keeps the grid below a
+    /// billionth of the largest noise scale).
+    pub fn calibrate_on_public_grid(
+        epsilon: f64,
+        sensitivity: f64,
+        grid_bound: f64,
+    ) -> Result<Self, String> {
         check_epsilon(epsilon)?;
         if !(sensitivity.is_finite() && sensitivity > 0.0) {
             return Err(format!(
                 "sensitivity must be a finite number > 0, got {sensitivity}"
             ));
         }
-        let grid_exponent = ((sensitivity / epsilon).log2().ceil() as i32 - 30).max(-30);
+        if !(grid_bound.is_finite() && grid_bound > 0.0) {
+            return Err(format!(
+                "the grid bound must be a finite number > 0, got {grid_bound}"
+            ));
+        }
+        let grid_exponent = ((grid_bound / epsilon).log2().ceil() as i32 - 30).max(-30);
         let grid = 2f64.powi(grid_exponent);
         let units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
         Ok(Self {

@@ -88,8 +88,18 @@ pub fn noised_log<R: RngCore + ?Sized>(
     })
 }
 
-/// NaiveRelativeRisk (Claim naive_lap_dp): `Z + Lap(n_x/(2ε))`; global sensitivity `n_x/2`
-/// for `1 ≤ Y`, `X ≤ n_x` (`Y` is raised to 1 first). `(ε, 0)`-DP.
+/// The global sensitivity of `Z = X/max(Y, 1)` for `0 ≤ X ≤ n_x`, `0 ≤ Y`, one of `X`, `Y`
+/// changing by 1: `max(n_x/2, 1)`. A change of `Y` moves `Z` by `X/(Y(Y+1)) ≤ n_x/2` (the
+/// paper's case, `Y` from 1 to 2, Claim naive_lap_dp), a change of `X` by `1/max(Y, 1) ≤ 1`.
+/// The paper assumes `X ≥ 1`, so `X` never changes when `n_x = 1`; here `X` may be 0, and at
+/// `n_x = 1` the bound is 1, not `n_x/2` (docs/paper-notes.md).
+pub fn naive_sensitivity(exposed_total: u64) -> f64 {
+    (exposed_total.max(2) as f64) / 2.0
+}
+
+/// NaiveRelativeRisk (Claim naive_lap_dp): `Z + Lap(Δ/ε)` with the global sensitivity
+/// `Δ = max(n_x/2, 1)` of [`naive_sensitivity`] (the paper's `n_x/2` wherever `n_x ≥ 2`; `Y`
+/// is raised to 1 first). `(ε, 0)`-DP.
 pub fn naive<R: RngCore + ?Sized>(
     x: u64,
     y: u64,
@@ -97,25 +107,53 @@ pub fn naive<R: RngCore + ?Sized>(
     epsilon: f64,
     rng: &mut R,
 ) -> Result<f64, String> {
-    let noise = RealLaplace::calibrate(epsilon, (exposed_total.max(1) as f64) / 2.0)?;
+    let noise = RealLaplace::calibrate(epsilon, naive_sensitivity(exposed_total))?;
     noise.release(x as f64 / y.max(1) as f64, rng)
 }
 
-/// The largest local sensitivity of `X/Y` over datasets at distance `m` (paper, Claim
-/// "Smooth sensitivity of a ratio of counts"; `Y ≥ 1`).
-pub fn max_local_sensitivity_at(x: u64, y: u64, exposed_total: u64, m: u64) -> f64 {
-    let (x, y, n_x) = (x as f64, y.max(1) as f64, exposed_total as f64);
-    let m = m as f64;
-    if x < y - m {
-        1.0 / (y - m)
-    } else if y - m > 1.0 {
-        x / ((y - m) * (y - m - 1.0))
-    } else {
-        n_x.min(x + m - y + 1.0) / 2.0
-    }
+/// An upper bound on the local sensitivity of `Z = X/max(Y, 1)` at `(X', Y')`, over the
+/// neighbours `X' ± 1` and `Y' ± 1`: `max(1/max(Y', 1), X'/(Ŷ(Ŷ − 1)))`, `Ŷ = max(Y', 2)`. The
+/// first term is a change of `X'`, the second of `Y'` (`|X'/Y' − X'/(Y' − 1)|` for `Y' ≥ 2`,
+/// `|X' − X'/2|` at `Y' = 1`; moving `Y'` between 0 and 1 leaves `Z` unchanged). It equals the
+/// local sensitivity of the paper's Section C.1 inside the domain (`1 < X < n_x`,
+/// `1 < Y < n_y`) and bounds it on its edges. It never decreases in `X'` and never increases
+/// in `Y'`.
+fn local_sensitivity_bound(x: f64, y: f64) -> f64 {
+    let y_hat = y.max(2.0);
+    (1.0 / y.max(1.0)).max(x / (y_hat * (y_hat - 1.0)))
 }
 
-/// The β-smooth sensitivity `max_m e^{−mβ} maxLS(m)` of `X/Y` (Definition smooth_sen).
+/// The largest [`local_sensitivity_bound`] over the tables within distance `m` of `(X, Y)`
+/// (`0 ≤ X' ≤ n_x`, `Y' ≥ 0`, `d = |X − X'| + |Y − Y'|`): the paper's Claim "Smooth
+/// sensitivity of a ratio of counts", made exact. The bound grows with `X'` and falls with
+/// `Y'`, so the maximum puts `j` steps into raising `X` and `m − j` into lowering `Y`. The
+/// claim puts every step into `Y` first (down to `Y' = 1`), which misses two cases:
+/// at `Y' = 1` a change of `X'` moves `Z` by 1 (the claim has `X'/2`, below 1 when `X' ≤ 1`,
+/// e.g. `n_x = 1`), and `Y' = 2` has the same `X'/2` as `Y' = 1`, so from `Y = 2` a step into
+/// `X` beats one into `Y` (docs/paper-notes.md). Over `j`, the second term is largest where
+/// `Ŷ = 2` is first reached, right after it, or at an end (between them it rises only where
+/// it is below the first term, `1/Y'`, whose maximum is at `j = 0`), so four candidates
+/// suffice; the unit tests check this against enumeration.
+pub fn max_local_sensitivity_at(x: u64, y: u64, exposed_total: u64, m: u64) -> f64 {
+    let top = m.min(exposed_total.saturating_sub(x));
+    let at = |j: u64| {
+        local_sensitivity_bound(
+            (x + j).min(exposed_total) as f64,
+            y.saturating_sub(m - j) as f64,
+        )
+    };
+    // j at which Y' = y − (m − j) reaches 2.
+    let to_two = (m + 2).saturating_sub(y);
+    [0, to_two.min(top), (to_two + 1).min(top), top]
+        .into_iter()
+        .map(at)
+        .fold(0.0, f64::max)
+}
+
+/// The β-smooth sensitivity `max_m e^{−mβ} maxLS(m)` of `X/Y` (Definition smooth_sen), with
+/// [`max_local_sensitivity_at`] as `maxLS`: a β-smooth upper bound on the local sensitivity
+/// (Nissim et al. 2007, Lemma 2.3, which holds for any function bounding the local
+/// sensitivity maximised over the tables within distance `m`).
 pub fn smooth_sensitivity(
     x: u64,
     y: u64,
@@ -124,8 +162,9 @@ pub fn smooth_sensitivity(
     beta: f64,
 ) -> f64 {
     let n = exposed_total + unexposed_total;
-    // maxLS(m) is at most n_x/2 and e^{−mβ} decays, so stop once no later m can win.
-    let ceiling = (exposed_total.max(2) as f64) / 2.0;
+    // maxLS(m) is at most the global sensitivity max(n_x/2, 1) and e^{−mβ} decays, so stop
+    // once no later m can win.
+    let ceiling = naive_sensitivity(exposed_total);
     let mut best = 0.0f64;
     let mut m = 0u64;
     while m <= n {
@@ -149,6 +188,13 @@ pub fn smooth_beta(epsilon: f64, delta: f64) -> Result<f64, String> {
 }
 
 /// Smooth-sensitivity release `Z + Lap(2S/ε)`: `(ε, δ)`-DP (Lemma 2.5 of Nissim et al.).
+///
+/// Floating-point safety as in [`RealLaplace`], with the grid `g` chosen from the public
+/// bound `2·max(n_x/2, 1) ≥ 2S` (the global sensitivity bounds every local one), never from
+/// `S`: a grid that follows `S` puts the outputs of neighbouring datasets on different
+/// lattices, which tells them apart whatever the noise. Rounding `Z` to the grid adds at
+/// most `g` to its local sensitivity, so `S + g` is a β-smooth bound for the rounded value
+/// and the noise scale is `2(S + g)/ε`.
 pub fn smooth<R: RngCore + ?Sized>(
     x: u64,
     y: u64,
@@ -165,7 +211,11 @@ pub fn smooth<R: RngCore + ?Sized>(
         unexposed_total,
         smooth_beta(epsilon, delta)?,
     );
-    RealLaplace::calibrate(epsilon, 2.0 * s)?.release(x as f64 / y.max(1) as f64, rng)
+    let grid_bound = 2.0 * naive_sensitivity(exposed_total);
+    let grid = RealLaplace::calibrate_on_public_grid(epsilon, 2.0 * s, grid_bound)?.grid();
+    // RealLaplace calibrates for `sensitivity + g`: pass `2S + g` for the scale `2(S + g)/ε`.
+    RealLaplace::calibrate_on_public_grid(epsilon, 2.0 * s + grid, grid_bound)?
+        .release(x as f64 / y.max(1) as f64, rng)
 }
 
 /// PTR's distance `γ`: the fewest changes after which the local sensitivity can reach `bound`.
@@ -348,6 +398,133 @@ mod tests {
             for (x2, y2) in [(x + 1, y), (x - 1, y), (x, y + 1), (x, y - 1)] {
                 let s2 = smooth_sensitivity(x2, y2, 150, 150, beta);
                 assert!(s <= s2 * beta.exp() * (1.0 + 1e-12), "{x} {y}");
+            }
+        }
+    }
+
+    /// `Z = X/max(Y, 1)` and its local sensitivity by enumeration of the neighbours (one of
+    /// `X ∈ [0, n_x]`, `Y ∈ [0, n_y]` moved by one).
+    fn ratio(x: u64, y: u64) -> f64 {
+        x as f64 / y.max(1) as f64
+    }
+
+    fn local_sensitivity(x: u64, y: u64, n_x: u64, n_y: u64) -> f64 {
+        let mut neighbours = vec![];
+        if x > 0 {
+            neighbours.push((x - 1, y));
+        }
+        if x < n_x {
+            neighbours.push((x + 1, y));
+        }
+        if y > 0 {
+            neighbours.push((x, y - 1));
+        }
+        if y < n_y {
+            neighbours.push((x, y + 1));
+        }
+        neighbours
+            .into_iter()
+            .map(|(a, b)| (ratio(x, y) - ratio(a, b)).abs())
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn max_local_sensitivity_is_the_maximum_over_the_tables_within_distance_m() {
+        for n_x in 1..=8u64 {
+            for x in 0..=n_x {
+                for y in 0..=10u64 {
+                    for m in 0..=20u64 {
+                        let mut direct = 0.0f64;
+                        for a in 0..=n_x {
+                            for b in 0..=y + m {
+                                if a.abs_diff(x) + b.abs_diff(y) <= m {
+                                    direct =
+                                        direct.max(local_sensitivity_bound(a as f64, b as f64));
+                                }
+                            }
+                        }
+                        let ours = max_local_sensitivity_at(x, y, n_x, m);
+                        assert!(
+                            (ours - direct).abs() < 1e-12,
+                            "{n_x} {x} {y} {m}: {ours} vs {direct}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn smooth_sensitivity_bounds_every_local_sensitivity_and_is_smooth_on_small_tables() {
+        // Every table with n_x, n_y <= 6: S >= LS (so the noise covers the local change), a
+        // neighbour's S within e^β (so revealing S reveals little) and the naive bound covers
+        // every LS (global sensitivity). The old maxLS left out the X-change term 1 at Y' = 1:
+        // S(1, 1) with n_x = 1 was 1/2 < LS = 1.
+        for (epsilon, delta) in [(1.0, 1e-6), (0.1, 1e-3), (2.0, 0.01)] {
+            let beta = smooth_beta(epsilon, delta).unwrap();
+            for n_x in 1..=6u64 {
+                for n_y in 1..=6u64 {
+                    let s = |x, y| smooth_sensitivity(x, y, n_x, n_y, beta);
+                    for x in 0..=n_x {
+                        for y in 0..=n_y {
+                            let ls = local_sensitivity(x, y, n_x, n_y);
+                            assert!(
+                                s(x, y) >= ls - 1e-12,
+                                "{n_x} {n_y} {x} {y}: S {} < LS {ls}",
+                                s(x, y)
+                            );
+                            assert!(ls <= naive_sensitivity(n_x) + 1e-12, "{n_x} {x} {y}");
+                            for (a, b) in [(x + 1, y), (x, y + 1)] {
+                                if a <= n_x && b <= n_y {
+                                    let (s1, s2) = (s(x, y), s(a, b));
+                                    assert!(s1 <= s2 * beta.exp() * (1.0 + 1e-12), "{x} {y}");
+                                    assert!(s2 <= s1 * beta.exp() * (1.0 + 1e-12), "{x} {y}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn smooth_release_grid_is_public() {
+        // X = 0 vs 1 of n_x = 3, Y = 4 of 4 at ε = 1, δ = 0.01: S = 0.936 vs 1.028, across a
+        // power of two, so a grid that followed S would be 2^-29 for one and 2^-28 for the
+        // other (tests/audit.rs has the audit that caught it). Both releases lie on the grid of
+        // the public bound 2·max(n_x/2, 1) = 3: 2^(⌈log2 3⌉ − 30) = 2^-28, and half of the
+        // draws are odd multiples of it.
+        let beta = smooth_beta(1.0, 0.01).unwrap();
+        let (s0, s1) = (
+            smooth_sensitivity(0, 4, 3, 4, beta),
+            smooth_sensitivity(1, 4, 3, 4, beta),
+        );
+        assert!(s0 < 1.0 && s1 > 1.0, "{s0} {s1}");
+        let mut rng = ChaCha20Rng::seed_from_u64(9);
+        for x in [0, 1] {
+            let mut odd = 0;
+            for _ in 0..2000 {
+                let z = smooth(x, 4, 3, 4, 1.0, 0.01, &mut rng).unwrap();
+                let units = z / 2f64.powi(-28);
+                assert_eq!(units.fract(), 0.0, "{z}");
+                odd += (units % 2.0 != 0.0) as u32;
+            }
+            assert!(odd > 800, "{odd}");
+        }
+    }
+
+    #[test]
+    fn naive_sensitivity_covers_a_change_of_x_at_one_exposed_row() {
+        // n_x = 1: X from 1 to 0 at Y = 1 moves Z by 1; the paper's n_x/2 is 1/2.
+        assert_eq!(naive_sensitivity(1), 1.0);
+        assert_eq!(naive_sensitivity(2), 1.0);
+        assert_eq!(naive_sensitivity(10), 5.0);
+        for n_x in 1..=6 {
+            for x in 0..=n_x {
+                for y in 0..=6 {
+                    assert!(local_sensitivity(x, y, n_x, 6) <= naive_sensitivity(n_x));
+                }
             }
         }
     }

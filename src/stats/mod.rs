@@ -2,6 +2,7 @@
 //! intervals. It knows nothing of DataFusion and is tested on its own.
 
 pub mod accuracy;
+pub mod audit;
 pub mod contribution;
 pub mod mechanism;
 pub mod methods;
