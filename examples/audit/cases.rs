@@ -485,6 +485,35 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "protected_join_amplified",
+            what: "a query shape of the protected-tables issue the planner answers: t protected by unit pid, every row repeated 3 times by a join with generate_series, bounding to 2 rows and 2 groups per unit; a unit with 2 rows in each of a, b replaced by one with 2 rows in each of c, d",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 1.0,
+            expect: Expect::WithinClaim,
+            ci: 20_000,
+            full: 200_000,
+            build: |n| {
+                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
+                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
+                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
+                d.extend(background);
+                p.extend(background);
+                grouped(
+                    "SELECT t.replicate, t.g, dp_count(t.pid, 1.0) AS c FROM t CROSS JOIN generate_series(1, 3) GROUP BY t.replicate, t.g",
+                    units(&d),
+                    units(&p),
+                    n,
+                    44,
+                )
+                .statement("SET dp.protected_tables = 't(pid)'")
+                .statement("SET dp.max_rows_per_unit = 2")
+                .statement("SET dp.max_groups_per_unit = 2")
+                .distinct_per_replicate(&["pid"])
+                .group_columns(&["g"])
+            },
+        },
+        Case {
             name: "units_over_the_bounds",
             what: "unit column pid, 2 rows and 2 groups per unit: a unit with 3 rows in each of a, b, c (bounding drops rows and a group) is replaced by one with 3 rows in d (3 groups change by 2 at epsilon/4 each: 3/4 epsilon visible)",
             epsilon: 1.0,
