@@ -17,6 +17,10 @@
 pub mod cli;
 #[cfg(feature = "ballista")]
 pub mod distributed;
+#[cfg(feature = "cli")]
+pub mod owner;
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "slt")]
 pub mod slt;
 pub mod sql;
