@@ -3,7 +3,7 @@
 //! from PyPI that `.ci/run` installs). Each test writes its own owner configuration and ledgers
 //! in a fresh directory and starts its own server.
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Float64Type;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -114,6 +114,12 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "dp-server stderr:\n{}",
+                std::fs::read_to_string(&self.stderr).unwrap_or_default()
+            );
+        }
     }
 }
 
@@ -233,14 +239,14 @@ async fn login_failure_and_tokens() {
     for (user, password) in [("alice", "wrong"), ("mallory", "pw-a"), ("alice", "")] {
         let err = login(&url, user, password).await.unwrap_err();
         assert!(
-            err.contains("Unauthenticated") && err.contains("invalid user name or password"),
+            err.contains("invalid user name or password"),
             "{user}: {err}"
         );
     }
     // No token, and a made-up token, are refused before anything is planned.
     let mut anonymous = FlightSqlServiceClient::new(channel(&url).await);
     let err = query(&mut anonymous, DP_QUERY).await.unwrap_err();
-    assert!(err.contains("Unauthenticated"), "{err}");
+    assert!(err.contains("no bearer token"), "{err}");
     let status = flight_info_status(&url, &"0".repeat(64), DP_QUERY)
         .await
         .unwrap_err();
@@ -362,7 +368,10 @@ async fn protected_table_refuses_select_star() {
     let dir = test_dir("select-star");
     let server = Server::start(&write_config(&dir, &[("alice", "pw", 1.0)], ""));
     let mut client = login(&server.url(), "alice", "pw").await.unwrap();
-    let err = query(&mut client, "SELECT * FROM visits").await.unwrap_err();
+    let err = query(&mut client, "SELECT * FROM visits")
+        .await
+        .map(|batches| format!("answered with {} rows", rows(&batches)))
+        .unwrap_err();
     assert!(err.contains("visits"), "{err}");
     // A public table is readable as it is.
     let batches = query(&mut client, "SELECT * FROM regions").await.unwrap();

@@ -60,9 +60,13 @@ pub fn parse_basic(header: &str) -> Option<(String, String)> {
     let encoded = header
         .strip_prefix("Basic ")
         .or_else(|| header.strip_prefix("basic "))?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
+    // With or without padding: Go's Flight client sends unpadded base64.
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    let decoded = engine.decode(encoded.trim()).ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (user, password) = text.split_once(':')?;
     Some((user.to_string(), password.to_string()))
@@ -94,6 +98,14 @@ mod tests {
         assert_eq!(
             parse_basic(&header),
             Some(("alice".to_string(), "s3cret:x".to_string()))
+        );
+        let unpadded = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode("bob:pw")
+        );
+        assert_eq!(
+            parse_basic(&unpadded),
+            Some(("bob".to_string(), "pw".to_string()))
         );
         assert_eq!(parse_basic("Bearer abc"), None);
         assert_eq!(parse_basic("Basic !!!"), None);
