@@ -682,3 +682,29 @@ fn tls_serves_the_configured_certificate() {
     let out = python(&[&uri, "alice", "pw", "tls", other.to_str().unwrap()]);
     assert!(out.contains("tls_query=refused"), "{out}");
 }
+
+/// The README's session: `examples/owner.toml` (its data paths made absolute, its ledger in a
+/// fresh directory), Alice's Argon2id hash, and the query the README prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_configuration_and_session() {
+    let dir = test_dir("readme");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/owner.toml"))
+        .unwrap()
+        .replace("../data/", concat!(env!("CARGO_MANIFEST_DIR"), "/data/"));
+    let config = dir.join("owner.toml");
+    std::fs::write(&config, text).unwrap();
+    let server = Server::start(&config);
+    assert!(login(&server.url(), "alice", "alice").await.is_err());
+    let mut alice = login(&server.url(), "alice", "alice-demo-password").await.unwrap();
+    let batches = query(
+        &mut alice,
+        "SELECT dp_rr_ci(outcome, exposed, 1.0) AS rr FROM visits",
+    )
+    .await
+    .unwrap();
+    let rr = batches[0].column(0).as_struct();
+    let lower = rr.column_by_name("lower").unwrap().as_primitive::<Float64Type>().value(0);
+    let upper = rr.column_by_name("upper").unwrap().as_primitive::<Float64Type>().value(0);
+    assert!(lower < upper, "{lower} {upper}");
+    assert_eq!(ledger_charges(&dir.join("alice.ledger")), vec![(1.0, 0.0)]);
+}

@@ -18,7 +18,10 @@ def connect(uri, user, password, root_cert=None):
     if root_cert is not None:
         with open(root_cert) as f:
             kwargs[DatabaseOptions.TLS_ROOT_CERTS.value] = f.read()
-    return flight_sql.connect(uri, db_kwargs={"username": user, "password": password, **kwargs})
+    # No transactions on the server: autocommit, as the README's session does.
+    return flight_sql.connect(
+        uri, db_kwargs={"username": user, "password": password, **kwargs}, autocommit=True
+    )
 
 
 def one_line(error):
