@@ -26,6 +26,8 @@ async fn main() -> datafusion::error::Result<()> {
             let csv = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
             ctx.register_csv("visits", csv, CsvReadOptions::new())
                 .await?;
+            // The data owner lays the raw data out in the lake: a copy, declared public here.
+            ctx.sql("SET dp.public_tables = 'visits'").await?;
             ctx.table("visits")
                 .await?
                 .write_parquet(
@@ -103,17 +105,18 @@ async fn main() -> datafusion::error::Result<()> {
         .await?;
     eprintln!("wrote private results to {output}");
 
-    // Read the results back, as a downstream job would.
+    // Read the results back, as a downstream job would: they are DP releases, public.
     let check = session(SessionConfig::new())?;
     let shown = run_statements(
         &check,
         &format!(
             "CREATE EXTERNAL TABLE rr STORED AS PARQUET LOCATION '{output}';
+             SET dp.public_tables = 'rr';
              SELECT region, month, round(relative_risk, 2) AS rr, round(lower_95, 2) AS lower_95,
                     round(upper_95, 2) AS upper_95 FROM rr ORDER BY region, month LIMIT 8;"
         ),
     )
     .await?;
-    println!("{}", format_result(&shown[1], OutputFormat::Table)?);
+    println!("{}", format_result(&shown[2], OutputFormat::Table)?);
     Ok(())
 }

@@ -7,17 +7,21 @@
 //! would never show them.
 
 use datafusion::prelude::*;
+use datafusion_dp::Protection;
 
 #[tokio::main]
 async fn main() -> datafusion::error::Result<()> {
     let ctx = SessionContext::new();
     datafusion_dp::register(&ctx)?;
-    // The four regions are public knowledge: release them as they are. (Without this, a DP
-    // query with GROUP BY is refused, or use private group selection.)
-    ctx.sql("SET dp.public_groups = 'assert'").await?;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
     ctx.register_csv("visits", path, CsvReadOptions::new())
         .await?;
+    // The data owner's declarations: a person is every visit with one patient_id (only DP
+    // aggregates leave the table), and the four regions are public knowledge, released as
+    // they are. (Without the latter, a DP query with GROUP BY is refused, or use private
+    // group selection.)
+    datafusion_dp::protect(&ctx, "visits", Protection::Unit("patient_id".into()))?;
+    ctx.sql("SET dp.public_groups = 'assert'").await?;
 
     println!("Differentially private relative risk of the outcome, exposed vs unexposed,");
     println!("per region: epsilon 1.0 for the count plus 1.0 for the 2x2 table (2.0 per region),");
@@ -38,7 +42,18 @@ async fn main() -> datafusion::error::Result<()> {
     .await?;
 
     println!("\nFor comparison only (NOT private): the exact relative risk and Katz interval:\n");
-    ctx.sql(
+    // The owner's own, non-private session: visits is not protected there. (In the DP session
+    // above this query is refused: count(*) over a protected table is computed exactly.)
+    let exact = SessionContext::new();
+    exact.register_udf(
+        datafusion_dp::sql::functions::scalar::rr_ci_katz::udf()
+            .as_ref()
+            .clone(),
+    );
+    exact
+        .register_csv("visits", path, CsvReadOptions::new())
+        .await?;
+    exact.sql(
         "SELECT region, round(k['estimate'], 2) AS relative_risk,
                 round(k['lower'], 2) AS lower_95, round(k['upper'], 2) AS upper_95
          FROM (SELECT region, rr_ci_katz(

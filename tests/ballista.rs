@@ -136,14 +136,14 @@ async fn seeded_queries_give_the_single_node_result() {
                 dp_odds_ratio(outcome, exposed, 1.0) AS odds
          FROM t GROUP BY region ORDER BY region",
         "SELECT dp_relative_risk(outcome, exposed, 0.5) AS rr, dp_count(patient, 1.0) AS n FROM t",
-        "SET dp.privacy_unit = 'patient'; SET dp.max_rows_per_unit = 2; SET dp.public_groups = 'assert';
+        "SET dp.protected_tables = 't(patient)'; SET dp.max_rows_per_unit = 2; SET dp.public_groups = 'assert';
          SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",
         "SET dp.selection_epsilon = 1.0; SET dp.selection_delta = 1e-6;
          SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",
         "SELECT rr_ci_katz(30, 100, 20, 100, 0.95) AS katz",
         // A table of public keys: keys 38..41 are declared (40 and 41 have no rows: noise on
         // zero), every other region is dropped.
-        "SET dp.public_groups = 'keys';
+        "SET dp.public_groups = 'keys'; SET dp.public_tables = 'keys';
          SELECT region, dp_count(1, 1.0) AS n, dp_rr_ci(outcome, exposed, 1.0)['estimate'] AS rr
          FROM t GROUP BY region ORDER BY region",
     ];
@@ -167,6 +167,9 @@ async fn noise_is_drawn_once_per_group_after_the_shuffle() {
     // standard errors sqrt(σ²/n) ≈ 0.06.
     let ctx = remote().await;
     run(&ctx, "SET dp.public_groups = 'assert'").await;
+    // The test reads the exact count beside the noisy one: t is declared public (its DP
+    // calibration is the same as for a table protected row by row: one row, one group).
+    run(&ctx, "SET dp.public_tables = 't'").await;
     let batches = ctx
         .sql("SELECT dp_count(1, 1.0) - count(*) AS noise, count(*) AS n FROM t GROUP BY g")
         .await
@@ -231,7 +234,12 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
     };
     let err = refused.unwrap_err().to_string();
     assert!(err.contains("budget"), "{err}");
-    assert_eq!(datafusion_dp::sql::accounting::ledger::read(&ledger).unwrap().len(), 2);
+    assert_eq!(
+        datafusion_dp::sql::accounting::ledger::read(&ledger)
+            .unwrap()
+            .len(),
+        2
+    );
     // dp_budget() reads the client's session: it runs on the client, not on the cluster.
     let status = run(
         &ctx,
@@ -245,4 +253,41 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
     ] {
         assert!(status.contains(line), "{status}");
     }
+}
+
+#[tokio::test]
+async fn the_release_guard_travels_with_the_stage() {
+    // The physical plan of a grouped DP query holds a ReleaseOnceExec above the noise-drawing
+    // aggregation; the physical codec carries it to the executors (each decoded copy runs each
+    // of its partitions once).
+    use datafusion_proto::physical_plan::AsExecutionPlan;
+    use datafusion_proto::protobuf::PhysicalPlanNode;
+    let ctx = SessionContext::new_with_state(
+        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
+            .unwrap(),
+    );
+    run(
+        &ctx,
+        "CREATE TABLE r (g INT, x INT) AS VALUES (1, 1), (2, 2); SET dp.public_groups = 'assert'",
+    )
+    .await;
+    let plan = ctx
+        .sql("SELECT g, dp_count(x, 1.0) FROM r GROUP BY g")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let shown = |p: &dyn datafusion::physical_plan::ExecutionPlan| {
+        datafusion::physical_plan::displayable(p)
+            .indent(false)
+            .to_string()
+    };
+    assert!(shown(plan.as_ref()).contains("ReleaseOnceExec"));
+    let codec = datafusion_dp::distributed::DpPhysicalCodec::default();
+    let node = PhysicalPlanNode::try_from_physical_plan(plan.clone(), &codec).unwrap();
+    let back = node
+        .try_into_physical_plan(&ctx.task_ctx(), &codec)
+        .unwrap();
+    assert_eq!(shown(back.as_ref()), shown(plan.as_ref()));
 }

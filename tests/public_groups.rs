@@ -42,6 +42,10 @@ async fn session(partitions: usize, skip_partial: bool) -> SessionContext {
     .await
     .unwrap();
     ctx.sql("SET dp.public_groups = 'declared'").await.unwrap();
+    // The keys table is public; the data table too, since the tests read its exact counts.
+    ctx.sql("SET dp.public_tables = 'declared, big'")
+        .await
+        .unwrap();
     ctx
 }
 
@@ -178,6 +182,7 @@ async fn slow_catalog_query() -> Result<Vec<RecordBatch>> {
     ctx.sql("CREATE TABLE t (g VARCHAR, x INT) AS VALUES ('a', 1), ('b', 2)")
         .await?;
     ctx.sql("SET dp.public_groups = 'remote.s.keys'").await?;
+    ctx.sql("SET dp.public_tables = 'remote.s.keys'").await?;
     ctx.sql("SELECT g, dp_count(x, 1e9) FROM t GROUP BY g ORDER BY g")
         .await?
         .collect()

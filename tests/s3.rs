@@ -52,7 +52,9 @@ async fn dp_query_over_partitioned_parquet_on_s3() {
         .register_csv("visits", csv, CsvReadOptions::new())
         .await
         .unwrap();
-    // Write the data to S3, partitioned by region (hive layout: region=north/...).
+    // Write the data to S3, partitioned by region (hive layout: region=north/...): the data
+    // owner's copy, so visits is declared public in this session.
+    local.sql("SET dp.public_tables = 'visits'").await.unwrap();
     local
         .table("visits")
         .await
@@ -69,6 +71,8 @@ async fn dp_query_over_partitioned_parquet_on_s3() {
     lake.sql("CREATE EXTERNAL TABLE visits STORED AS PARQUET LOCATION 's3://dp-test/visits/'")
         .await
         .unwrap();
+    // The owner checks the copy: every row arrived (the table is declared public for that).
+    lake.sql("SET dp.public_tables = 'visits'").await.unwrap();
     let listed = lake
         .sql("SELECT count(*) FROM visits")
         .await

@@ -9,10 +9,11 @@
 //! formats, shuffle readers and writers).
 
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
+use crate::sql::privacy::release::ReleaseOnceExec;
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;
-use datafusion::common::{Result, TableReference};
+use datafusion::common::{plan_err, Result, TableReference};
 use datafusion::datasource::file_format::FileFormatFactory;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{AggregateUDF, Extension, LogicalPlan, ScalarUDF, WindowUDF};
@@ -22,6 +23,10 @@ use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConve
 use std::sync::Arc;
 
 /// A bound DP call's bytes, or `None` for any other aggregate (left to the inner codec).
+/// A [`ReleaseOnceExec`] travels as this marker (its input is encoded as a child); each
+/// decoded copy runs each of its partitions once.
+const RELEASE_ONCE: &[u8] = b"datafusion-dp/release-once/1";
+
 fn encode_udaf(node: &AggregateUDF) -> Option<Vec<u8>> {
     node.inner().downcast_ref::<DpAggregate>()?.encode()
 }
@@ -169,6 +174,12 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if buf == RELEASE_ONCE {
+            let [input] = inputs else {
+                return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());
+            };
+            return Ok(Arc::new(ReleaseOnceExec::new(Arc::clone(input))));
+        }
         self.inner.try_decode(buf, inputs, ctx, proto_converter)
     }
 
@@ -178,6 +189,10 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if node.downcast_ref::<ReleaseOnceExec>().is_some() {
+            buf.extend_from_slice(RELEASE_ONCE);
+            return Ok(());
+        }
         self.inner.try_encode(node, buf, proto_converter)
     }
 

@@ -14,6 +14,7 @@ pub mod privacy;
 
 use datafusion::common::Result;
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::SessionStateBuilder;
 use std::sync::Arc;
 
 /// Installs every DP function, the `dp.*` session options, the planner rule and the session's
@@ -28,7 +29,11 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         }
     }
     ctx.register_udaf(functions::aggregate::dp_count::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_relative_risk::udaf().as_ref().clone());
+    ctx.register_udaf(
+        functions::aggregate::dp_relative_risk::udaf()
+            .as_ref()
+            .clone(),
+    );
     ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
@@ -49,7 +54,9 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
             "dp_budget",
-            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(&accountant))),
+            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(
+                &accountant,
+            ))),
         );
         // The session's catalogs (one Arc shared by every clone of the state), where a table
         // of public keys (dp.public_groups) is looked up at planning.
@@ -57,6 +64,13 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         ctx.add_analyzer_rule(Arc::new(
             privacy::rule::DpPlannerRule::new(accountant).with_catalogs(catalogs),
         ));
+        // One charge, one release: the physical rule runs last.
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
+            .with_physical_optimizer_rule(Arc::new(privacy::release::ReleaseOnce))
+            .build();
+        *state = rebuilt;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! which override the session for that call:
 //! `dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6, confidence=0.9')`.
 
+use crate::sql::privacy::protection::Protections;
 use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{config_err, Result};
@@ -82,11 +83,15 @@ pub struct DpOptions {
     pub ledger: Option<String>,
     /// Refuse the non-private seeded mode for the rest of the session.
     pub require_secure: bool,
-    /// The column identifying a privacy unit (a person); `None`: every row is one unit.
-    pub privacy_unit: Option<String>,
-    /// Rows of one unit kept per group (a random sample), with a privacy unit.
+    /// The data owner's declarations: which tables are protected, by which unit column, and
+    /// which are public (`dp.protected_tables`, `dp.public_tables`).
+    pub protections: Protections,
+    /// Set by [`crate::lock`]: the owner's options below ([`OWNER_KEYS`]) can no longer be
+    /// changed, by `SET` or by a call's options string. Not an option itself.
+    pub locked: bool,
+    /// Rows of one unit kept per group (a random sample), for tables protected by a unit.
     pub max_rows_per_unit: u32,
-    /// Groups one unit may contribute to, with a privacy unit.
+    /// Groups one unit may contribute to, for tables protected by a unit.
     pub max_groups_per_unit: u32,
     /// Whether the GROUP BY keys are declared public: not at all, by assertion, or as a table
     /// of keys ([`PublicGroups`]).
@@ -113,7 +118,8 @@ impl Default for DpOptions {
             delta_budget: None,
             ledger: None,
             require_secure: false,
-            privacy_unit: None,
+            protections: Protections::default(),
+            locked: false,
             max_rows_per_unit: 1,
             max_groups_per_unit: 1,
             public_groups: PublicGroups::None,
@@ -141,12 +147,14 @@ const KEYS: &[(&str, &str)] = &[
     ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
     ("epsilon_budget", "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning"),
     ("delta_budget", "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)"),
-    ("privacy_unit", "column naming the privacy unit (e.g. patient_id); each unit's contribution is bounded before aggregation ('none': each row is one individual)"),
-    ("max_rows_per_unit", "with a privacy unit: rows of one unit kept per group (random sample), default 1"),
-    ("max_groups_per_unit", "with a privacy unit: groups one unit may contribute to, default 1"),
+    ("protected_tables", "the data owner's protected tables: comma-separated 'table(unit_column)' (a person is every row with one unit value, e.g. 'visits(patient_id)') or 'table' (each row a person); tables not declared anywhere are protected row by row"),
+    ("public_tables", "the data owner's public tables (released exactly), comma-separated; '*': every table not declared protected"),
+    ("max_rows_per_unit", "tables protected by a unit: rows of one unit kept per group (random sample), default 1"),
+    ("max_groups_per_unit", "tables protected by a unit: groups one unit may contribute to, default 1"),
     ("public_groups", "a table name (e.g. 'regions' or 'public.regions'): the table's rows are the public GROUP BY keys, matched by column name; every declared key is released (noise on zero for keys without rows) and rows of undeclared keys are dropped. 'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are. 'none' (default)"),
     ("selection_epsilon", "private group selection: epsilon of the thresholded noisy count that decides which groups are released"),
     ("selection_delta", "private group selection: delta in (0, 1), the chance a group of one unit is released"),
+    ("locked", "true: lock the session for an untrusted analyst (the data owner's options can no longer be set; needs dp.epsilon_budget; cannot be undone); see datafusion_dp::lock"),
     ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
     ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
 ];
@@ -201,10 +209,59 @@ fn parse_budget(key: &str, value: &str) -> std::result::Result<Option<f64>, Stri
     }
 }
 
+/// The options only the data owner sets: in a locked session ([`crate::lock`]) `SET` and
+/// call options strings are refused for these. Each either protects the data (budgets, ledger,
+/// secure noise) or declares something about it that releases exact values when false
+/// (public tables, keys and group sizes). The others only change accuracy, or spend budget
+/// that is charged.
+pub const OWNER_KEYS: &[&str] = &[
+    "seed",
+    "require_secure",
+    "epsilon_budget",
+    "delta_budget",
+    "ledger",
+    "public_groups",
+    "group_sizes",
+    "protected_tables",
+    "public_tables",
+];
+
 impl DpOptions {
+    /// Locks the owner's options ([`OWNER_KEYS`]) for the rest of the session, turning
+    /// `require_secure` on. Refused without an epsilon budget, or with `dp.seed` set.
+    pub fn lock(&mut self) -> std::result::Result<(), String> {
+        if self.epsilon_budget.is_none() {
+            return Err(
+                "a locked session needs a budget: set dp.epsilon_budget (and dp.delta_budget for (epsilon, delta) mechanisms) first"
+                    .to_string(),
+            );
+        }
+        if self.seed.is_some() {
+            return Err(
+                "dp.seed (NON-PRIVATE noise) is set: a locked session draws secure noise only"
+                    .to_string(),
+            );
+        }
+        if self.public_groups == PublicGroups::Assert {
+            return Err(
+                "dp.public_groups = 'assert' releases whatever GROUP BY keys the analyst's query computes; in a locked session declare the public keys as a table (dp.public_groups = '<table>', declared in dp.public_tables) or use private group selection"
+                    .to_string(),
+            );
+        }
+        self.require_secure = true;
+        self.locked = true;
+        Ok(())
+    }
+
     /// Applies one `key = value`; the same parser serves `SET` and per-call options.
     pub fn apply(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
-        match key.trim().to_ascii_lowercase().as_str() {
+        let lower = key.trim().to_ascii_lowercase();
+        if self.locked && OWNER_KEYS.contains(&lower.as_str()) {
+            return Err(format!(
+                "{lower} is set by the data owner: this session is locked (accuracy options such as confidence, ci_method, mechanism, delta and max_rows_per_unit can still be set)"
+            ));
+        }
+        match lower.as_str() {
             "seed" => {
                 let v = value.trim();
                 self.seed = if v.eq_ignore_ascii_case("none") {
@@ -222,11 +279,17 @@ impl DpOptions {
                     Some(seed)
                 };
             }
-            "privacy_unit" => {
-                let column = value.trim();
-                self.privacy_unit = (!column.is_empty() && !column.eq_ignore_ascii_case("none"))
-                    .then(|| column.to_string());
+            "locked" => {
+                let on = parse_bool("locked", value)?;
+                if self.locked && !on {
+                    return Err("a locked session cannot be unlocked".to_string());
+                }
+                if on && !self.locked {
+                    self.lock()?;
+                }
             }
+            "protected_tables" => self.protections.set_protected(value)?,
+            "public_tables" => self.protections.set_public(value)?,
             "max_rows_per_unit" | "max_groups_per_unit" => {
                 let bound = value
                     .trim()
@@ -384,10 +447,12 @@ impl ExtensionOptions for DpOptions {
                     "delta_budget" => self.delta_budget.map(|b| b.to_string()),
                     "ledger" => self.ledger.clone(),
                     "require_secure" => Some(self.require_secure.to_string()),
+                    "locked" => Some(self.locked.to_string()),
                     "public_groups" => Some(self.public_groups.to_string()),
                     "selection_epsilon" => self.selection_epsilon.map(|e| e.to_string()),
                     "selection_delta" => self.selection_delta.map(|d| d.to_string()),
-                    "privacy_unit" => self.privacy_unit.clone(),
+                    "protected_tables" => Some(self.protections.protected_value()),
+                    "public_tables" => Some(self.protections.public_value()),
                     "max_rows_per_unit" => Some(self.max_rows_per_unit.to_string()),
                     "max_groups_per_unit" => Some(self.max_groups_per_unit.to_string()),
                     _ => Some(self.gaussian_calibration.to_string()),

@@ -2,6 +2,7 @@
 //! intervals. It knows nothing of DataFusion and is tested on its own.
 
 pub mod accuracy;
+pub mod contribution;
 pub mod mechanism;
 pub mod methods;
 pub mod paper;
@@ -10,6 +11,7 @@ pub mod rng;
 pub mod sampler;
 pub mod simulation;
 
+pub use contribution::Contribution;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
 pub use ratio::{

@@ -1,4 +1,6 @@
-//! Contribution bounding for privacy units (`SET dp.privacy_unit = 'patient_id'`).
+//! Contribution bounding for tables protected by a unit column
+//! (`SET dp.protected_tables = 'visits(patient_id)'`), on the unit column the plan analysis
+//! carried to the aggregate ([`crate::sql::privacy::analysis`]).
 //!
 //! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: each
 //! unit keeps at most `max_groups_per_unit` of its groups, chosen uniformly at random
@@ -13,7 +15,7 @@
 
 use crate::stats::rng::{secure_rng, seeded_rng};
 use arrow::datatypes::DataType;
-use datafusion::common::{plan_datafusion_err, plan_err, Column, Result};
+use datafusion::common::{plan_datafusion_err, Result};
 use datafusion::functions::crypto::expr_fn::sha256;
 use datafusion::functions::math::expr_fn::random;
 use datafusion::functions::string::expr_fn::concat_ws;
@@ -30,27 +32,13 @@ const GROUP_RANK: &str = "__dp_unit_group_rank";
 /// non-private `dp.seed`) makes the choice of groups reproducible.
 pub fn bound_contributions(
     input: Arc<LogicalPlan>,
-    unit: &str,
+    unit_column: Expr,
     keys: &[Expr],
     max_rows: u32,
     max_groups: u32,
     seed: Option<u64>,
 ) -> Result<Arc<LogicalPlan>> {
     let schema = input.schema().clone();
-    let unit_column = match schema.qualified_field_with_unqualified_name(unit) {
-        Ok((qualifier, field)) => Expr::Column(Column::new(qualifier.cloned(), field.name())),
-        Err(_) => {
-            return plan_err!(
-                "dp.privacy_unit '{unit}' is not a column of the aggregated input (columns: {})",
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
-    };
     // Groups first, then rows: the same result (the row sample keeps at least one row of
     // every (unit, group), so it never changes which groups a unit is in), and the order that
     // Ballista 55 runs correctly: with the row sample below the group rank, its distributed
@@ -88,7 +76,7 @@ fn random_key_order(unit: &Expr, keys: &[Expr], seed: Option<u64>) -> Result<Vec
     let salt = match seed {
         Some(seed) => seeded_rng(seed, "__dp_unit_group_order").next_u64(),
         None => secure_rng()
-            .map_err(|e| plan_datafusion_err!("dp.privacy_unit: {e}"))?
+            .map_err(|e| plan_datafusion_err!("contribution bounding: {e}"))?
             .next_u64(),
     };
     let mut parts = vec![lit(salt.to_string()), cast(unit.clone(), DataType::Utf8)];

@@ -1,6 +1,14 @@
-//! The privacy rewrites: the planner rule that binds each DP call and the rewrites below it.
+//! The privacy layer: the owner's declarations ([`protection`]), the plan analysis that proves
+//! each DP aggregate's contribution bound and that only DP leaves a protected table
+//! ([`analysis`]), the planner rule that binds and charges each call ([`rule`]), the rewrites it
+//! applies ([`bounding`], [`public_groups`], [`selection`]), the guard that makes one charge buy
+//! one release ([`release`]) and the locked session for untrusted analysts ([`lock`]).
 
+pub mod analysis;
 pub mod bounding;
+pub mod lock;
+pub mod protection;
 pub mod public_groups;
+pub mod release;
 pub mod rule;
 pub mod selection;

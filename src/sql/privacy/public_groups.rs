@@ -9,7 +9,7 @@
 //!   Projection: region AS region, x AS x, __dp_phantom     -- back to visits.region, visits.x
 //!     Union
 //!       Projection: visits.region, visits.x, Boolean(false) AS __dp_phantom
-//!         <contribution bounding, with dp.privacy_unit>
+//!         <contribution bounding, for a table protected by a unit>
 //!           LeftSemi Join: visits.region = __dp_public_keys.region
 //!             TableScan: visits
 //!             SubqueryAlias: __dp_public_keys

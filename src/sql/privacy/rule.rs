@@ -1,40 +1,51 @@
-//! The planner rule that binds DP aggregate calls to the session.
+//! The planner rule that makes a query private: it proves what one person can contribute to
+//! every DP aggregate, binds each call to its calibration and charges the budget.
 //!
-//! [`DpPlannerRule`] is an `AnalyzerRule`: it runs on every logical plan before optimisation
-//! and, for each DP aggregate call, (1) validates the constant arguments and the `dp.*`
-//! options, failing the query before anything runs; (2) calibrates the noise once for the
-//! query; (3) in seeded mode, passes the GROUP BY expressions to the call so noise is keyed by
-//! the group, not by arrival order; (4) refuses DP aggregates used as window functions.
-//! Output column names are preserved. For each aggregation with DP calls it then rewrites the
-//! input, visibly in `EXPLAIN`: (5) with `dp.privacy_unit`, bounds each unit's contribution
-//! ([`crate::sql::privacy::bounding`]); (6) decides how GROUP BY keys may be released: with
-//! `dp.public_groups = '<table>'` the table's rows are the public keys — rows of other keys
-//! are dropped before bounding, one phantom row per declared key is added after it and every
-//! aggregate is filtered to the real rows, so each declared key appears once, with noise on
-//! zero when it has no rows ([`crate::sql::privacy::public_groups`]); with `'assert'` the keys are
-//! released as they occur; otherwise the query is refused unless private group selection is
-//! set ([`crate::sql::privacy::selection`]). Ungrouped aggregations ignore the option. Finally (7) it
-//! charges the query to the session's privacy budget ([`crate::sql::accounting::budget`]), refusing it
-//! before anything executes when it does not fit; a plan whose DP calls were all bound by an
-//! earlier pass is not charged (nor rewritten) again. Declaring keys public costs nothing;
-//! private selection is charged with its (ε, δ).
+//! [`DpPlannerRule`] is an `AnalyzerRule`: it runs on every logical plan before optimisation.
+//! (0) It inlines views, so their plans are analysed with the query. (1) It refuses DP
+//! aggregates in the recursive term of a recursive query (each iteration would draw fresh
+//! noise for one charge) and as window functions. For each aggregation with DP calls, bottom
+//! up: (2) the plan analysis ([`crate::sql::privacy::analysis`]) walks its input down to the
+//! scans of protected tables and derives how many rows in how many groups one person can
+//! contribute, or refuses the query; (3) each call's constant arguments and the `dp.*` options
+//! are validated and its noise calibrated for that bound, failing the query before anything
+//! runs; in seeded mode the GROUP BY expressions are passed to the call so noise is keyed by
+//! the group; (4) the input is rewritten, visibly in `EXPLAIN`: with a unit column, each
+//! person's contribution is bounded ([`crate::sql::privacy::bounding`]); GROUP BY keys are
+//! released only as declared: with `dp.public_groups = '<table>'` (a table the owner declared
+//! public) rows of undeclared keys are dropped before bounding and every declared key gets a
+//! phantom row after it, so each appears once, with noise on zero when it has no rows
+//! ([`crate::sql::privacy::public_groups`]); with `'assert'` the keys are released as they
+//! occur; otherwise the query is refused unless private group selection is set
+//! ([`crate::sql::privacy::selection`]). Ungrouped aggregations ignore the option. Then (5) the
+//! whole plan's output must be public: DP releases, declared keys and what does not depend on
+//! protected rows; anything else (`SELECT *`, `count(*)`, a scalar subquery over protected
+//! rows) is refused with the table and the operator. Finally (6) the query is charged to the
+//! session's privacy budget ([`crate::sql::accounting::budget`]), refusing it before anything
+//! executes when it does not fit; a plan whose DP calls were all bound by an earlier pass is
+//! not charged (nor rewritten) again. Declaring keys public costs nothing; private selection
+//! is charged with its (ε, δ). Output column names are preserved.
 
-use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
-use crate::sql::privacy::bounding::bound_contributions;
 use crate::sql::accounting::budget::{self, Accountant};
+use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
 use crate::sql::options::{DpOptions, PublicGroups};
+use crate::sql::privacy::analysis::PlanAnalysis;
+use crate::sql::privacy::bounding::bound_contributions;
+use crate::sql::privacy::protection::Protection;
 use crate::sql::privacy::public_groups::DeclaredKeys;
 use crate::sql::privacy::selection::select_groups;
+use crate::stats::Contribution;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{plan_err, Result, ScalarValue};
+use datafusion::common::{plan_err, Result, ScalarValue, TableReference};
 use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{
-    Aggregate, AggregateUDF, Expr, LogicalPlan, WindowFunctionDefinition,
+    Aggregate, AggregateUDF, Expr, LogicalPlan, LogicalPlanBuilder, WindowFunctionDefinition,
 };
+use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::optimizer::AnalyzerRule;
 use std::sync::Arc;
@@ -80,14 +91,21 @@ impl AnalyzerRule for DpPlannerRule {
             .get::<DpOptions>()
             .cloned()
             .unwrap_or_default();
+        let plan = inline_views(plan, config)?;
+        refuse_dp_in_recursion(&plan)?;
         // Only a plan with calls not yet bound (so not yet charged) is charged: re-analysing a
         // bound plan must not charge twice.
         let charge = budget::has_unbound_calls(&plan)?;
+        let analysis = PlanAnalysis::new(&session.protections, config, self.catalogs.as_ref());
         let bound = plan
             .transform_up_with_subqueries(|node| match node {
-                LogicalPlan::Aggregate(aggregate) => {
-                    bind_aggregate(aggregate, &session, self.catalogs.as_ref(), config)
-                }
+                LogicalPlan::Aggregate(aggregate) => bind_aggregate(
+                    aggregate,
+                    &session,
+                    self.catalogs.as_ref(),
+                    config,
+                    &analysis,
+                ),
                 LogicalPlan::Window(window) => {
                     for expr in &window.window_expr {
                         refuse_window_use(expr)?;
@@ -97,6 +115,8 @@ impl AnalyzerRule for DpPlannerRule {
                 other => Ok(Transformed::no(other)),
             })?
             .data;
+        // Only DP leaves a protected table.
+        analysis.check_output(&bound)?;
         if charge {
             self.accountant.charge(&bound, &session)?;
         }
@@ -110,6 +130,82 @@ impl AnalyzerRule for DpPlannerRule {
 
 fn as_dp(func: &AggregateUDF) -> Option<&DpAggregate> {
     func.inner().downcast_ref::<DpAggregate>()
+}
+
+/// Whether `expr` holds a DP aggregate call.
+fn has_dp_call(expr: &Expr) -> bool {
+    expr.exists(|e| {
+        Ok(match e {
+            Expr::AggregateFunction(f) => as_dp(&f.func).is_some(),
+            Expr::WindowFunction(w) => matches!(
+                &w.fun,
+                WindowFunctionDefinition::AggregateUDF(udaf) if as_dp(udaf).is_some()
+            ),
+            _ => false,
+        })
+    })
+    .unwrap_or(false)
+}
+
+/// Refuses DP aggregates in the recursive term of a recursive query: the term runs once per
+/// iteration, each time with fresh noise, for one charge.
+fn refuse_dp_in_recursion(plan: &LogicalPlan) -> Result<()> {
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::RecursiveQuery(recursive) = node {
+            let mut found = None;
+            recursive.recursive_term.apply_with_subqueries(|inner| {
+                for expr in inner.expressions() {
+                    if has_dp_call(&expr) {
+                        found = Some(expr.schema_name().to_string());
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+            if let Some(call) = found {
+                return plan_err!(
+                    "{call} in the recursive term of recursive query '{}': the term runs once \
+                     per iteration, each time with fresh noise, for one privacy charge. Compute \
+                     the DP aggregate outside the recursion",
+                    recursive.name
+                );
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+/// Replaces every scan of a view by the view's plan (aliased as the view), so the view is
+/// analysed, bounded and charged with the query that reads it. (Planned on its own, as
+/// DataFusion plans a view when it executes it, a view of protected rows would be an output
+/// of protected rows.) The view's plan gets DataFusion's type coercion, which ran on the
+/// query before this rule.
+fn inline_views(plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+    use datafusion::optimizer::AnalyzerRule as _;
+    plan.transform_down_with_subqueries(|node| {
+        let LogicalPlan::TableScan(scan) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(view) = scan.source.get_logical_plan() else {
+            return Ok(Transformed::no(node));
+        };
+        if !scan.filters.is_empty() || scan.fetch.is_some() {
+            return Ok(Transformed::no(node));
+        }
+        let view = TypeCoercion::new().analyze(view.into_owned(), config)?;
+        let mut builder = LogicalPlanBuilder::from(view).alias(scan.table_name.clone())?;
+        if let Some(projection) = &scan.projection {
+            let schema = builder.schema().clone();
+            let columns: Vec<Expr> = projection
+                .iter()
+                .map(|i| Expr::Column(datafusion::common::Column::from(schema.qualified_field(*i))))
+                .collect();
+            builder = builder.project(columns)?;
+        }
+        Ok(Transformed::yes(builder.build()?))
+    })
+    .map(|t| t.data)
 }
 
 fn refuse_window_use(expr: &Expr) -> Result<()> {
@@ -150,6 +246,7 @@ fn bind_aggregate(
     session: &DpOptions,
     catalogs: Option<&Arc<dyn CatalogProviderList>>,
     config: &ConfigOptions,
+    analysis: &PlanAnalysis,
 ) -> Result<Transformed<LogicalPlan>> {
     let needs_binding = aggregate.aggr_expr.iter().any(|e| {
         let inner = match e {
@@ -175,31 +272,56 @@ fn bind_aggregate(
             other => keys.push(other.clone().unalias()),
         }
     }
+    // What one person can contribute to the aggregated input, proved from the plan.
+    let name = first_dp_name(&aggregate.aggr_expr).unwrap_or("a DP aggregate");
+    let bound = analysis.relation(&aggregate.input)?.contribution(
+        name,
+        aggregate.input.schema(),
+        !keys.is_empty(),
+        session.max_rows_per_unit,
+        session.max_groups_per_unit,
+    )?;
+    let contribution = bound.contribution;
     let aggr_expr = aggregate
         .aggr_expr
         .iter()
-        .map(|e| bind_call(e, &keys, session))
+        .map(|e| bind_call(e, &keys, session, contribution))
         .collect::<Result<Vec<_>>>()?;
     // A table of public keys: rows of undeclared keys are dropped before bounding, and
     // every declared key gets a phantom row after it (see crate::sql::privacy::public_groups).
     let declared = match &session.public_groups {
-        PublicGroups::Table(name) if !keys.is_empty() => Some(DeclaredKeys::resolve(
-            name,
-            catalogs,
-            config,
-            &aggregate.group_expr,
-            aggregate.input.schema(),
-        )?),
+        PublicGroups::Table(table) if !keys.is_empty() => {
+            let declared = DeclaredKeys::resolve(
+                table,
+                catalogs,
+                config,
+                &aggregate.group_expr,
+                aggregate.input.schema(),
+            )?;
+            let reference = TableReference::parse_str_normalized(
+                table,
+                !config.sql_parser.enable_ident_normalization,
+            );
+            if session.protections.of(&reference, config) != Protection::Public {
+                return plan_err!(
+                    "{name}: dp.public_groups table '{table}' is not declared public; its keys \
+                     would be released exactly. The data owner declares it with SET \
+                     dp.public_tables = '{table}' (or datafusion_dp::protect with \
+                     Protection::Public)"
+                );
+            }
+            Some(declared)
+        }
         _ => None,
     };
     let mut input = aggregate.input;
     if let Some(declared) = &declared {
         input = declared.restrict(input)?;
     }
-    if let Some(unit) = &session.privacy_unit {
+    if let Some(unit) = &bound.unit {
         input = bound_contributions(
             input,
-            unit,
+            unit.clone(),
             &keys,
             session.max_rows_per_unit,
             session.max_groups_per_unit,
@@ -225,7 +347,12 @@ fn bind_aggregate(
             );
         };
         return Ok(Transformed::yes(select_groups(
-            rebuilt, &keys, session, epsilon, delta,
+            rebuilt,
+            &keys,
+            session,
+            epsilon,
+            delta,
+            contribution,
         )?));
     }
     Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
@@ -245,7 +372,12 @@ fn first_dp_name(exprs: &[Expr]) -> Option<&'static str> {
     })
 }
 
-fn bind_call(expr: &Expr, keys: &[Expr], session: &DpOptions) -> Result<Expr> {
+fn bind_call(
+    expr: &Expr,
+    keys: &[Expr],
+    session: &DpOptions,
+    contribution: Contribution,
+) -> Result<Expr> {
     let (inner, alias) = match expr {
         Expr::Alias(alias) => (alias.expr.as_ref(), Some(alias)),
         other => (other, None),
@@ -287,6 +419,7 @@ fn bind_call(expr: &Expr, keys: &[Expr], session: &DpOptions) -> Result<Expr> {
         user_args,
         key_args,
         !keys.is_empty(),
+        contribution,
     )?;
     let mut args = params.args.clone();
     if seeded {

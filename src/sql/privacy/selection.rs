@@ -15,7 +15,7 @@
 
 use crate::sql::functions::aggregate::{CallPlan, DpAggregate, DpFunction, Release};
 use crate::sql::options::DpOptions;
-use crate::stats::{Mechanism, RatioMethod};
+use crate::stats::{Contribution, Mechanism, RatioMethod};
 use datafusion::common::{plan_err, Result, ScalarValue};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{
@@ -40,6 +40,7 @@ pub fn select_groups(
     session: &DpOptions,
     epsilon: f64,
     delta: f64,
+    contribution: Contribution,
 ) -> Result<LogicalPlan> {
     if aggregate
         .group_expr
@@ -64,15 +65,13 @@ pub fn select_groups(
         2,
         if seeded { keys.len() } else { 0 },
         true,
+        contribution,
     )?;
     plan.selection_delta = Some(delta);
     let Release::Count(noise) = &plan.release else {
         return plan_err!("private group selection: unexpected calibration");
     };
-    let (rows, groups) = match session.privacy_unit {
-        Some(_) => (session.max_rows_per_unit, session.max_groups_per_unit),
-        None => (1, 1),
-    };
+    let Contribution { rows, groups } = contribution;
     let threshold = selection_threshold(noise.scale, rows, delta / (2.0 * groups as f64));
     let mut args = vec![lit(1i64), lit(epsilon)];
     if seeded {

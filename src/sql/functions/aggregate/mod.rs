@@ -12,13 +12,17 @@ pub mod dp_rr_ci;
 pub mod wire;
 
 use crate::sql::options::DpOptions;
+use crate::sql::privacy::release::ReleaseTicket;
 use crate::stats::{
-    CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic, TableNoise,
+    Contribution, CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic,
+    TableNoise,
 };
 use accumulator::{CellCounts, SingleGroup};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::logical_expr::expr::AggregateFunctionParams;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::udaf_default_display_name;
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
@@ -152,8 +156,14 @@ pub struct CallPlan {
     pub key_args: usize,
     /// Whether the call is in a GROUP BY (its calibration depends on it).
     pub grouped: bool,
+    /// What one person can contribute to the aggregated input, derived from the plan by
+    /// [`crate::sql::privacy::analysis`]; the calibration is for this bound.
+    pub contribution: Contribution,
     /// Set on the hidden count of private group selection: the δ it spends.
     pub selection_delta: Option<f64>,
+    /// Taken when a physical plan is made from this bound call: one charge, one release
+    /// ([`crate::sql::privacy::release`]).
+    pub ticket: ReleaseTicket,
 }
 
 impl CallPlan {
@@ -169,6 +179,7 @@ impl CallPlan {
         user_args: usize,
         key_args: usize,
         grouped: bool,
+        contribution: Contribution,
     ) -> Result<Self> {
         let name = function.name();
         let epsilon = match epsilon {
@@ -206,20 +217,13 @@ impl CallPlan {
             return plan_err!("{name}: dp.require_secure is on, but dp.seed (non-private) is set");
         }
         let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
-        // Contribution bounds (planner rule, dp.privacy_unit): a unit adds at most `rows` rows
-        // to each of at most `groups` groups, so each group's release gets (ε/groups, δ/groups)
-        // at sensitivity `rows` and the whole GROUP BY still costs (ε, δ).
-        let (rows, groups) = match options.privacy_unit {
-            Some(_) => (
-                options.max_rows_per_unit,
-                if grouped {
-                    options.max_groups_per_unit
-                } else {
-                    1
-                },
-            ),
-            None => (1, 1),
-        };
+        // The plan's contribution bound (crate::stats::contribution): a person adds at most
+        // `rows` rows to each of at most `groups` groups, so each group's release gets
+        // (ε/groups, δ/groups) at sensitivity `rows` and the whole GROUP BY still costs (ε, δ).
+        let Contribution { rows, groups } = contribution;
+        if rows == 0 || groups == 0 || (!grouped && groups != 1) {
+            return plan_err!("{name}: invalid contribution bound ({contribution})");
+        }
         let group_epsilon = epsilon / groups as f64;
         let group_delta = options.delta.map(|d| d / groups as f64);
         let release = match function {
@@ -272,7 +276,9 @@ impl CallPlan {
             user_args,
             key_args,
             grouped,
+            contribution,
             selection_delta: None,
+            ticket: ReleaseTicket::default(),
         })
     }
 }
@@ -415,6 +421,7 @@ impl DpAggregate {
             args.exprs.len(),
             0,
             false,
+            Contribution::ONE_ROW,
         )
         .map(Arc::new)
     }
@@ -432,6 +439,16 @@ impl AggregateUDFImpl for DpAggregate {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// `EXPLAIN` shows a bound call with the contribution bound its noise is calibrated for
+    /// (column names, from `schema_name`, are unchanged).
+    fn display_name(&self, params: &AggregateFunctionParams) -> Result<String> {
+        let call = udaf_default_display_name(self, params)?;
+        Ok(match &self.plan {
+            Some(plan) => format!("{call} [epsilon={}, {}]", plan.epsilon, plan.contribution),
+            None => call,
+        })
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {

@@ -3,8 +3,8 @@
 //!
 //! A bound call carries its [`CallPlan`]: the noise calibrated once for the query and the
 //! options it was bound with. Rather than serialising the calibration itself, the wire form
-//! keeps the inputs of [`CallPlan::resolve`] (the merged `dp.*` options, ε, the stream name and
-//! argument counts) and the receiving node calls `resolve` again. The calibration is a pure
+//! keeps the inputs of [`CallPlan::resolve`] (the merged `dp.*` options, ε, the stream name,
+//! argument counts and the contribution bound the planner derived) and the receiving node calls `resolve` again. The calibration is a pure
 //! function of those inputs, so both sides hold the same plan (the tests below round-trip every
 //! function and kind of option and compare the plans), and there stays one calibration
 //! function for every caller. Decoding never charges a budget: the call was charged when it
@@ -12,11 +12,12 @@
 
 use super::{CallPlan, DpAggregate, DpFunction};
 use crate::sql::options::DpOptions;
+use crate::stats::Contribution;
 use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
 
 /// First field of every encoded call; bump the version when the layout changes.
-const MAGIC: &str = "datafusion-dp/call/1";
+const MAGIC: &str = "datafusion-dp/call/2";
 
 impl DpFunction {
     /// Every DP aggregate, in registration order.
@@ -60,6 +61,8 @@ fn encode(function: DpFunction, plan: &CallPlan) -> Vec<u8> {
         plan.grouped.to_string(),
         plan.selection_delta
             .map_or(String::new(), |d| format!("{:016x}", d.to_bits())),
+        plan.contribution.rows.to_string(),
+        plan.contribution.groups.to_string(),
     ];
     for entry in plan.options.entries() {
         if let Some(value) = entry.value {
@@ -92,7 +95,7 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
         fields.push(std::str::from_utf8(field).map_err(|_| corrupt("not UTF-8"))?);
         rest = tail;
     }
-    if fields.len() < 8 || fields[0] != MAGIC {
+    if fields.len() < 10 || fields[0] != MAGIC {
         return Err(corrupt(&format!(
             "not a {MAGIC} record (was it written by another version of datafusion-dp?)"
         )));
@@ -109,12 +112,20 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
         "" => None,
         d => Some(bits(d).map_err(|_| corrupt("selection delta"))?),
     };
-    let pairs = &fields[8..];
+    let bound = |s: &str| s.parse::<u32>().map_err(|_| corrupt("contribution bound"));
+    let contribution = Contribution {
+        rows: bound(fields[8])?,
+        groups: bound(fields[9])?,
+    };
+    let pairs = &fields[10..];
     if !pairs.len().is_multiple_of(2) {
         return Err(corrupt("options"));
     }
     let mut options = DpOptions::default();
-    for pair in pairs.chunks(2) {
+    // The lock last: once locked, the owner's options cannot be applied.
+    let (lock, others): (Vec<&[&str]>, Vec<&[&str]>) =
+        pairs.chunks(2).partition(|pair| pair[0] == "locked");
+    for pair in others.into_iter().chain(lock) {
         options
             .apply(pair[0], pair[1])
             .map_err(|e| corrupt(&format!("option {}: {e}", pair[0])))?;
@@ -128,6 +139,7 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
         user_args,
         key_args,
         grouped,
+        contribution,
     )?;
     plan.selection_delta = selection_delta;
     Ok(plan)
@@ -138,6 +150,11 @@ mod tests {
     use super::*;
 
     fn bound(function: DpFunction, options: &DpOptions, grouped: bool) -> DpAggregate {
+        let contribution = match (options.seed.is_some(), grouped) {
+            (true, true) => Contribution { rows: 3, groups: 2 },
+            (true, false) => Contribution { rows: 3, groups: 1 },
+            _ => Contribution::ONE_ROW,
+        };
         let plan = CallPlan::resolve(
             function,
             options,
@@ -147,6 +164,7 @@ mod tests {
             3,
             if options.seed.is_some() { 2 } else { 0 },
             grouped,
+            contribution,
         )
         .unwrap();
         DpAggregate::new(function).configured(plan)
@@ -160,7 +178,8 @@ mod tests {
             ("delta", "1e-7"),
             ("confidence", "0.9"),
             ("seed", "42"),
-            ("privacy_unit", "patient_id"),
+            ("protected_tables", "visits(patient_id), survey"),
+            ("public_tables", "regions"),
             ("max_rows_per_unit", "3"),
             ("max_groups_per_unit", "2"),
             ("ledger", "/tmp/a b,c=d.ledger"),

@@ -1,0 +1,125 @@
+//! The data owner's calls: declare tables ([`protect`]) and lock a session for an untrusted
+//! analyst ([`lock`], then [`analyst_sql`] for every statement the analyst sends).
+//!
+//! ```no_run
+//! # async fn demo() -> datafusion::error::Result<()> {
+//! use datafusion::prelude::*;
+//! use datafusion_dp::Protection;
+//! let ctx = SessionContext::new();
+//! datafusion_dp::register(&ctx)?;
+//! ctx.register_csv("visits", "data/visits.csv", CsvReadOptions::new()).await?;
+//! datafusion_dp::protect(&ctx, "visits", Protection::Unit("patient_id".into()))?;
+//! ctx.sql("SET dp.epsilon_budget = 3").await?;
+//! datafusion_dp::lock(&ctx)?;
+//! // Hand the analyst only this:
+//! let answer = datafusion_dp::analyst_sql(&ctx, "SELECT dp_count(patient_id, 1.0) FROM visits").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! What the lock holds: the owner's `dp.*` options ([`crate::sql::options::OWNER_KEYS`]:
+//! the protection, the budgets, the ledger, `dp.seed`, `dp.require_secure`,
+//! `dp.public_groups`, `group_sizes`) can no longer be changed by `SET` or a call's options
+//! string, from any path into the session; `require_secure` is on. [`analyst_sql`] also
+//! refuses DDL (`CREATE TABLE`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`, `DROP`), DML
+//! (`INSERT`, `COPY ... TO`) and `SET` of DataFusion options other than
+//! `datafusion.execution.*` (the catalog defaults decide which table a declared name means;
+//! `datafusion.explain.*` can print file statistics). Accuracy options (`confidence`,
+//! `ci_method`, `mechanism`, `delta`, `method`, `max_rows_per_unit`, ...) stay settable: they
+//! change the noise, never the guarantee. The Rust code holding the `SessionContext` is the
+//! owner's and is trusted.
+
+use crate::sql::options::DpOptions;
+use crate::sql::privacy::protection::Protection;
+use datafusion::common::{plan_datafusion_err, plan_err, Result};
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::{SQLOptions, SessionContext};
+use datafusion::logical_expr::{LogicalPlan, Statement};
+
+fn with_options<T>(
+    ctx: &SessionContext,
+    f: impl FnOnce(&mut DpOptions) -> std::result::Result<T, String>,
+    what: &str,
+) -> Result<T> {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let options = state
+        .config_mut()
+        .options_mut()
+        .extensions
+        .get_mut::<DpOptions>()
+        .ok_or_else(|| plan_datafusion_err!("{what}: call datafusion_dp::register(&ctx) first"))?;
+    f(options).map_err(|e| plan_datafusion_err!("{what}: {e}"))
+}
+
+/// Declares how `table` (a name as SQL writes it) protects people: the data owner's call, the
+/// Rust form of `SET dp.protected_tables` / `dp.public_tables`. Tables not declared are
+/// protected row by row ([`crate::sql::privacy::protection`]). Refused in a locked session.
+pub fn protect(ctx: &SessionContext, table: &str, protection: Protection) -> Result<()> {
+    with_options(
+        ctx,
+        |o| {
+            if o.locked {
+                return Err("the session is locked".to_string());
+            }
+            o.protections.declare(table, protection)
+        },
+        "protect",
+    )
+}
+
+/// Locks `ctx` for an untrusted analyst (see the module docs). Needs `dp.epsilon_budget`
+/// set; refused with `dp.seed` set. Irreversible for the session.
+pub fn lock(ctx: &SessionContext) -> Result<()> {
+    with_options(ctx, DpOptions::lock, "lock")
+}
+
+/// Whether `ctx` is locked.
+pub fn is_locked(ctx: &SessionContext) -> bool {
+    ctx.state_ref()
+        .read()
+        .config()
+        .options()
+        .extensions
+        .get::<DpOptions>()
+        .is_some_and(|o| o.locked)
+}
+
+/// Plans and runs one statement of an untrusted analyst in a locked session: DDL, DML and
+/// `SET` of DataFusion options other than `datafusion.execution.*` are refused; `dp.*`
+/// options are refused by the lock itself when they are the owner's; every query goes
+/// through the DP planner rule (only DP leaves a protected table).
+pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
+    if !is_locked(ctx) {
+        return plan_err!(
+            "analyst_sql: the session is not locked; call datafusion_dp::lock(&ctx) first"
+        );
+    }
+    let plan = ctx.state().create_logical_plan(sql).await?;
+    refuse_owner_statements(&plan)?;
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(true)
+        .verify_plan(&plan)
+        .map_err(|e| {
+            plan_datafusion_err!("{e} (this session is locked: the data owner manages tables)")
+        })?;
+    ctx.execute_logical_plan(plan).await
+}
+
+/// Refuses `SET`/`RESET` of DataFusion options an analyst must not change.
+fn refuse_owner_statements(plan: &LogicalPlan) -> Result<()> {
+    let variable = match plan {
+        LogicalPlan::Statement(Statement::SetVariable(set)) => &set.variable,
+        LogicalPlan::Statement(Statement::ResetVariable(reset)) => &reset.variable,
+        _ => return Ok(()),
+    };
+    let key = variable.to_ascii_lowercase();
+    if key.starts_with("dp.") || key.starts_with("datafusion.execution.") {
+        return Ok(());
+    }
+    plan_err!(
+        "SET {variable}: this session is locked; only dp.* accuracy options and \
+         datafusion.execution.* can be set"
+    )
+}

@@ -1,0 +1,195 @@
+//! One charge buys one release.
+//!
+//! A query is charged when its DP calls are bound (in the analyzer), but a bound plan could be
+//! run many times, each time with fresh noise: a physical plan executed twice, or a bound
+//! logical plan planned twice (from Rust), would average the noise away for one charge. Two
+//! guards make every charge buy exactly one draw:
+//! - each bound call carries a [`ReleaseTicket`], taken when a physical plan is made from it
+//!   ([`ReleaseOnce`], a physical optimizer rule): a second physical plan of the same bound
+//!   call is refused (planning the SQL again binds, and charges, anew);
+//! - every aggregation that draws noise (a final or single-stage `AggregateExec` with DP
+//!   calls) is wrapped in a [`ReleaseOnceExec`], which runs each of its output partitions at
+//!   most once: a second execution of the same physical plan is refused.
+//!
+//! Recursive terms with DP calls are refused by the planner rule. On Ballista each task runs
+//! a freshly decoded copy of its stage; the scheduler runs each partition once (a retried
+//! task after an executor failure draws again: its first result was never delivered).
+
+use crate::sql::functions::aggregate::DpAggregate;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{exec_err, plan_err, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Taken once, when a physical plan is made from a bound call. Compares equal to any other
+/// ticket: it is not part of what a call computes.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseTicket(Arc<AtomicBool>);
+
+impl ReleaseTicket {
+    /// Takes the ticket; `false` if it was taken before.
+    pub fn take(&self) -> bool {
+        !self.0.swap(true, Ordering::SeqCst)
+    }
+}
+
+impl PartialEq for ReleaseTicket {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+fn dp_calls(aggregate: &AggregateExec) -> Vec<&DpAggregate> {
+    aggregate
+        .aggr_expr()
+        .iter()
+        .filter_map(|e| e.fun().inner().downcast_ref::<DpAggregate>())
+        .collect()
+}
+
+/// The physical optimizer rule (see the module docs). Runs last.
+#[derive(Debug, Default)]
+pub struct ReleaseOnce;
+
+pub const RELEASE_RULE_NAME: &str = "datafusion_dp_release_once";
+
+impl PhysicalOptimizerRule for ReleaseOnce {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        // Take every ticket of the plan once (an aggregation's calls appear in its partial
+        // and its final stage: the same Arc'd call plan).
+        let mut seen: Vec<*const ()> = Vec::new();
+        plan.apply(|node| {
+            if let Some(aggregate) = node.downcast_ref::<AggregateExec>() {
+                for call in dp_calls(aggregate) {
+                    let Some(bound) = call.plan() else { continue };
+                    let key = Arc::as_ptr(bound) as *const ();
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    if !bound.ticket.take() {
+                        return plan_err!(
+                            "{}: this bound query was already planned for execution once; its \
+                             noise is drawn once per charge. Plan it again from SQL (a new \
+                             charge) to get a new release",
+                            call.function().name()
+                        );
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        plan.transform_up(|node| {
+            let draws_noise = node.downcast_ref::<AggregateExec>().is_some_and(|a| {
+                !matches!(a.mode(), AggregateMode::Partial) && !dp_calls(a).is_empty()
+            });
+            if draws_noise {
+                Ok(Transformed::yes(
+                    Arc::new(ReleaseOnceExec::new(node)) as Arc<dyn ExecutionPlan>
+                ))
+            } else {
+                Ok(Transformed::no(node))
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        RELEASE_RULE_NAME
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Runs each output partition of a noise-drawing aggregation at most once (module docs).
+#[derive(Debug)]
+pub struct ReleaseOnceExec {
+    input: Arc<dyn ExecutionPlan>,
+    executed: Vec<AtomicBool>,
+}
+
+impl ReleaseOnceExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        let partitions = input.output_partitioning().partition_count();
+        Self {
+            input,
+            executed: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+}
+
+impl DisplayAs for ReleaseOnceExec {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "ReleaseOnceExec")
+    }
+}
+
+impl ExecutionPlan for ReleaseOnceExec {
+    fn name(&self) -> &str {
+        "ReleaseOnceExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return exec_err!("ReleaseOnceExec takes one input");
+        }
+        Ok(Arc::new(ReleaseOnceExec::new(children.swap_remove(0))))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let Some(flag) = self.executed.get(partition) else {
+            return exec_err!("ReleaseOnceExec: no partition {partition}");
+        };
+        if flag.swap(true, Ordering::SeqCst) {
+            return exec_err!(
+                "this DP release (partition {partition}) was already executed; its noise is \
+                 drawn once per charge. Plan the query again from SQL (a new charge) to run it again"
+            );
+        }
+        self.input.execute(partition, context)
+    }
+}
