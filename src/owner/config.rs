@@ -28,21 +28,11 @@
 //! ```
 //! Relative paths are relative to the configuration file's directory.
 
+use crate::Protection;
 use datafusion::error::{DataFusionError, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// How the owner protects one table (see the protected-tables API, [`crate::Protection`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TableProtection {
-    /// Public data (lookup tables, calendars, key lists): read freely.
-    Public,
-    /// Protected, each row a different person.
-    Rows,
-    /// Protected, one person is every row sharing this column's value.
-    Unit(String),
-}
 
 /// One `[[table]]` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +43,7 @@ pub struct TableConfig {
     pub location: String,
     /// `parquet`, `csv` or `json`; by the file extension when absent.
     pub format: Option<String>,
-    pub protection: TableProtection,
+    pub protection: Protection,
 }
 
 /// One `[[analyst]]` entry.
@@ -158,6 +148,9 @@ struct RawServer {
 /// Options an analyst's budget sets (per analyst, never in `[options]`).
 const PER_ANALYST: [&str; 3] = ["epsilon_budget", "delta_budget", "ledger"];
 
+/// Options the `[[table]]` sections set.
+const PER_TABLE: [&str; 2] = ["protected_tables", "public_tables"];
+
 fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -210,11 +203,11 @@ impl OwnerConfig {
                 return Err(error(format!("table '{}' is declared twice", t.name)));
             }
             let protection = match (t.protection.as_deref().map(str::to_ascii_lowercase), t.unit) {
-                (None, None) => TableProtection::Rows,
-                (None, Some(unit)) => TableProtection::Unit(unit),
-                (Some(p), None) if p == "rows" => TableProtection::Rows,
-                (Some(p), None) if p == "public" => TableProtection::Public,
-                (Some(p), Some(unit)) if p == "unit" => TableProtection::Unit(unit),
+                (None, None) => Protection::Rows,
+                (None, Some(unit)) => Protection::Unit(unit),
+                (Some(p), None) if p == "rows" => Protection::Rows,
+                (Some(p), None) if p == "public" => Protection::Public,
+                (Some(p), Some(unit)) if p == "unit" => Protection::Unit(unit),
                 (Some(p), None) if p == "unit" => {
                     return Err(error(format!(
                         "table '{}': protection = \"unit\" needs unit = \"COLUMN\" (the column that identifies a person)",
@@ -234,7 +227,7 @@ impl OwnerConfig {
                     )))
                 }
             };
-            if let TableProtection::Unit(unit) = &protection {
+            if let Protection::Unit(unit) = &protection {
                 if unit.trim().is_empty() {
                     return Err(error(format!("table '{}': unit is empty", t.name)));
                 }
@@ -262,6 +255,17 @@ impl OwnerConfig {
                 return Err(error(format!(
                     "[options] dp.{key}: budgets and ledgers are set per analyst ([[analyst]] epsilon_budget, delta_budget, ledger)"
                 )));
+            }
+            if PER_TABLE.contains(&key.as_str()) {
+                return Err(error(format!(
+                    "[options] dp.{key}: declare each table's protection in its [[table]] section (unit = \"COLUMN\", protection = \"rows\" or \"public\")"
+                )));
+            }
+            if key == "locked" {
+                return Err(error(
+                    "[options] dp.locked: sessions from this configuration are always locked"
+                        .to_string(),
+                ));
             }
             let value = match value {
                 toml::Value::String(s) => s,
@@ -419,11 +423,11 @@ mod tests {
         assert_eq!(config.tables[0].location, "/owner/data/visits.csv");
         assert_eq!(
             config.tables[0].protection,
-            TableProtection::Unit("patient_id".into())
+            Protection::Unit("patient_id".into())
         );
         assert_eq!(config.tables[1].location, "s3://bucket/survey/");
-        assert_eq!(config.tables[1].protection, TableProtection::Rows, "fail closed");
-        assert_eq!(config.tables[2].protection, TableProtection::Public);
+        assert_eq!(config.tables[1].protection, Protection::Rows, "fail closed");
+        assert_eq!(config.tables[2].protection, Protection::Public);
         assert_eq!(
             config.options,
             vec![
@@ -447,6 +451,8 @@ mod tests {
         assert!(err(&t("colour = 1")).contains("colour"), "unknown keys");
         assert!(err("[[table]]\nname = \"Visits\"\nlocation = \"v.csv\"").contains("lower-case"));
         assert!(err("[options]\nepsilon_budget = 1").contains("per analyst"));
+        assert!(err("[options]\n\"dp.public_tables\" = \"*\"").contains("[[table]]"));
+        assert!(err("[options]\nlocked = false").contains("always locked"));
         assert!(err("[options]\nconfidence = 2").contains("confidence"));
         let a = |extra: &str| format!("[[analyst]]\nname = \"a\"\n{extra}");
         assert!(parse(&a("epsilon_budget = 1\nledger = \"l\"")).unwrap().analysts[0]
