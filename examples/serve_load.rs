@@ -3,7 +3,9 @@
 //! concurrent analyst connections (arrow-flight's Flight SQL client, one login each, spread
 //! over A analysts) issuing DP queries until a deadline. Reports queries per second, p50/p99
 //! latency (GetFlightInfo + DoGet), and checks that each analyst's ledger total equals the sum of
-//! the costs of that analyst's answered queries (nothing charged twice or lost).
+//! the costs of that analyst's answered queries (nothing charged twice or lost). For scale, the
+//! same queries first run in-process on one locked session (no network, no server) for a
+//! third of the time: the median of those is the baseline the server's latencies compare to.
 //!
 //! ```text
 //! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20]
@@ -97,9 +99,8 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("dp-serve-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let visits = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
-    let mut config = format!(
-        "[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\n"
-    );
+    let mut config =
+        format!("[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\n");
     for a in 0..analysts {
         config.push_str(&format!(
             "[[analyst]]\nname = \"analyst{a}\"\npassword = \"load-test\"\nepsilon_budget = 1000000\nledger = \"analyst{a}.ledger\"\n\n"
@@ -107,6 +108,31 @@ async fn main() {
     }
     let config = OwnerConfig::parse(&config, &dir, "serve_load").unwrap();
     let owner = Owner::open(config).await.unwrap();
+
+    // Baseline: the same queries through analyst_sql on one locked session, one at a time.
+    let baseline_ledger = dir.join("baseline.ledger");
+    let ctx = owner
+        .locked_session(&datafusion_dp::owner::SessionBudget {
+            epsilon: 1e6,
+            delta: None,
+            ledger: baseline_ledger.to_string_lossy().into_owned(),
+        })
+        .unwrap();
+    let mut baseline = Vec::new();
+    let baseline_end = Instant::now() + Duration::from_secs(seconds.div_ceil(3));
+    let mut i = 0;
+    while Instant::now() < baseline_end {
+        let start = Instant::now();
+        let frame = datafusion_dp::owner::analyst_sql(&ctx, QUERIES[i % QUERIES.len()].0)
+            .await
+            .unwrap();
+        frame.collect().await.unwrap();
+        baseline.push(start.elapsed());
+        i += 1;
+    }
+    baseline.sort();
+    let baseline_p50 = baseline[baseline.len() / 2].as_secs_f64() * 1e3;
+
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -142,7 +168,15 @@ async fn main() {
     println!("answered queries       {answered}");
     println!("errors                 {}", errors.len());
     println!("queries per second     {:.1}", answered as f64 / elapsed);
-    println!("latency p50            {:.1} ms", quantile(0.5));
+    println!(
+        "in-process baseline    {} queries, p50 {baseline_p50:.1} ms (one session, sequential)",
+        baseline.len()
+    );
+    println!(
+        "latency p50            {:.1} ms ({:.1}x the in-process p50)",
+        quantile(0.5),
+        quantile(0.5) / baseline_p50
+    );
     println!("latency p99            {:.1} ms", quantile(0.99));
     let mut all_match = true;
     for a in 0..analysts {

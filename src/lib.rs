@@ -11,7 +11,9 @@
 //!
 //! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
 //! intervals); [`sql`] adapts it to DataFusion (functions, privacy rewrites, accounting);
-//! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster.
+//! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster. On top:
+//! `cli` (the `dpsql` client), `owner` (the data owner's configuration and the locked sessions
+//! built from it) and `server` (feature `server`: `dp-server`, Arrow Flight SQL for analysts).
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -68,7 +68,11 @@ fn locked_shell_spends_the_analysts_budget() {
         "-c",
         "SELECT dp_count(outcome, 0.25) AS n FROM visits; SELECT epsilon FROM dp_budget() WHERE entry = 'budget'",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("epsilon\n0.5"), "{stdout}");
     assert_eq!(ledger_lines(&dir.join("alice.ledger")), 1);
@@ -128,9 +132,23 @@ fn configuration_mistakes_are_one_line() {
     let two = two.to_str().unwrap();
     let line = error_line(&dpsql(&["--config", two, "-c", "SELECT 1"]));
     assert!(line.contains("--analyst NAME"), "{line}");
-    let line = error_line(&dpsql(&["--config", two, "--analyst", "carol", "-c", "SELECT 1"]));
+    let line = error_line(&dpsql(&[
+        "--config",
+        two,
+        "--analyst",
+        "carol",
+        "-c",
+        "SELECT 1",
+    ]));
     assert!(line.contains("no analyst 'carol'"), "{line}");
-    let out = dpsql(&["--config", two, "--table", &format!("t={VISITS}"), "-c", "SELECT 1"]);
+    let out = dpsql(&[
+        "--config",
+        two,
+        "--table",
+        &format!("t={VISITS}"),
+        "-c",
+        "SELECT 1",
+    ]);
     assert_eq!(out.status.code(), Some(2), "usage error");
 
     let bad = dir.join("bad.toml");
@@ -139,13 +157,26 @@ fn configuration_mistakes_are_one_line() {
         "[[table]]\nname = \"visits\"\nlocation = \"visits.csv\"\nprotection = \"unit\"\n",
     )
     .unwrap();
-    let line = error_line(&dpsql(&["--config", bad.to_str().unwrap(), "-c", "SELECT 1"]));
+    let line = error_line(&dpsql(&[
+        "--config",
+        bad.to_str().unwrap(),
+        "-c",
+        "SELECT 1",
+    ]));
     assert!(line.contains("needs unit"), "{line}");
     std::fs::write(
         &bad,
         "[[table]]\nname = \"visits\"\nlocation = \"missing.csv\"\n\n[[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n",
     )
     .unwrap();
-    let line = error_line(&dpsql(&["--config", bad.to_str().unwrap(), "-c", "SELECT 1"]));
-    assert!(line.contains("table visits") && line.contains("missing.csv"), "{line}");
+    let line = error_line(&dpsql(&[
+        "--config",
+        bad.to_str().unwrap(),
+        "-c",
+        "SELECT 1",
+    ]));
+    assert!(
+        line.contains("table visits") && line.contains("missing.csv"),
+        "{line}"
+    );
 }

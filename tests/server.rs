@@ -65,7 +65,12 @@ impl Server {
     fn start(config: &Path) -> Server {
         let stderr = config.with_extension(format!("stderr.{}", rand_suffix()));
         let mut child = Command::new(env!("CARGO_BIN_EXE_dp-server"))
-            .args(["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -284,7 +289,10 @@ async fn metadata_lists_tables_and_schemas_only() {
         .flatten()
         .collect();
     assert_eq!(names, vec!["regions", "visits"]);
-    let schema_column = batch.column_by_name("table_schema").unwrap().as_binary::<i32>();
+    let schema_column = batch
+        .column_by_name("table_schema")
+        .unwrap()
+        .as_binary::<i32>();
     let visits = names.iter().position(|n| *n == "visits").unwrap();
     let schema = arrow::datatypes::Schema::try_from(arrow_flight::IpcMessage(
         schema_column.value(visits).to_vec().into(),
@@ -300,7 +308,13 @@ async fn metadata_lists_tables_and_schemas_only() {
         .collect();
     assert_eq!(
         columns,
-        ["catalog_name", "db_schema_name", "table_name", "table_type", "table_schema"]
+        [
+            "catalog_name",
+            "db_schema_name",
+            "table_name",
+            "table_type",
+            "table_schema"
+        ]
     );
 
     let info = client.get_catalogs().await.unwrap();
@@ -310,7 +324,10 @@ async fn metadata_lists_tables_and_schemas_only() {
         "datafusion"
     );
     let info = client
-        .get_sql_info(vec![SqlInfo::FlightSqlServerName, SqlInfo::FlightSqlServerReadOnly])
+        .get_sql_info(vec![
+            SqlInfo::FlightSqlServerName,
+            SqlInfo::FlightSqlServerReadOnly,
+        ])
         .await
         .unwrap();
     let batches = fetch(&mut client, info).await.unwrap();
@@ -346,7 +363,14 @@ async fn dp_queries_and_errors_as_dpsql_prints_them() {
     ] {
         let status = flight_info_status(&url, &token, sql).await.unwrap_err();
         let output = Command::new(env!("CARGO_BIN_EXE_dpsql"))
-            .args(["--config", config.to_str().unwrap(), "--analyst", "alice", "-c", sql])
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--analyst",
+                "alice",
+                "-c",
+                sql,
+            ])
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -354,7 +378,12 @@ async fn dp_queries_and_errors_as_dpsql_prints_them() {
         let line = stderr.trim_end().strip_prefix("error: ").unwrap_or(&stderr);
         assert!(!output.status.success(), "dpsql accepted {sql}");
         assert_eq!(status.message(), line, "{sql}");
-        assert_ne!(status.code(), tonic::Code::Ok);
+        let expected = if line.starts_with("dp budget exceeded") {
+            tonic::Code::ResourceExhausted
+        } else {
+            tonic::Code::InvalidArgument
+        };
+        assert_eq!(status.code(), expected, "{sql}");
     }
     // The over-budget query was refused before being charged, by the server and by dpsql
     // (which spends the same analyst's ledger).
@@ -398,7 +427,11 @@ async fn one_charge_one_release_and_prepared_statements() {
         .unwrap();
     assert_eq!(rows(&batches), 1);
     let err = match client.do_get(ticket).await {
-        Ok(stream) => stream.try_collect::<Vec<_>>().await.unwrap_err().to_string(),
+        Ok(stream) => stream
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap_err()
+            .to_string(),
         Err(e) => e.to_string(),
     };
     assert!(err.contains("already used result ticket"), "{err}");
@@ -465,7 +498,11 @@ async fn concurrent_connections_of_one_analyst_never_overspend() {
     }
     assert_eq!((answered, refused), (10, 10));
     let charges = ledger_charges(&ledger);
-    assert_eq!(charges.len(), 10, "exactly one ledger line per answered query");
+    assert_eq!(
+        charges.len(),
+        10,
+        "exactly one ledger line per answered query"
+    );
     let total: f64 = charges.iter().map(|c| c.0).sum();
     assert!((total - 1.0).abs() < 1e-9, "{total}");
 }
@@ -489,9 +526,12 @@ async fn two_analysts_have_separate_budgets() {
     // Bob is untouched by Alice's spending, and sees only his own history.
     query(&mut bob, DP_QUERY).await.unwrap();
     assert!((spent(&mut bob).await - 0.1).abs() < 1e-12);
-    let history = query(&mut bob, "SELECT count(*) FROM dp_budget() WHERE entry = 'charge'")
-        .await
-        .unwrap();
+    let history = query(
+        &mut bob,
+        "SELECT count(*) FROM dp_budget() WHERE entry = 'charge'",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         history[0]
             .column(0)
@@ -505,7 +545,11 @@ async fn two_analysts_have_separate_budgets() {
     let info = alice.execute("SELECT 1".to_string(), None).await.unwrap();
     let ticket = info.endpoint[0].ticket.clone().unwrap();
     let err = match bob.do_get(ticket).await {
-        Ok(stream) => stream.try_collect::<Vec<_>>().await.unwrap_err().to_string(),
+        Ok(stream) => stream
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap_err()
+            .to_string(),
         Err(e) => e.to_string(),
     };
     assert!(err.contains("already used result ticket"), "{err}");
@@ -552,7 +596,10 @@ async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
         before > answered && before <= answered + 1 + 2,
         "{before} charges for {answered} answered"
     );
-    assert!(before < 50, "the test needs budget left after the kill: {before}");
+    assert!(
+        before < 50,
+        "the test needs budget left after the kill: {before}"
+    );
 
     let server = Server::start(&config);
     let url = server.url();
@@ -566,7 +613,11 @@ async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
         more += 1;
         assert!(more <= 50, "budget not enforced after restart");
     }
-    assert_eq!(before + more, 50, "the budget is spent exactly once over both lives");
+    assert_eq!(
+        before + more,
+        50,
+        "the budget is spent exactly once over both lives"
+    );
     let charges = ledger_charges(&ledger);
     assert_eq!(charges.len(), 50);
     assert!((charges.iter().map(|c| c.0).sum::<f64>() - 5.0).abs() < 1e-9);
@@ -577,8 +628,17 @@ fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let status = Command::new("openssl")
         .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
         ])
         .arg("-keyout")
         .arg(&key)
@@ -614,7 +674,10 @@ fn python_adbc() -> bool {
 /// Runs `tests/python/adbc_session.py` with `args`; returns its stdout, or panics with stderr.
 fn python(args: &[&str]) -> String {
     let output = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/adbc_session.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/adbc_session.py"
+        ))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -638,11 +701,17 @@ fn python_adbc_client() {
         out.lines().filter_map(|l| l.split_once('=')).collect();
     assert_eq!(facts.get("bad_password"), Some(&"refused"), "{out}");
     assert_eq!(facts.get("rr_columns"), Some(&"rr"), "{out}");
-    assert!(facts["rr_fields"].starts_with("estimate,lower,upper,"), "{out}");
+    assert!(
+        facts["rr_fields"].starts_with("estimate,lower,upper,"),
+        "{out}"
+    );
     assert_eq!(facts.get("tables"), Some(&"regions,visits"), "{out}");
     let lower: f64 = facts["rr_lower"].parse().unwrap();
     let upper: f64 = facts["rr_upper"].parse().unwrap();
-    assert!(lower.is_finite() && upper.is_finite() && lower <= upper, "{out}");
+    assert!(
+        lower.is_finite() && upper.is_finite() && lower <= upper,
+        "{out}"
+    );
     assert!(facts["select_star"].contains("visits"), "{out}");
     assert_eq!(ledger_charges(&dir.join("alice.ledger")).len(), 1, "{out}");
 }
@@ -665,16 +734,25 @@ fn tls_serves_the_configured_certificate() {
             Err(e) => Err(e.to_string()),
             Ok(channel) => {
                 let mut client = FlightSqlServiceClient::new(channel);
-                client.handshake("alice", "pw").await.map_err(|e| e.to_string())
+                client
+                    .handshake("alice", "pw")
+                    .await
+                    .map_err(|e| e.to_string())
             }
         }
     });
-    assert!(plain.is_err(), "plaintext handshake succeeded on a TLS server");
+    assert!(
+        plain.is_err(),
+        "plaintext handshake succeeded on a TLS server"
+    );
     if !python_adbc() {
         return;
     }
     // ADBC over TLS, trusting exactly the configured certificate.
-    let uri = format!("grpc+tls://localhost:{}", server.address.rsplit(':').next().unwrap());
+    let uri = format!(
+        "grpc+tls://localhost:{}",
+        server.address.rsplit(':').next().unwrap()
+    );
     let out = python(&[&uri, "alice", "pw", "tls", cert.to_str().unwrap()]);
     assert!(out.contains("tls_query=1"), "{out}");
     // And refusing it without that certificate.
@@ -695,7 +773,9 @@ async fn readme_configuration_and_session() {
     std::fs::write(&config, text).unwrap();
     let server = Server::start(&config);
     assert!(login(&server.url(), "alice", "alice").await.is_err());
-    let mut alice = login(&server.url(), "alice", "alice-demo-password").await.unwrap();
+    let mut alice = login(&server.url(), "alice", "alice-demo-password")
+        .await
+        .unwrap();
     let batches = query(
         &mut alice,
         "SELECT dp_rr_ci(outcome, exposed, 1.0) AS rr FROM visits",
@@ -703,8 +783,16 @@ async fn readme_configuration_and_session() {
     .await
     .unwrap();
     let rr = batches[0].column(0).as_struct();
-    let lower = rr.column_by_name("lower").unwrap().as_primitive::<Float64Type>().value(0);
-    let upper = rr.column_by_name("upper").unwrap().as_primitive::<Float64Type>().value(0);
+    let lower = rr
+        .column_by_name("lower")
+        .unwrap()
+        .as_primitive::<Float64Type>()
+        .value(0);
+    let upper = rr
+        .column_by_name("upper")
+        .unwrap()
+        .as_primitive::<Float64Type>()
+        .value(0);
     assert!(lower < upper, "{lower} {upper}");
     assert_eq!(ledger_charges(&dir.join("alice.ledger")), vec![(1.0, 0.0)]);
 }

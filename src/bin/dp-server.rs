@@ -25,9 +25,10 @@ async fn run() -> Result<(), String> {
         match arg.as_str() {
             "--config" => config = Some(value(&arg)?),
             "--listen" => listen = Some(value(&arg)?),
-            "--scheduler" => {
-                return Err("--scheduler: dp-server does not plan onto Ballista yet (dpsql --scheduler does)".to_string())
-            }
+            "--scheduler" => return Err(
+                "--scheduler: dp-server does not plan onto Ballista yet (dpsql --scheduler does)"
+                    .to_string(),
+            ),
             "--hash-password" => {
                 let mut password = String::new();
                 std::io::stdin()
@@ -57,7 +58,9 @@ async fn run() -> Result<(), String> {
     let owner = Owner::open(config).await.map_err(|e| one_line_error(&e))?;
     // A ledger that cannot be read or does not verify stops the server now, not at a query.
     for analyst in &owner.config().analysts {
-        let ctx = owner.analyst_session(analyst).map_err(|e| one_line_error(&e))?;
+        let ctx = owner
+            .analyst_session(analyst)
+            .map_err(|e| one_line_error(&e))?;
         ctx.sql("SELECT * FROM dp_budget()")
             .await
             .map_err(|e| format!("analyst '{}': {}", analyst.name, one_line_error(&e)))?;

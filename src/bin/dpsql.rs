@@ -80,7 +80,10 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.config.is_some() {
         let conflict = [
-            (!args.tables.is_empty(), "--table (declare tables in the config)"),
+            (
+                !args.tables.is_empty(),
+                "--table (declare tables in the config)",
+            ),
             (args.scheduler.is_some(), "--scheduler"),
             (!args.slt.is_empty(), "--slt"),
         ];

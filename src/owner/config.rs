@@ -172,7 +172,8 @@ impl OwnerConfig {
     /// Parses and validates configuration `text`; relative paths are resolved against `base`,
     /// and errors begin with `config SOURCE:`.
     pub fn parse(text: &str, base: &Path, source: &str) -> Result<Self> {
-        let error = |message: String| DataFusionError::Configuration(format!("config {source}: {message}"));
+        let error =
+            |message: String| DataFusionError::Configuration(format!("config {source}: {message}"));
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             error(
                 e.to_string()
@@ -289,7 +290,8 @@ impl OwnerConfig {
         let mut analysts: Vec<AnalystConfig> = Vec::new();
         for a in raw.analyst {
             let who = format!("analyst '{}'", a.name);
-            if a.name.is_empty() || a.name.contains(':') || a.name.chars().any(char::is_whitespace) {
+            if a.name.is_empty() || a.name.contains(':') || a.name.chars().any(char::is_whitespace)
+            {
                 return Err(error(format!(
                     "analyst name '{}' must be non-empty, without ':' or spaces",
                     a.name
@@ -300,14 +302,18 @@ impl OwnerConfig {
             }
             let credential = match (a.password, a.password_hash) {
                 (Some(_), Some(_)) => {
-                    return Err(error(format!("{who}: give password_hash or password, not both")))
+                    return Err(error(format!(
+                        "{who}: give password_hash or password, not both"
+                    )))
                 }
                 (None, Some(hash)) => Some(Credential::Hash(hash)),
                 (Some(password), None) => Some(Credential::Password(password)),
                 (None, None) => None,
             };
             let epsilon_budget = a.epsilon_budget.ok_or_else(|| {
-                error(format!("{who}: needs epsilon_budget (a locked session requires a budget)"))
+                error(format!(
+                    "{who}: needs epsilon_budget (a locked session requires a budget)"
+                ))
             })?;
             if !(epsilon_budget.is_finite() && epsilon_budget > 0.0) {
                 return Err(error(format!(
@@ -455,18 +461,26 @@ mod tests {
         assert!(err("[options]\nlocked = false").contains("always locked"));
         assert!(err("[options]\nconfidence = 2").contains("confidence"));
         let a = |extra: &str| format!("[[analyst]]\nname = \"a\"\n{extra}");
-        assert!(parse(&a("epsilon_budget = 1\nledger = \"l\"")).unwrap().analysts[0]
+        assert!(parse(&a("epsilon_budget = 1\nledger = \"l\""))
+            .unwrap()
+            .analysts[0]
             .credential
             .is_none());
         assert!(err(&a("password = \"p\"\npassword_hash = \"h\"")).contains("not both"));
         assert!(err(&a("password = \"p\"\nledger = \"l\"")).contains("needs epsilon_budget"));
         assert!(err(&a("password = \"p\"\nepsilon_budget = 1")).contains("needs ledger"));
-        assert!(err(&a("password = \"p\"\nepsilon_budget = -1\nledger = \"l\"")).contains("positive"));
-        let two = "[[analyst]]\nname = \"a\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"\n\
+        assert!(
+            err(&a("password = \"p\"\nepsilon_budget = -1\nledger = \"l\"")).contains("positive")
+        );
+        let two =
+            "[[analyst]]\nname = \"a\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"\n\
                    [[analyst]]\nname = \"b\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"";
         assert!(err(two).contains("each analyst needs their own"));
         assert!(err("[server]\ntls_cert = \"c.pem\"").contains("both tls_cert and tls_key"));
         let syntax = err("[[table]\n");
-        assert!(syntax.contains("config test.toml: ") && syntax.contains("line 1"), "{syntax}");
+        assert!(
+            syntax.contains("config test.toml: ") && syntax.contains("line 1"),
+            "{syntax}"
+        );
     }
 }

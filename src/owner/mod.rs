@@ -43,9 +43,16 @@ impl Owner {
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
             let provider = async {
-                tables::register_table(&loader, &table.name, &table.location, table.format.as_deref())
-                    .await?;
-                loader.table_provider(TableReference::bare(table.name.as_str())).await
+                tables::register_table(
+                    &loader,
+                    &table.name,
+                    &table.location,
+                    table.format.as_deref(),
+                )
+                .await?;
+                loader
+                    .table_provider(TableReference::bare(table.name.as_str()))
+                    .await
             }
             .await
             .map_err(|source| {
@@ -82,7 +89,10 @@ impl Owner {
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
         let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
         for (table, provider) in &self.tables {
-            ctx.register_table(TableReference::bare(table.name.as_str()), Arc::clone(provider))?;
+            ctx.register_table(
+                TableReference::bare(table.name.as_str()),
+                Arc::clone(provider),
+            )?;
         }
         let protections: Vec<_> = self
             .tables

@@ -24,9 +24,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn verify_hash(hash: &str, password: &str) -> bool {
-    PasswordHash::new(hash)
-        .ok()
-        .is_some_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+    PasswordHash::new(hash).ok().is_some_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
 }
 
 /// A hash no password matches in practice, verified for unknown names so that a failed login

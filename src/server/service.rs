@@ -20,8 +20,8 @@ use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
-    ProstMessageExt, SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
 };
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
@@ -57,12 +57,16 @@ impl DpFlightSqlService {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
-                Status::unauthenticated("no bearer token: log in first (Flight handshake with user name and password)")
+                Status::unauthenticated(
+                    "no bearer token: log in first (Flight handshake with user name and password)",
+                )
             })?;
         let token = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| Status::unauthenticated("expected an 'authorization: Bearer TOKEN' header"))?;
+            .ok_or_else(|| {
+                Status::unauthenticated("expected an 'authorization: Bearer TOKEN' header")
+            })?;
         self.sessions.get(token.trim()).ok_or_else(|| {
             Status::unauthenticated("unknown or expired session token: log in again")
         })
@@ -104,7 +108,8 @@ fn flight_info(
     Ok(Response::new(info))
 }
 
-type FlightDataStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+type FlightDataStream =
+    Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
 fn batch_response(schema: SchemaRef, batch: RecordBatch) -> Response<FlightDataStream> {
     let stream = FlightDataEncoderBuilder::new()
@@ -250,7 +255,10 @@ impl FlightSqlService for DpFlightSqlService {
                 return Err(Status::unauthenticated("invalid user name or password"));
             }
         };
-        let ctx = self.owner.analyst_session(&analyst).map_err(|e| status(&e))?;
+        let ctx = self
+            .owner
+            .analyst_session(&analyst)
+            .map_err(|e| status(&e))?;
         let token = self
             .sessions
             .open(&analyst.name, ctx)
@@ -426,7 +434,9 @@ impl FlightSqlService for DpFlightSqlService {
             builder.append(catalog);
         }
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(e.to_string()))?;
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(batch_response(schema, batch))
     }
 
@@ -455,7 +465,9 @@ impl FlightSqlService for DpFlightSqlService {
             }
         }
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(e.to_string()))?;
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(batch_response(schema, batch))
     }
 
@@ -508,7 +520,9 @@ impl FlightSqlService for DpFlightSqlService {
             }
         }
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(e.to_string()))?;
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(batch_response(schema, batch))
     }
 
@@ -533,7 +547,9 @@ impl FlightSqlService for DpFlightSqlService {
             builder.append(table_type);
         }
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(e.to_string()))?;
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(batch_response(schema, batch))
     }
 
@@ -555,7 +571,9 @@ impl FlightSqlService for DpFlightSqlService {
         self.session(&request)?;
         let builder = query.into_builder(sql_info());
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(e.to_string()))?;
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(batch_response(schema, batch))
     }
 

@@ -41,7 +41,9 @@ pub struct AnalystSession {
 
 /// A poisoned lock is still usable here: every critical section leaves the maps consistent.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// At most this many results planned and not yet fetched per session (each holds a plan).
@@ -67,7 +69,9 @@ impl AnalystSession {
                 handles.pending.remove(&key);
             }
         }
-        handles.pending.insert(handle.clone(), Pending { plan, task });
+        handles
+            .pending
+            .insert(handle.clone(), Pending { plan, task });
         Some(handle)
     }
 

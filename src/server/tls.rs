@@ -20,9 +20,13 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
         .and_then(|certs| certs.collect())
         .map_err(|e| format!("tls_cert {}: {e}", cert.display()))?;
     if chain.is_empty() {
-        return Err(format!("tls_cert {}: no certificate in the file", cert.display()));
+        return Err(format!(
+            "tls_cert {}: no certificate in the file",
+            cert.display()
+        ));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls_key {}: {e}", key.display()))?;
+    let key =
+        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls_key {}: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -88,11 +92,9 @@ pub fn incoming(
             let acceptor = acceptor.clone();
             let sender = sender.clone();
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(
-                    std::time::Duration::from_secs(10),
-                    acceptor.accept(tcp),
-                )
-                .await;
+                let handshake =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp))
+                        .await;
                 if let Ok(Ok(stream)) = handshake {
                     let _ = sender.send(Ok(TlsConnection(stream))).await;
                 }
