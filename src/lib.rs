@@ -11,12 +11,18 @@
 //!
 //! Layers: [`stats`] is the pure statistics core (mechanisms, exact samplers, estimators,
 //! intervals); [`sql`] adapts it to DataFusion (functions, privacy rewrites, accounting);
-//! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster.
+//! `distributed` (feature `ballista`) installs them on an Apache Ballista cluster. On top:
+//! `cli` (the `dpsql` client), `owner` (the data owner's configuration and the locked sessions
+//! built from it) and `server` (feature `server`: `dp-server`, Arrow Flight SQL for analysts).
 
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "ballista")]
 pub mod distributed;
+#[cfg(feature = "cli")]
+pub mod owner;
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "slt")]
 pub mod slt;
 pub mod sql;

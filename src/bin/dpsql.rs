@@ -6,6 +6,8 @@
 //! dpsql -c "SELECT ..." [-c ...]          run statements and exit
 //! dpsql -f job.sql [-f ...]               run the statements in files and exit
 //! dpsql --table visits=data/visits.csv    register a Parquet/CSV/NDJSON file or directory
+//! dpsql --config owner.toml [--analyst A] a locked shell for an untrusted analyst: the owner's
+//!                                         tables, protection, options and that analyst's budget
 //! dpsql --format csv|json|table           output format (default table)
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
 //! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`)
@@ -14,14 +16,15 @@
 
 use datafusion::prelude::SessionConfig;
 use datafusion_dp::cli::{
-    format_result, one_line_error, register_path, run_statements, seeded_warning, session,
-    OutputFormat,
+    format_result, one_line_error, register_path, run_analyst_statements, run_statements,
+    seeded_warning, session, OutputFormat,
 };
+use datafusion_dp::owner::{Owner, OwnerConfig};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--format table|csv|json] [-q] [--slt FILE...]";
+const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--config OWNER.toml [--analyst NAME]] [--format table|csv|json] [-q] [--slt FILE...]";
 
 struct Args {
     commands: Vec<Command>,
@@ -30,6 +33,8 @@ struct Args {
     quiet: bool,
     slt: Vec<String>,
     scheduler: Option<String>,
+    config: Option<String>,
+    analyst: Option<String>,
 }
 
 enum Command {
@@ -45,6 +50,8 @@ fn parse_args() -> Result<Args, String> {
         quiet: false,
         slt: Vec::new(),
         scheduler: None,
+        config: None,
+        analyst: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -62,12 +69,29 @@ fn parse_args() -> Result<Args, String> {
             "--format" => args.format = OutputFormat::parse(&value(&arg)?)?,
             "-q" | "--quiet" => args.quiet = true,
             "--scheduler" => args.scheduler = Some(value(&arg)?),
+            "--config" => args.config = Some(value(&arg)?),
+            "--analyst" => args.analyst = Some(value(&arg)?),
             "--slt" => {
                 args.slt.extend(it.by_ref());
             }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
+    }
+    if args.config.is_some() {
+        let conflict = [
+            (
+                !args.tables.is_empty(),
+                "--table (declare tables in the config)",
+            ),
+            (args.scheduler.is_some(), "--scheduler"),
+            (!args.slt.is_empty(), "--slt"),
+        ];
+        if let Some((_, flag)) = conflict.iter().find(|(set, _)| *set) {
+            return Err(format!("--config cannot be combined with {flag}"));
+        }
+    } else if args.analyst.is_some() {
+        return Err("--analyst needs --config".to_string());
     }
     Ok(args)
 }
@@ -79,6 +103,7 @@ async fn execute(
     args: &Args,
 ) -> Result<(), String> {
     let start = Instant::now();
+    let locked = args.config.is_some();
     let progress = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         tokio::spawn(async move {
             let frames = ['|', '/', '-', '\\'];
@@ -95,7 +120,11 @@ async fn execute(
             }
         })
     });
-    let results = run_statements(ctx, sql).await;
+    let results = if locked {
+        run_analyst_statements(ctx, sql).await
+    } else {
+        run_statements(ctx, sql).await
+    };
     if let Some(task) = progress {
         task.abort();
         eprint!("\r\x1b[K");
@@ -172,10 +201,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    let ctx = match &args.scheduler {
-        None => session(SessionConfig::new().with_information_schema(true))
+    let ctx = match (&args.config, &args.scheduler) {
+        (Some(path), _) => locked_shell(path, args.analyst.as_deref()).await?,
+        (None, None) => session(SessionConfig::new().with_information_schema(true))
             .map_err(|e| one_line_error(&e))?,
-        Some(url) => remote(url).await?,
+        (None, Some(url)) => remote(url).await?,
     };
     for (name, path) in &args.tables {
         register_path(&ctx, name, path)
@@ -195,6 +225,37 @@ async fn run(args: Args) -> Result<(), String> {
         execute(&ctx, &sql, &args).await?;
     }
     Ok(())
+}
+
+/// The locked session the owner's configuration at `path` gives `analyst` (the only analyst
+/// when there is one): the owner's tables and protection, that analyst's budget and ledger.
+async fn locked_shell(
+    path: &str,
+    analyst: Option<&str>,
+) -> Result<datafusion::prelude::SessionContext, String> {
+    let config = OwnerConfig::load(std::path::Path::new(path)).map_err(|e| one_line_error(&e))?;
+    let analyst = match (analyst, config.analysts.as_slice()) {
+        (Some(name), _) => config.analyst(name).ok_or_else(|| {
+            format!("config {path}: no analyst '{name}' (declare it in an [[analyst]] section)")
+        })?,
+        (None, [only]) => only,
+        (None, []) => {
+            return Err(format!(
+                "config {path}: no [[analyst]] section: a locked shell spends one analyst's budget and ledger"
+            ))
+        }
+        (None, _) => {
+            return Err(format!(
+                "config {path}: {} analysts: name the one whose budget this shell spends with --analyst NAME",
+                config.analysts.len()
+            ))
+        }
+    }
+    .clone();
+    let owner = Owner::open(config).await.map_err(|e| one_line_error(&e))?;
+    owner
+        .analyst_session(&analyst)
+        .map_err(|e| one_line_error(&e))
 }
 
 /// A session on the Ballista cluster at `url`: queries are planned (and charged) here and run

@@ -1,149 +1,17 @@
-//! What the `dpsql` client and data-lake jobs share: a session with the DP functions and
-//! `s3://` object stores from the environment, file registration, statement running and
-//! output formatting. Thin: everything else is DataFusion's.
+//! What the `dpsql` client and data-lake jobs share: statement running, output formatting and
+//! one-line errors (sessions and table registration live in [`crate::owner::tables`] and are
+//! re-exported here). Thin: everything else is DataFusion's.
 
 use crate::sql::options::DpOptions;
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Schema};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use object_store::ObjectStore;
 use std::sync::Arc;
-use url::Url;
 
-/// Object stores resolved on first use: local files as DataFusion does, and `s3://bucket/...`
-/// built from the usual environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...), so `CREATE EXTERNAL TABLE ...
-/// LOCATION 's3://...'` works without code.
-#[derive(Debug, Default)]
-pub struct EnvObjectStoreRegistry {
-    inner: DefaultObjectStoreRegistry,
-}
-
-impl ObjectStoreRegistry for EnvObjectStoreRegistry {
-    fn register_store(
-        &self,
-        url: &Url,
-        store: Arc<dyn ObjectStore>,
-    ) -> Option<Arc<dyn ObjectStore>> {
-        self.inner.register_store(url, store)
-    }
-
-    fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
-        if let Ok(store) = self.inner.get_store(url) {
-            return Ok(store);
-        }
-        match url.scheme() {
-            #[cfg(feature = "s3")]
-            "s3" => {
-                let bucket = url
-                    .host_str()
-                    .ok_or_else(|| DataFusionError::Configuration(format!("no bucket in {url}")))?;
-                let mut builder =
-                    object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-                // object_store reads AWS_ENDPOINT; accept the AWS CLI's AWS_ENDPOINT_URL too.
-                if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
-                    builder = builder.with_endpoint(endpoint);
-                }
-                let store: Arc<dyn ObjectStore> = Arc::new(builder.build().map_err(|e| {
-                    DataFusionError::Configuration(format!("s3 store for {bucket}: {e}"))
-                })?);
-                let base = Url::parse(&format!("s3://{bucket}")).expect("valid url");
-                self.inner.register_store(&base, Arc::clone(&store));
-                Ok(store)
-            }
-            _ => self.inner.get_store(url),
-        }
-    }
-}
-
-/// A session with the DP functions and on-demand object stores.
-pub fn session(config: SessionConfig) -> Result<SessionContext> {
-    let runtime = RuntimeEnvBuilder::new()
-        .with_object_store_registry(Arc::new(EnvObjectStoreRegistry::default()))
-        .build_arc()?;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
-    crate::register(&ctx)?;
-    Ok(ctx)
-}
-
-/// Registers a Parquet, CSV or NDJSON file or directory (hive-partitioned layouts are
-/// detected) as table `name`, by the file extension (a directory: its first file's).
-pub async fn register_path(ctx: &SessionContext, name: &str, location: &str) -> Result<()> {
-    let format = table_format(location)?;
-    let header = if format == "CSV" {
-        " OPTIONS ('format.has_header' 'true')"
-    } else {
-        ""
-    };
-    let location = if std::path::Path::new(location).is_dir() && !location.ends_with('/') {
-        format!("{location}/")
-    } else {
-        location.to_string()
-    };
-    let sql = format!(
-        "CREATE EXTERNAL TABLE \"{}\" STORED AS {format} LOCATION '{}'{header}",
-        name.replace('"', "\"\""),
-        location.replace('\'', "''")
-    );
-    ctx.sql(&sql).await?;
-    Ok(())
-}
-
-fn table_format(location: &str) -> Result<&'static str> {
-    let path = std::path::Path::new(location);
-    let probe = if path.is_dir() {
-        first_file(path).unwrap_or_default()
-    } else {
-        location.to_string()
-    };
-    let lower = probe.to_ascii_lowercase();
-    if lower.ends_with(".parquet") {
-        Ok("PARQUET")
-    } else if lower.ends_with(".csv") {
-        Ok("CSV")
-    } else if lower.ends_with(".json") || lower.ends_with(".ndjson") {
-        Ok("JSON")
-    } else if location.contains("://") {
-        Err(DataFusionError::Configuration(format!(
-            "cannot tell the format of '{location}': expected a .parquet, .csv, .json or .ndjson \
-             file (for a directory in an object store: CREATE EXTERNAL TABLE ... STORED AS \
-             PARQUET LOCATION '{location}')"
-        )))
-    } else if !path.exists() {
-        Err(DataFusionError::Configuration(format!(
-            "no such file or directory: '{location}'"
-        )))
-    } else if path.is_dir() && probe.is_empty() {
-        Err(DataFusionError::Configuration(format!(
-            "no files in directory '{location}'"
-        )))
-    } else {
-        Err(DataFusionError::Configuration(format!(
-            "cannot tell the format of '{location}': expected .parquet, .csv, .json or .ndjson files"
-        )))
-    }
-}
-
-fn first_file(dir: &std::path::Path) -> Option<String> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    entries.into_iter().find_map(|p| {
-        if p.is_dir() {
-            first_file(&p)
-        } else {
-            Some(p.to_string_lossy().into_owned())
-        }
-    })
-}
+pub use crate::owner::tables::{register_path, session, EnvObjectStoreRegistry};
 
 /// The result of one statement.
 pub struct StatementResult {
@@ -151,13 +19,40 @@ pub struct StatementResult {
     pub batches: Vec<RecordBatch>,
 }
 
-/// Runs every statement of `sql` in order (`;`-separated), stopping at the first error.
-pub async fn run_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<StatementResult>> {
+/// The statements of `sql` (`;`-separated), in the session's dialect.
+fn parse_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<Statement>> {
     let name = ctx.state().config().options().sql_parser.dialect;
     let dialect = dialect_from_str(name.as_ref()).ok_or_else(|| {
         DataFusionError::Configuration(format!("unsupported SQL dialect {}", name.as_ref()))
     })?;
-    let statements = DFParser::parse_sql_with_dialect(sql, dialect.as_ref())?;
+    Ok(DFParser::parse_sql_with_dialect(sql, dialect.as_ref())?.into())
+}
+
+/// Runs every statement of `sql` as an untrusted analyst in a locked session (each through
+/// [`crate::owner::analyst_sql`]), stopping at the first error.
+pub async fn run_analyst_statements(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<Vec<StatementResult>> {
+    let statements = parse_statements(ctx, sql)?;
+    let single = statements.len() == 1;
+    let mut results = Vec::new();
+    for statement in statements {
+        // One statement goes as written, so messages quote the analyst's own text.
+        let text = if single {
+            sql.to_string()
+        } else {
+            statement.to_string()
+        };
+        let frame = crate::owner::analyst_sql(ctx, &text).await?;
+        results.push(collect(frame).await?);
+    }
+    Ok(results)
+}
+
+/// Runs every statement of `sql` in order (`;`-separated), stopping at the first error.
+pub async fn run_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<StatementResult>> {
+    let statements = parse_statements(ctx, sql)?;
     let mut results = Vec::with_capacity(statements.len());
     for statement in statements {
         // A table that cannot be created (missing files, credentials, files that disagree on
@@ -186,7 +81,10 @@ pub async fn run_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<State
 
 async fn run_statement(ctx: &SessionContext, statement: Statement) -> Result<StatementResult> {
     let plan = ctx.state().statement_to_plan(statement).await?;
-    let frame = ctx.execute_logical_plan(plan).await?;
+    collect(ctx.execute_logical_plan(plan).await?).await
+}
+
+async fn collect(frame: datafusion::prelude::DataFrame) -> Result<StatementResult> {
     let schema = Arc::new(frame.schema().as_arrow().clone());
     let batches = frame.collect().await?;
     Ok(StatementResult { schema, batches })

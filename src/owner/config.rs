@@ -1,0 +1,486 @@
+//! The data owner's configuration file (TOML), read by `dpsql --config` and `dp-server --config`:
+//! the tables and how each is protected, the `dp.*` options the owner fixes before locking, the
+//! analysts with their credentials, budgets and ledgers, and the server's address and TLS files.
+//!
+//! ```toml
+//! [[table]]
+//! name = "visits"
+//! location = "data/visits.csv"   # a file, a directory or hive layout, or s3://bucket/prefix/
+//! unit = "patient_id"            # protected: one person is every row with one patient_id
+//!
+//! [[table]]
+//! name = "regions"
+//! location = "data/regions.csv"
+//! protection = "public"          # "rows" (each row a person; the default), "unit", "public"
+//!
+//! [options]                      # dp.* options fixed by the owner (analysts cannot SET them)
+//! public_groups = "regions"
+//!
+//! [[analyst]]
+//! name = "alice"
+//! password_hash = "$argon2id$v=19$..."   # from `dp-server --hash-password`
+//! epsilon_budget = 5.0
+//! delta_budget = 1e-6
+//! ledger = "ledgers/alice.ledger"
+//!
+//! [server]
+//! listen = "127.0.0.1:50051"
+//! ```
+//! Relative paths are relative to the configuration file's directory.
+
+use crate::Protection;
+use datafusion::error::{DataFusionError, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One `[[table]]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableConfig {
+    /// The table's SQL name: a lower-case identifier.
+    pub name: String,
+    /// A local path (resolved against the configuration's directory) or an object-store URL.
+    pub location: String,
+    /// `parquet`, `csv` or `json`; by the file extension when absent.
+    pub format: Option<String>,
+    pub protection: Protection,
+}
+
+/// One `[[analyst]]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnalystConfig {
+    pub name: String,
+    /// How the analyst's password is checked; `None`: the analyst cannot log in to the
+    /// server (a `dpsql --config` shell the owner hands over).
+    pub credential: Option<Credential>,
+    pub epsilon_budget: f64,
+    pub delta_budget: Option<f64>,
+    /// The analyst's durable ledger (resolved against the configuration's directory).
+    pub ledger: PathBuf,
+}
+
+/// An analyst's stored credential.
+#[derive(Clone, PartialEq)]
+pub enum Credential {
+    /// An Argon2 hash in PHC format (`$argon2id$v=19$...`), as `dp-server --hash-password`
+    /// prints it: the form to use.
+    Hash(String),
+    /// A password in clear text (tests and throw-away set-ups only).
+    Password(String),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Hash(_) => write!(f, "Hash(..)"),
+            Credential::Password(_) => write!(f, "Password(..)"),
+        }
+    }
+}
+
+/// The `[server]` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerConfig {
+    /// Address to listen on (`dp-server --listen` overrides it); default `127.0.0.1:50051`.
+    pub listen: Option<String>,
+    /// PEM certificate chain and private key: with both, the server speaks TLS only.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// A session (bearer token) unused for this long is closed; default 3600.
+    pub session_idle_seconds: u64,
+}
+
+/// A whole configuration, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnerConfig {
+    /// Where it was read from (for messages).
+    pub source: String,
+    pub tables: Vec<TableConfig>,
+    /// `dp.*` options (keys without the `dp.` prefix) and their values as `SET` takes them.
+    pub options: Vec<(String, String)>,
+    pub analysts: Vec<AnalystConfig>,
+    pub server: ServerConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    table: Vec<RawTable>,
+    #[serde(default)]
+    options: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    analyst: Vec<RawAnalyst>,
+    #[serde(default)]
+    server: Option<RawServer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: String,
+    location: String,
+    format: Option<String>,
+    protection: Option<String>,
+    unit: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnalyst {
+    name: String,
+    password: Option<String>,
+    password_hash: Option<String>,
+    epsilon_budget: Option<f64>,
+    delta_budget: Option<f64>,
+    ledger: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    session_idle_seconds: Option<u64>,
+}
+
+/// Options an analyst's budget sets (per analyst, never in `[options]`).
+const PER_ANALYST: [&str; 3] = ["epsilon_budget", "delta_budget", "ledger"];
+
+/// Options the `[[table]]` sections set.
+const PER_TABLE: [&str; 2] = ["protected_tables", "public_tables"];
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+impl OwnerConfig {
+    /// Reads and validates the configuration at `path`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            DataFusionError::Configuration(format!("config {}: cannot read: {e}", path.display()))
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base, &path.display().to_string())
+    }
+
+    /// Parses and validates configuration `text`; relative paths are resolved against `base`,
+    /// and errors begin with `config SOURCE:`.
+    pub fn parse(text: &str, base: &Path, source: &str) -> Result<Self> {
+        let error =
+            |message: String| DataFusionError::Configuration(format!("config {source}: {message}"));
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            error(
+                e.to_string()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('|'))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        })?;
+        let resolve = |location: &str| -> String {
+            if location.contains("://") || Path::new(location).is_absolute() {
+                location.to_string()
+            } else {
+                base.join(location).to_string_lossy().into_owned()
+            }
+        };
+
+        let mut tables: Vec<TableConfig> = Vec::new();
+        for t in raw.table {
+            if !is_identifier(&t.name) {
+                return Err(error(format!(
+                    "table name '{}' must be a lower-case SQL identifier (letters, digits, _)",
+                    t.name
+                )));
+            }
+            if tables.iter().any(|other| other.name == t.name) {
+                return Err(error(format!("table '{}' is declared twice", t.name)));
+            }
+            let protection = match (t.protection.as_deref().map(str::to_ascii_lowercase), t.unit) {
+                (None, None) => Protection::Rows,
+                (None, Some(unit)) => Protection::Unit(unit),
+                (Some(p), None) if p == "rows" => Protection::Rows,
+                (Some(p), None) if p == "public" => Protection::Public,
+                (Some(p), Some(unit)) if p == "unit" => Protection::Unit(unit),
+                (Some(p), None) if p == "unit" => {
+                    return Err(error(format!(
+                        "table '{}': protection = \"unit\" needs unit = \"COLUMN\" (the column that identifies a person)",
+                        t.name
+                    )))
+                }
+                (Some(p), Some(_)) if p == "rows" || p == "public" => {
+                    return Err(error(format!(
+                        "table '{}': unit = ... goes with protection = \"unit\", not \"{p}\"",
+                        t.name
+                    )))
+                }
+                (Some(p), _) => {
+                    return Err(error(format!(
+                        "table '{}': unknown protection '{p}' (expected \"rows\", \"unit\" or \"public\")",
+                        t.name
+                    )))
+                }
+            };
+            if let Protection::Unit(unit) = &protection {
+                if unit.trim().is_empty() {
+                    return Err(error(format!("table '{}': unit is empty", t.name)));
+                }
+            }
+            if let Some(format) = &t.format {
+                if !crate::owner::tables::FORMATS.contains(&format.to_ascii_lowercase().as_str()) {
+                    return Err(error(format!(
+                        "table '{}': unknown format '{format}' (expected parquet, csv or json)",
+                        t.name
+                    )));
+                }
+            }
+            tables.push(TableConfig {
+                name: t.name,
+                location: resolve(&t.location),
+                format: t.format,
+                protection,
+            });
+        }
+
+        let mut options = Vec::new();
+        for (key, value) in raw.options {
+            let key = key.strip_prefix("dp.").unwrap_or(&key).to_string();
+            if PER_ANALYST.contains(&key.as_str()) {
+                return Err(error(format!(
+                    "[options] dp.{key}: budgets and ledgers are set per analyst ([[analyst]] epsilon_budget, delta_budget, ledger)"
+                )));
+            }
+            if PER_TABLE.contains(&key.as_str()) {
+                return Err(error(format!(
+                    "[options] dp.{key}: declare each table's protection in its [[table]] section (unit = \"COLUMN\", protection = \"rows\" or \"public\")"
+                )));
+            }
+            if key == "locked" {
+                return Err(error(
+                    "[options] dp.locked: sessions from this configuration are always locked"
+                        .to_string(),
+                ));
+            }
+            let value = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(error(format!(
+                        "[options] dp.{key}: expected a string, number or boolean, got {}",
+                        other.type_str()
+                    )))
+                }
+            };
+            // Validate now, so a typo fails at start-up rather than in an analyst's session.
+            let mut probe = crate::DpOptions::default();
+            datafusion::config::ExtensionOptions::set(&mut probe, &key, &value)
+                .map_err(|e| error(format!("[options] {}", crate::cli::one_line_error(&e))))?;
+            options.push((key, value));
+        }
+
+        let mut analysts: Vec<AnalystConfig> = Vec::new();
+        for a in raw.analyst {
+            let who = format!("analyst '{}'", a.name);
+            if a.name.is_empty() || a.name.contains(':') || a.name.chars().any(char::is_whitespace)
+            {
+                return Err(error(format!(
+                    "analyst name '{}' must be non-empty, without ':' or spaces",
+                    a.name
+                )));
+            }
+            if analysts.iter().any(|other| other.name == a.name) {
+                return Err(error(format!("{who} is declared twice")));
+            }
+            let credential = match (a.password, a.password_hash) {
+                (Some(_), Some(_)) => {
+                    return Err(error(format!(
+                        "{who}: give password_hash or password, not both"
+                    )))
+                }
+                (None, Some(hash)) => Some(Credential::Hash(hash)),
+                (Some(password), None) => Some(Credential::Password(password)),
+                (None, None) => None,
+            };
+            let epsilon_budget = a.epsilon_budget.ok_or_else(|| {
+                error(format!(
+                    "{who}: needs epsilon_budget (a locked session requires a budget)"
+                ))
+            })?;
+            if !(epsilon_budget.is_finite() && epsilon_budget > 0.0) {
+                return Err(error(format!(
+                    "{who}: epsilon_budget must be a positive number, got {epsilon_budget}"
+                )));
+            }
+            if let Some(delta) = a.delta_budget {
+                if !(0.0..1.0).contains(&delta) {
+                    return Err(error(format!(
+                        "{who}: delta_budget must be in [0, 1), got {delta}"
+                    )));
+                }
+            }
+            let ledger = a.ledger.ok_or_else(|| {
+                error(format!(
+                    "{who}: needs ledger = \"PATH\" (the file that keeps the analyst's spending across sessions and restarts)"
+                ))
+            })?;
+            let ledger = PathBuf::from(resolve(&ledger));
+            if let Some(other) = analysts.iter().find(|o| o.ledger == ledger) {
+                return Err(error(format!(
+                    "{who}: ledger {} is also analyst '{}''s: each analyst needs their own (a ledger is one budget and one history)",
+                    ledger.display(),
+                    other.name
+                )));
+            }
+            analysts.push(AnalystConfig {
+                name: a.name,
+                credential,
+                epsilon_budget,
+                delta_budget: a.delta_budget,
+                ledger,
+            });
+        }
+
+        let server = match raw.server {
+            None => ServerConfig {
+                session_idle_seconds: 3600,
+                ..ServerConfig::default()
+            },
+            Some(s) => {
+                if s.tls_cert.is_some() != s.tls_key.is_some() {
+                    return Err(error(
+                        "[server] TLS needs both tls_cert and tls_key (PEM files)".to_string(),
+                    ));
+                }
+                ServerConfig {
+                    listen: s.listen,
+                    tls_cert: s.tls_cert.map(|p| PathBuf::from(resolve(&p))),
+                    tls_key: s.tls_key.map(|p| PathBuf::from(resolve(&p))),
+                    session_idle_seconds: s.session_idle_seconds.unwrap_or(3600),
+                }
+            }
+        };
+
+        Ok(Self {
+            source: source.to_string(),
+            tables,
+            options,
+            analysts,
+            server,
+        })
+    }
+
+    /// The analyst called `name`.
+    pub fn analyst(&self, name: &str) -> Option<&AnalystConfig> {
+        self.analysts.iter().find(|a| a.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<OwnerConfig> {
+        OwnerConfig::parse(text, Path::new("/owner"), "test.toml")
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_tables_options_analysts() {
+        let config = parse(
+            r#"
+            [[table]]
+            name = "visits"
+            location = "data/visits.csv"
+            unit = "patient_id"
+            [[table]]
+            name = "survey"
+            location = "s3://bucket/survey/"
+            format = "parquet"
+            [[table]]
+            name = "regions"
+            location = "/abs/regions.csv"
+            protection = "public"
+            [options]
+            "dp.confidence" = 0.9
+            public_groups = "regions"
+            [[analyst]]
+            name = "alice"
+            password = "pw"
+            epsilon_budget = 2
+            ledger = "alice.ledger"
+            [server]
+            listen = "127.0.0.1:0"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.tables.len(), 3);
+        assert_eq!(config.tables[0].location, "/owner/data/visits.csv");
+        assert_eq!(
+            config.tables[0].protection,
+            Protection::Unit("patient_id".into())
+        );
+        assert_eq!(config.tables[1].location, "s3://bucket/survey/");
+        assert_eq!(config.tables[1].protection, Protection::Rows, "fail closed");
+        assert_eq!(config.tables[2].protection, Protection::Public);
+        assert_eq!(
+            config.options,
+            vec![
+                ("confidence".to_string(), "0.9".to_string()),
+                ("public_groups".to_string(), "regions".to_string())
+            ]
+        );
+        let alice = config.analyst("alice").unwrap();
+        assert_eq!(alice.epsilon_budget, 2.0);
+        assert_eq!(alice.ledger, PathBuf::from("/owner/alice.ledger"));
+        assert_eq!(config.server.session_idle_seconds, 3600);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_honour() {
+        let t = |extra: &str| format!("[[table]]\nname = \"t\"\nlocation = \"t.csv\"\n{extra}");
+        assert!(err(&t("protection = \"unit\"")).contains("needs unit"));
+        assert!(err(&t("protection = \"public\"\nunit = \"id\"")).contains("goes with"));
+        assert!(err(&t("protection = \"secret\"")).contains("unknown protection 'secret'"));
+        assert!(err(&t("format = \"xls\"")).contains("unknown format 'xls'"));
+        assert!(err(&t("colour = 1")).contains("colour"), "unknown keys");
+        assert!(err("[[table]]\nname = \"Visits\"\nlocation = \"v.csv\"").contains("lower-case"));
+        assert!(err("[options]\nepsilon_budget = 1").contains("per analyst"));
+        assert!(err("[options]\n\"dp.public_tables\" = \"*\"").contains("[[table]]"));
+        assert!(err("[options]\nlocked = false").contains("always locked"));
+        assert!(err("[options]\nconfidence = 2").contains("confidence"));
+        let a = |extra: &str| format!("[[analyst]]\nname = \"a\"\n{extra}");
+        assert!(parse(&a("epsilon_budget = 1\nledger = \"l\""))
+            .unwrap()
+            .analysts[0]
+            .credential
+            .is_none());
+        assert!(err(&a("password = \"p\"\npassword_hash = \"h\"")).contains("not both"));
+        assert!(err(&a("password = \"p\"\nledger = \"l\"")).contains("needs epsilon_budget"));
+        assert!(err(&a("password = \"p\"\nepsilon_budget = 1")).contains("needs ledger"));
+        assert!(
+            err(&a("password = \"p\"\nepsilon_budget = -1\nledger = \"l\"")).contains("positive")
+        );
+        let two =
+            "[[analyst]]\nname = \"a\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"\n\
+                   [[analyst]]\nname = \"b\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"";
+        assert!(err(two).contains("each analyst needs their own"));
+        assert!(err("[server]\ntls_cert = \"c.pem\"").contains("both tls_cert and tls_key"));
+        let syntax = err("[[table]\n");
+        assert!(
+            syntax.contains("config test.toml: ") && syntax.contains("line 1"),
+            "{syntax}"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! What the data owner sets up for untrusted analysts: the configuration file ([`config`]), the
+//! tables it names ([`tables`]), and locked sessions built from both ([`Owner`]), which
+//! `dpsql --config` and `dp-server` hand to analysts.
+//!
+//! Tables are opened once ([`Owner::open`]: file listing and schema inference) and shared by
+//! every session; each session gets the owner's protection declarations, options, the
+//! analyst's budget and ledger, and is locked before the analyst's first statement.
+
+pub mod config;
+mod lockdown;
+pub mod tables;
+
+pub use config::{AnalystConfig, Credential, OwnerConfig, TableConfig};
+pub use lockdown::SessionBudget;
+
+use datafusion::catalog::TableProvider;
+use datafusion::common::TableReference;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use std::sync::Arc;
+
+/// The owner's tables, opened, and the configuration that locks sessions over them.
+#[derive(Debug)]
+pub struct Owner {
+    config: OwnerConfig,
+    runtime: Arc<RuntimeEnv>,
+    tables: Vec<(TableConfig, Arc<dyn TableProvider>)>,
+}
+
+/// The configuration of every session: DataFusion's defaults with `information_schema`, as
+/// `dpsql` has.
+fn session_config() -> SessionConfig {
+    SessionConfig::new().with_information_schema(true)
+}
+
+impl Owner {
+    /// Opens every table of `config` (listing files and inferring schemas once); an error names
+    /// the table and its location.
+    pub async fn open(config: OwnerConfig) -> Result<Self> {
+        let runtime = tables::runtime()?;
+        let loader = tables::session_with_runtime(session_config(), Arc::clone(&runtime))?;
+        let mut opened = Vec::with_capacity(config.tables.len());
+        for table in &config.tables {
+            let provider = async {
+                tables::register_table(
+                    &loader,
+                    &table.name,
+                    &table.location,
+                    table.format.as_deref(),
+                )
+                .await?;
+                loader
+                    .table_provider(TableReference::bare(table.name.as_str()))
+                    .await
+            }
+            .await
+            .map_err(|source| {
+                DataFusionError::External(Box::new(crate::cli::TableError {
+                    table: table.name.clone(),
+                    location: table.location.clone(),
+                    source,
+                }))
+            })?;
+            opened.push((table.clone(), provider));
+        }
+        Ok(Self {
+            config,
+            runtime,
+            tables: opened,
+        })
+    }
+
+    pub fn config(&self) -> &OwnerConfig {
+        &self.config
+    }
+
+    /// A locked session for `analyst`: the owner's tables with their protection, the owner's
+    /// options, the analyst's budget and ledger.
+    pub fn analyst_session(&self, analyst: &AnalystConfig) -> Result<SessionContext> {
+        self.locked_session(&SessionBudget {
+            epsilon: analyst.epsilon_budget,
+            delta: analyst.delta_budget,
+            ledger: analyst.ledger.to_string_lossy().into_owned(),
+        })
+    }
+
+    /// A locked session spending `budget`.
+    pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
+        let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
+        for (table, provider) in &self.tables {
+            ctx.register_table(
+                TableReference::bare(table.name.as_str()),
+                Arc::clone(provider),
+            )?;
+        }
+        let protections: Vec<_> = self
+            .tables
+            .iter()
+            .map(|(t, _)| (t.name.clone(), t.protection.clone()))
+            .collect();
+        lockdown::lock_session(&ctx, &protections, &self.config.options, budget)?;
+        Ok(ctx)
+    }
+}
+
+/// Runs one statement of an untrusted analyst in a locked session: [`crate::analyst_sql`]
+/// (DDL, DML and `COPY` refused; `SET` only for accuracy options; only DP leaves a protected
+/// table).
+pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
+    crate::analyst_sql(ctx, sql).await
+}

@@ -1,0 +1,581 @@
+//! The Flight SQL service: handshake, statements, prepared statements and catalog metadata,
+//! each call on the caller's own locked session.
+//!
+//! A query is planned — analysed and charged — when the client asks for its `FlightInfo`, and
+//! the physical plan is kept under a one-use ticket: `DoGet` streams it once, so one charge
+//! buys one release; a second `DoGet` of the same ticket is refused. Executing a prepared
+//! statement again plans, and charges, again.
+
+use super::auth;
+use super::session::{AnalystSession, Prepared, Sessions};
+use crate::owner::Owner;
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
+};
+use datafusion::common::ParamValues;
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::execute_stream;
+use datafusion::prelude::SessionContext;
+use futures::{Stream, TryStreamExt};
+use prost::Message;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The Arrow Flight SQL service of `dp-server`.
+pub struct DpFlightSqlService {
+    owner: Arc<Owner>,
+    sessions: Arc<Sessions>,
+}
+
+impl DpFlightSqlService {
+    pub fn new(owner: Arc<Owner>, sessions: Arc<Sessions>) -> Self {
+        Self { owner, sessions }
+    }
+
+    /// The caller's session, from its `authorization: Bearer TOKEN` header.
+    #[allow(clippy::result_large_err)]
+    fn session<T>(&self, request: &Request<T>) -> Result<Arc<AnalystSession>, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "no bearer token: log in first (Flight handshake with user name and password)",
+                )
+            })?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                Status::unauthenticated("expected an 'authorization: Bearer TOKEN' header")
+            })?;
+        self.sessions.get(token.trim()).ok_or_else(|| {
+            Status::unauthenticated("unknown or expired session token: log in again")
+        })
+    }
+}
+
+/// A DataFusion error as a gRPC status carrying the one line `dpsql` prints.
+pub fn status(error: &DataFusionError) -> Status {
+    let message = crate::cli::one_line_error(error);
+    match error.find_root() {
+        _ if message.starts_with("dp budget exceeded") => Status::resource_exhausted(message),
+        DataFusionError::Plan(_)
+        | DataFusionError::SQL(..)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::Configuration(_)
+        | DataFusionError::NotImplemented(_) => Status::invalid_argument(message),
+        DataFusionError::ResourcesExhausted(_) => Status::resource_exhausted(message),
+        _ => Status::internal(message),
+    }
+}
+
+fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &Default::default())
+        .try_into()
+        .map_err(|e: arrow::error::ArrowError| Status::internal(format!("schema encoding: {e}")))?;
+    Ok(bytes)
+}
+
+fn flight_info(
+    schema: &Schema,
+    ticket: Any,
+    descriptor: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("schema encoding: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket.encode_to_vec())))
+        .with_descriptor(descriptor);
+    Ok(Response::new(info))
+}
+
+type FlightDataStream =
+    Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+fn batch_response(schema: SchemaRef, batch: RecordBatch) -> Response<FlightDataStream> {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::iter([Ok(batch)]))
+        .map_err(Status::from);
+    Response::new(Box::pin(stream))
+}
+
+fn sql_info() -> &'static SqlInfoData {
+    static INFO: OnceLock<SqlInfoData> = OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut builder = SqlInfoDataBuilder::new();
+        builder.append(SqlInfo::FlightSqlServerName, "datafusion-dp");
+        builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        builder.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
+        builder.append(SqlInfo::FlightSqlServerReadOnly, true);
+        builder.append(SqlInfo::FlightSqlServerSql, true);
+        builder.append(SqlInfo::FlightSqlServerSubstrait, false);
+        builder.append(
+            SqlInfo::FlightSqlServerTransaction,
+            SqlSupportedTransaction::None as i32,
+        );
+        builder.append(SqlInfo::FlightSqlServerCancel, false);
+        builder.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+        builder.append(SqlInfo::SqlDdlCatalog, false);
+        builder.append(SqlInfo::SqlDdlSchema, false);
+        builder.append(SqlInfo::SqlDdlTable, false);
+        builder
+            .build()
+            .expect("static SqlInfo values have supported types")
+    })
+}
+
+/// Plans `sql` (with `params` bound) as the session's analyst: analysed and charged now; the
+/// plan is kept under a one-use ticket. Returns the ticket and the result schema.
+async fn plan_query(
+    session: &AnalystSession,
+    sql: &str,
+    params: Option<ParamValues>,
+) -> Result<(Vec<u8>, SchemaRef), Status> {
+    let ctx: &SessionContext = &session.ctx;
+    let mut frame = crate::owner::analyst_sql(ctx, sql)
+        .await
+        .map_err(|e| status(&e))?;
+    if let Some(params) = params {
+        frame = frame.with_param_values(params).map_err(|e| status(&e))?;
+    }
+    let task = Arc::new(frame.task_ctx());
+    let plan = frame.create_physical_plan().await.map_err(|e| status(&e))?;
+    let schema = plan.schema();
+    let handle = session
+        .add_pending(plan, task)
+        .ok_or_else(|| Status::internal("no randomness from the OS for a ticket"))?;
+    Ok((handle, schema))
+}
+
+/// Whether `sql` is one query (`SELECT`, `WITH`, `VALUES`).
+fn is_query(sql: &str) -> bool {
+    use datafusion::sql::parser::{DFParser, Statement};
+    use datafusion::sql::sqlparser::ast;
+    matches!(
+        DFParser::parse_sql(sql).as_ref().map(|s| s.iter().collect::<Vec<_>>()).as_deref(),
+        Ok([Statement::Statement(s)]) if matches!(s.as_ref(), ast::Statement::Query(_))
+    )
+}
+
+/// The parameters (`$1`, `$2`, ...) of a logical plan, in order, as an IPC schema (empty
+/// without parameters; a parameter of unknown type is `Null`).
+fn parameter_schema(
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> Result<prost::bytes::Bytes, Status> {
+    let mut types: Vec<_> = plan
+        .get_parameter_types()
+        .map_err(|e| status(&e))?
+        .into_iter()
+        .collect();
+    if types.is_empty() {
+        return Ok(Default::default());
+    }
+    types.sort_by_key(|(name, _)| {
+        name.trim_start_matches('$')
+            .parse::<usize>()
+            .unwrap_or(usize::MAX)
+    });
+    let fields: Vec<_> = types
+        .into_iter()
+        .map(|(name, t)| {
+            arrow::datatypes::Field::new(name, t.unwrap_or(arrow::datatypes::DataType::Null), true)
+        })
+        .collect();
+    schema_bytes(&Schema::new(fields))
+}
+
+/// The parameter values of a prepared statement: the first row of the bound batch, in order.
+fn param_values(batch: &RecordBatch) -> Result<ParamValues, Status> {
+    if batch.num_rows() != 1 {
+        return Err(Status::invalid_argument(format!(
+            "prepared statement parameters: expected one row of values, got {}",
+            batch.num_rows()
+        )));
+    }
+    let values = batch
+        .columns()
+        .iter()
+        .map(|column| datafusion::common::ScalarValue::try_from_array(column, 0))
+        .collect::<datafusion::error::Result<Vec<_>>>()
+        .map_err(|e| status(&e))?;
+    Ok(ParamValues::from(values))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for DpFlightSqlService {
+    type FlightService = DpFlightSqlService;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let (name, password) = auth::parse_basic(&header).ok_or_else(|| {
+            Status::unauthenticated("log in with a user name and password (Basic authorization)")
+        })?;
+        let owner = Arc::clone(&self.owner);
+        let checked_name = name.clone();
+        let valid = tokio::task::spawn_blocking(move || {
+            auth::check(owner.config(), &checked_name, &password)
+        })
+        .await
+        .unwrap_or(false);
+        let analyst = match self.owner.config().analyst(&name) {
+            Some(analyst) if valid => analyst.clone(),
+            _ => {
+                eprintln!("dp-server: login refused for '{name}'");
+                return Err(Status::unauthenticated("invalid user name or password"));
+            }
+        };
+        let ctx = self
+            .owner
+            .analyst_session(&analyst)
+            .map_err(|e| status(&e))?;
+        let token = self
+            .sessions
+            .open(&analyst.name, ctx)
+            .ok_or_else(|| Status::internal("no randomness from the OS for a token"))?;
+        eprintln!("dp-server: '{name}' logged in");
+        let bearer = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Status::internal("token header"))?;
+        let output = futures::stream::iter([Ok(HandshakeResponse {
+            protocol_version: 0,
+            payload: token.clone().into(),
+        })]);
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(output));
+        response.metadata_mut().insert("authorization", bearer);
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let session = self.session(&request)?;
+        let (handle, schema) = plan_query(&session, &query.query, None).await?;
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.into(),
+        };
+        flight_info(&schema, ticket.as_any(), request.into_inner())
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let (plan, task) = session.take_pending(&ticket.statement_handle).ok_or_else(|| {
+            Status::not_found(
+                "unknown or already used result ticket: a result is sent once; run the query again (it is charged again)",
+            )
+        })?;
+        let schema = plan.schema();
+        let batches = execute_stream(plan, task)
+            .map_err(|e| status(&e))?
+            .map_err(|e| FlightError::from(status(&e)));
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(Status::from);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        update: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let session = self.session(&request)?;
+        let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
+            .await
+            .map_err(|e| status(&e))?;
+        let batches = frame.collect().await.map_err(|e| status(&e))?;
+        Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let session = self.session(&request)?;
+        // The result and parameter schemas from the logical plan of a query (nothing is
+        // analysed, charged or run here); other statements have none.
+        let (dataset, parameters) = if is_query(&query.query) {
+            let plan = session
+                .ctx
+                .state()
+                .create_logical_plan(&query.query)
+                .await
+                .map_err(|e| status(&e))?;
+            (
+                schema_bytes(plan.schema().as_arrow())?,
+                parameter_schema(&plan)?,
+            )
+        } else {
+            Default::default()
+        };
+        let handle = session
+            .add_prepared(Prepared {
+                sql: query.query,
+                params: None,
+            })
+            .ok_or_else(|| Status::internal("no randomness from the OS for a handle"))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into(),
+            dataset_schema: dataset,
+            parameter_schema: parameters,
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let session = self.session(&request)?;
+        let data = request.into_inner().map_err(FlightError::from);
+        let batches: Vec<RecordBatch> =
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(data)
+                .try_collect()
+                .await
+                .map_err(Status::from)?;
+        let params = match batches.iter().find(|b| b.num_rows() > 0) {
+            Some(batch) => Some(batch.clone()),
+            None => None,
+        };
+        session
+            .bind_prepared(&query.prepared_statement_handle, params)
+            .ok_or_else(|| Status::not_found("unknown prepared statement handle"))?;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let session = self.session(&request)?;
+        let prepared = session
+            .prepared(&query.prepared_statement_handle)
+            .ok_or_else(|| Status::not_found("unknown prepared statement handle"))?;
+        let params = match &prepared.params {
+            Some(batch) => Some(param_values(batch)?),
+            None => None,
+        };
+        let (handle, schema) = plan_query(&session, &prepared.sql, params).await?;
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.into(),
+        };
+        flight_info(&schema, ticket.as_any(), request.into_inner())
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<(), Status> {
+        let session = self.session(&request)?;
+        session.close_prepared(&query.prepared_statement_handle);
+        Ok(())
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, query.as_any(), request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut builder = query.into_builder();
+        for catalog in session.ctx.catalog_names() {
+            builder.append(catalog);
+        }
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(batch_response(schema, batch))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, query.as_any(), request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut builder = query.into_builder();
+        for catalog_name in session.ctx.catalog_names() {
+            if let Some(catalog) = session.ctx.catalog(&catalog_name) {
+                for schema_name in catalog.schema_names() {
+                    builder.append(&catalog_name, schema_name);
+                }
+            }
+        }
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(batch_response(schema, batch))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, query.as_any(), request.into_inner())
+    }
+
+    /// Table names, types and Arrow schemas: public metadata only (no row counts, no
+    /// statistics).
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut builder = query.into_builder();
+        for catalog_name in session.ctx.catalog_names() {
+            let Some(catalog) = session.ctx.catalog(&catalog_name) else {
+                continue;
+            };
+            for schema_name in catalog.schema_names() {
+                let Some(schema) = catalog.schema(&schema_name) else {
+                    continue;
+                };
+                for table_name in schema.table_names() {
+                    let Ok(Some(table)) = schema.table(&table_name).await else {
+                        continue;
+                    };
+                    let table_type = match table.table_type() {
+                        datafusion::datasource::TableType::Base => "TABLE",
+                        datafusion::datasource::TableType::View => "VIEW",
+                        datafusion::datasource::TableType::Temporary => "LOCAL TEMPORARY",
+                    };
+                    builder
+                        .append(
+                            &catalog_name,
+                            &schema_name,
+                            &table_name,
+                            table_type,
+                            table.schema().as_ref(),
+                        )
+                        .map_err(|e| Status::internal(e.to_string()))?;
+                }
+            }
+        }
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(batch_response(schema, batch))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        flight_info(&schema, query.as_any(), request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.session(&request)?;
+        let mut builder = query.into_builder();
+        for table_type in ["LOCAL TEMPORARY", "TABLE", "VIEW"] {
+            builder.append(table_type);
+        }
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(batch_response(schema, batch))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder(sql_info()).schema();
+        flight_info(&schema, query.as_any(), request.into_inner())
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.session(&request)?;
+        let builder = query.into_builder(sql_info());
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(batch_response(schema, batch))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

@@ -1,0 +1,182 @@
+//! `dpsql --config`: the locked shell a data owner hands an analyst, through the binary as the
+//! analyst runs it: the owner's tables and options, that analyst's budget and ledger, protected
+//! options refused, and configuration mistakes reported in one line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
+
+fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dpsql-locked-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `data/visits.csv` protected by `patient_id`, and analysts `(name, epsilon_budget)`.
+fn config(dir: &Path, analysts: &[(&str, f64)]) -> PathBuf {
+    let mut text = format!(
+        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\n\
+         [options]\nconfidence = 0.9\n\n"
+    );
+    for (name, epsilon) in analysts {
+        text.push_str(&format!(
+            "[[analyst]]\nname = \"{name}\"\nepsilon_budget = {epsilon}\nledger = \"{name}.ledger\"\n\n"
+        ));
+    }
+    let path = dir.join("owner.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn dpsql(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dpsql"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dpsql")
+}
+
+/// The one `error: ...` line of a failed run.
+fn error_line(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "partial output");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    lines[0].to_string()
+}
+
+fn ledger_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+#[test]
+fn locked_shell_spends_the_analysts_budget() {
+    let dir = test_dir("budget");
+    let cfg = config(&dir, &[("alice", 0.5)]);
+    let cfg = cfg.to_str().unwrap();
+    let out = dpsql(&[
+        "--config",
+        cfg,
+        "--format",
+        "csv",
+        "-c",
+        "SELECT dp_count(outcome, 0.25) AS n FROM visits; SELECT epsilon FROM dp_budget() WHERE entry = 'budget'",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("epsilon\n0.5"), "{stdout}");
+    assert_eq!(ledger_lines(&dir.join("alice.ledger")), 1);
+    // A second shell spends the same ledger: 0.25 left, so 0.5 is refused.
+    let line = error_line(&dpsql(&[
+        "--config",
+        cfg,
+        "-c",
+        "SELECT dp_count(outcome, 0.5) FROM visits",
+    ]));
+    assert!(line.contains("dp budget exceeded"), "{line}");
+    assert_eq!(ledger_lines(&dir.join("alice.ledger")), 1);
+    // The owner's options are in force; accuracy options stay the analyst's.
+    let out = dpsql(&[
+        "--config",
+        cfg,
+        "--format",
+        "csv",
+        "-c",
+        "SELECT value FROM information_schema.df_settings WHERE name = 'dp.confidence'",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0.9"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn locked_shell_refuses_what_the_owner_decides() {
+    let dir = test_dir("refusals");
+    let cfg = config(&dir, &[("alice", 1.0)]);
+    let cfg = cfg.to_str().unwrap();
+    let copied = dir.join("out.csv");
+    for sql in [
+        "SET dp.epsilon_budget = 100".to_string(),
+        "SET dp.ledger = '/tmp/fresh.ledger'".to_string(),
+        "SET dp.seed = 1".to_string(),
+        "SET dp.public_groups = 'assert'".to_string(),
+        "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/etc/passwd'".to_string(),
+        format!("COPY (SELECT 1) TO '{}'", copied.display()),
+    ] {
+        let line = error_line(&dpsql(&["--config", cfg, "-c", &sql]));
+        assert!(line.len() > "error: ".len() + 10, "{sql}: {line}");
+    }
+    // The contract of protected tables: no raw rows from `visits`.
+    let line = error_line(&dpsql(&["--config", cfg, "-c", "SELECT * FROM visits"]));
+    assert!(line.contains("visits"), "{line}");
+    assert_eq!(ledger_lines(&dir.join("alice.ledger")), 0);
+    assert!(!copied.exists());
+}
+
+#[test]
+fn configuration_mistakes_are_one_line() {
+    let dir = test_dir("mistakes");
+    let two = config(&dir, &[("alice", 1.0), ("bob", 1.0)]);
+    let two = two.to_str().unwrap();
+    let line = error_line(&dpsql(&["--config", two, "-c", "SELECT 1"]));
+    assert!(line.contains("--analyst NAME"), "{line}");
+    let line = error_line(&dpsql(&[
+        "--config",
+        two,
+        "--analyst",
+        "carol",
+        "-c",
+        "SELECT 1",
+    ]));
+    assert!(line.contains("no analyst 'carol'"), "{line}");
+    let out = dpsql(&[
+        "--config",
+        two,
+        "--table",
+        &format!("t={VISITS}"),
+        "-c",
+        "SELECT 1",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[table]]\nname = \"visits\"\nlocation = \"visits.csv\"\nprotection = \"unit\"\n",
+    )
+    .unwrap();
+    let line = error_line(&dpsql(&[
+        "--config",
+        bad.to_str().unwrap(),
+        "-c",
+        "SELECT 1",
+    ]));
+    assert!(line.contains("needs unit"), "{line}");
+    std::fs::write(
+        &bad,
+        "[[table]]\nname = \"visits\"\nlocation = \"missing.csv\"\n\n[[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n",
+    )
+    .unwrap();
+    let line = error_line(&dpsql(&[
+        "--config",
+        bad.to_str().unwrap(),
+        "-c",
+        "SELECT 1",
+    ]));
+    assert!(
+        line.contains("table visits") && line.contains("missing.csv"),
+        "{line}"
+    );
+}
