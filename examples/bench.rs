@@ -1,7 +1,7 @@
 //! Benchmarks: DP aggregates against DataFusion's own exact aggregates, side by side, on the
 //! same generated data (the quickstart schema, with an integer group key).
 //!
-//!     cargo run --release --example bench -- generate          # Parquet files (once)
+//!     cargo run --release --example bench -- generate [dataset] # Parquet files (once)
 //!     cargo run --release --example bench -- pairs [filter]    # timed pairs, medians, ratios
 //!     cargo run --release --example bench -- sampler           # noise samples per second
 //!     cargo run --release --example bench -- query <dataset> <memory|parquet> <query-name>
@@ -29,7 +29,7 @@ const DATASETS: [(&str, u64, u64); 4] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 6] = [
+const PAIRS: [(&str, &str, &str, &str); 9] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -58,6 +58,24 @@ const PAIRS: [(&str, &str, &str, &str); 6] = [
         "dp_rr_ci gaussian vs laplace",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6') FROM visits GROUP BY grp",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rr_ci bootstrap vs log (closed form)",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=bootstrap') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rr_ci log vs conservative",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rd_ci vs 4 exact counts",
+        "SELECT grp, dp_rd_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
         "",
     ),
     (
@@ -94,8 +112,11 @@ async fn session() -> Result<SessionContext> {
 }
 
 /// Deterministic pseudo-random columns from the row number, so every run sees the same data.
-async fn generate() -> Result<()> {
+async fn generate(filter: Option<String>) -> Result<()> {
     for (name, rows, groups) in DATASETS {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
         let path = dataset_path(name);
         if path.exists() {
             eprintln!("{name}: exists at {}", path.display());
@@ -278,10 +299,10 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("generate") => generate().await,
+        Some("generate") => generate(args.get(1).cloned()).await,
         Some("pairs") => pairs(args.get(1).cloned()).await,
         Some("sampler") => sampler(),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate | pairs [filter] | sampler | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
     }
 }

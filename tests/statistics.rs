@@ -2,12 +2,16 @@
 //! coverage table. Fixed seeds; every tolerance is a multiple of the Monte Carlo standard
 //! error, derived where it is used.
 
+use arrow::array::AsArray;
+use arrow::datatypes::{Float64Type, Int64Type};
+use datafusion::prelude::SessionContext;
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
+use datafusion_dp::stats::rng::{group_stream, seeded_rng};
 use datafusion_dp::stats::sampler::{DiscreteGaussian, Rational};
-use datafusion_dp::stats::simulation::{coverage, Design};
+use datafusion_dp::stats::simulation::{coverage, coverage_study, Design};
 use datafusion_dp::stats::{
-    CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic,
-    TableNoise,
+    CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism,
+    RatioStatistic, TableNoise, TwoByTwo,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -395,4 +399,141 @@ fn odds_ratio_coverage_is_that_of_the_non_private_woolf_interval() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(plain_lower_somewhere);
+}
+
+/// The exact table the SQL-equivalence test builds: a = 18, b = 182, c = 9, d = 191.
+const SQL_TABLE: TwoByTwo = TwoByTwo {
+    a: 18,
+    b: 182,
+    c: 9,
+    d: 191,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_functions_and_the_simulation_path_give_identical_output() {
+    // The coverage simulations (docs/coverage.md, the tests below) release tables with
+    // `TableNoise::release` and build intervals with `TableNoise::interval`. Here the SQL
+    // functions, in seeded mode, must give bit-for-bit the same release and interval as that
+    // path fed with the seeded stream the SQL call uses (key 0: no GROUP BY; the stream is
+    // named by the output column), for every function, method, mechanism and size mode.
+    let ctx = SessionContext::new();
+    datafusion_dp::register(&ctx).unwrap();
+    ctx.sql(
+        "CREATE TABLE t AS SELECT value < 18 OR (value >= 200 AND value < 209) AS o,
+                value < 200 AS e FROM generate_series(0, 399) s(value)",
+    )
+    .await
+    .unwrap();
+    ctx.sql("SET dp.seed = 77").await.unwrap();
+    let mut checked = 0;
+    for (function, statistic) in [
+        ("dp_rr_ci", RatioStatistic::RelativeRisk),
+        ("dp_or_ci", RatioStatistic::OddsRatio),
+        ("dp_rd_ci", RatioStatistic::RiskDifference),
+    ] {
+        for method in [
+            IntervalMethod::Conservative,
+            IntervalMethod::Plain,
+            IntervalMethod::Log,
+            IntervalMethod::Bootstrap,
+        ] {
+            if method.check_statistic(statistic).is_err() {
+                continue;
+            }
+            for (mechanism, delta) in [(Mechanism::Laplace, None), (Mechanism::Gaussian, Some(1e-4))] {
+                for sizes in [GroupSizes::Private, GroupSizes::Public] {
+                    let delta_option = delta.map_or(String::new(), |d| format!(", delta={d}"));
+                    let sql = format!(
+                        "SELECT {function}(o, e, 0.5, 'ci_method={method}, mechanism={mechanism}, group_sizes={sizes}{delta_option}') FROM t"
+                    );
+                    let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+                    let batch = &batches[0];
+                    let stream = batch.schema().field(0).name().clone();
+                    let ci = batch.column(0).as_struct();
+                    let float = |name: &str| ci.column_by_name(name).unwrap().as_primitive::<Float64Type>().value(0);
+                    let int = |name: &str| ci.column_by_name(name).unwrap().as_primitive::<Int64Type>().value(0);
+
+                    let noise = TableNoise::calibrate(mechanism, 0.5, delta, GaussianCalibration::Analytic, sizes).unwrap();
+                    let mut rng = group_stream(&seeded_rng(77, &stream), 0);
+                    let released = noise.release(&SQL_TABLE, &mut rng);
+                    let spec = noise.interval_spec(0.95, method).unwrap();
+                    let want = noise.interval(&released, statistic, &spec).unwrap();
+                    assert_eq!(
+                        [int("exposed_cases"), int("exposed_total"), int("unexposed_cases"), int("unexposed_total")],
+                        [released.exposed_cases, released.exposed_total, released.unexposed_cases, released.unexposed_total],
+                        "{sql}"
+                    );
+                    assert_eq!(
+                        [float("estimate"), float("lower"), float("upper")].map(f64::to_bits),
+                        [want.estimate, want.lower, want.upper].map(f64::to_bits),
+                        "{sql}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 4 * 4 - 4);
+}
+
+/// The lowest coverage estimate from `n` tables that is still consistent with a true coverage
+/// of at least `target`: `target − 4·sqrt(target(1 − target)/n)`. If a cell's true coverage
+/// is `≥ target`, its estimate falls below this with probability ≤ 3.2e-5 (normal
+/// approximation to the binomial count of covering intervals, fine at n ≥ 2,000 and
+/// p ≈ 0.93-0.95), so over the ≤ 200 cell-interval pairs checked below the chance of a false
+/// failure is below 1% (and the seeds are fixed, so the outcome is deterministic).
+fn coverage_floor(target: f64, n: usize) -> f64 {
+    target - 4.0 * (target * (1.0 - target) / n as f64).sqrt()
+}
+
+/// Coverage of `intervals` at n_x = n_y = `n` on `cells` (indices into 0.1..0.9), through
+/// the SQL functions' release and interval path; failures listed against `floor`.
+#[allow(clippy::too_many_arguments)]
+fn check_targets(
+    n: u64,
+    epsilon: f64,
+    cells: &[(usize, usize)],
+    intervals: &[(RatioStatistic, IntervalMethod)],
+    simulations: usize,
+    floor: f64,
+    seed: u64,
+    failures: &mut Vec<String>,
+) -> f64 {
+    let mut lowest = 1.0f64;
+    for (k, mechanism) in [Mechanism::Laplace, Mechanism::Gaussian]
+        .into_iter()
+        .enumerate()
+    {
+        for (l, sizes) in [GroupSizes::Private, GroupSizes::Public].into_iter().enumerate() {
+            let delta = (mechanism == Mechanism::Gaussian).then_some(1e-4);
+            let noise =
+                TableNoise::calibrate(mechanism, epsilon, delta, GaussianCalibration::Analytic, sizes)
+                    .unwrap();
+            for (c, &(i, j)) in cells.iter().enumerate() {
+                let design = Design {
+                    exposed_size: n,
+                    unexposed_size: n,
+                    exposed_risk: (i + 1) as f64 / 10.0,
+                    unexposed_risk: (j + 1) as f64 / 10.0,
+                };
+                let mut rng = ChaCha20Rng::seed_from_u64(seed + (k * 1000 + l * 100 + c) as u64);
+                let results =
+                    coverage_study(&design, &noise, 0.95, intervals, simulations, &mut rng).unwrap();
+                for r in results {
+                    lowest = lowest.min(r.coverage);
+                    if r.coverage < floor {
+                        failures.push(format!(
+                            "n={n} eps={epsilon} {mechanism} {sizes} {:?} {} p_x={} p_y={}: {:.4} < {floor:.4}",
+                            r.statistic,
+                            r.method,
+                            design.exposed_risk,
+                            design.unexposed_risk,
+                            r.coverage
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    lowest
 }

@@ -2,9 +2,11 @@
 //! intervals. It knows nothing of DataFusion and is tested on its own.
 
 pub mod accuracy;
+pub mod bootstrap;
 pub mod mechanism;
 pub mod methods;
 pub mod paper;
+pub mod planning;
 pub mod ratio;
 pub mod rng;
 pub mod sampler;
@@ -13,5 +15,5 @@ pub mod simulation;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
 pub use ratio::{
-    GroupSizes, IntervalMethod, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
+    GroupSizes, IntervalMethod, IntervalSpec, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
 };
