@@ -238,7 +238,12 @@ async fn the_budget_is_charged_once_per_query_on_the_client() {
     };
     let err = refused.unwrap_err().to_string();
     assert!(err.contains("budget"), "{err}");
-    assert_eq!(datafusion_dp::sql::accounting::ledger::read(&ledger).unwrap().len(), 2);
+    assert_eq!(
+        datafusion_dp::sql::accounting::ledger::read(&ledger)
+            .unwrap()
+            .len(),
+        2
+    );
     // dp_budget() reads the client's session: it runs on the client, not on the cluster.
     let status = run(
         &ctx,

@@ -28,11 +28,19 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         }
     }
     ctx.register_udaf(functions::aggregate::dp_count::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_relative_risk::udaf().as_ref().clone());
+    ctx.register_udaf(
+        functions::aggregate::dp_relative_risk::udaf()
+            .as_ref()
+            .clone(),
+    );
     ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_risk_difference::udaf().as_ref().clone());
+    ctx.register_udaf(
+        functions::aggregate::dp_risk_difference::udaf()
+            .as_ref()
+            .clone(),
+    );
     ctx.register_udaf(functions::aggregate::dp_rd_ci::udaf().as_ref().clone());
     ctx.register_udf(functions::scalar::rr_ci_katz::udf().as_ref().clone());
     for udf in functions::scalar::analytic::udfs() {
@@ -51,7 +59,9 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
             "dp_budget",
-            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(&accountant))),
+            Arc::new(accounting::budget::DpBudgetFunction::new(Arc::clone(
+                &accountant,
+            ))),
         );
         // The session's catalogs (one Arc shared by every clone of the state), where a table
         // of public keys (dp.public_groups) is looked up at planning.

@@ -57,7 +57,10 @@ impl ReplayNoise {
     pub fn new(noise: &CountNoise) -> Self {
         let scale = noise.scale;
         let (k, weight): (f64, Box<dyn Fn(f64) -> f64>) = match noise.mechanism {
-            Mechanism::Laplace => ((40.0 * scale).ceil(), Box::new(move |x: f64| (-x.abs() / scale).exp())),
+            Mechanism::Laplace => (
+                (40.0 * scale).ceil(),
+                Box::new(move |x: f64| (-x.abs() / scale).exp()),
+            ),
             Mechanism::Gaussian => (
                 (10.0 * scale).ceil() + 1.0,
                 Box::new(move |x: f64| (-x * x / (2.0 * scale * scale)).exp()),
@@ -94,7 +97,10 @@ impl ReplayNoise {
             return self.exact.sample(rng);
         }
         let u: f64 = rng.random();
-        let i = self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1);
+        let i = self
+            .cdf
+            .partition_point(|&c| c <= u)
+            .min(self.cdf.len() - 1);
         self.lo + i as i64
     }
 }
@@ -191,7 +197,10 @@ mod tests {
         // the sample variance within 5 standard errors sqrt((μ4 − σ⁴)/n), the mean within
         // 5·σ/sqrt(n).
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for (mechanism, delta) in [(Mechanism::Laplace, None), (Mechanism::Gaussian, Some(1e-4))] {
+        for (mechanism, delta) in [
+            (Mechanism::Laplace, None),
+            (Mechanism::Gaussian, Some(1e-4)),
+        ] {
             let noise = TableNoise::calibrate(
                 mechanism,
                 0.5,
@@ -208,8 +217,15 @@ mod tests {
             let var = draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
             let m4 = draws.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n as f64;
             let se = ((m4 - var * var) / n as f64).sqrt();
-            assert!((var - noise.variance).abs() < 5.0 * se, "{mechanism}: {var} vs {}", noise.variance);
-            assert!(mean.abs() < 5.0 * (var / n as f64).sqrt(), "{mechanism}: {mean}");
+            assert!(
+                (var - noise.variance).abs() < 5.0 * se,
+                "{mechanism}: {var} vs {}",
+                noise.variance
+            );
+            assert!(
+                mean.abs() < 5.0 * (var / n as f64).sqrt(),
+                "{mechanism}: {mean}"
+            );
         }
     }
 

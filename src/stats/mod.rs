@@ -15,5 +15,6 @@ pub mod simulation;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
 pub use ratio::{
-    GroupSizes, IntervalMethod, IntervalSpec, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
+    GroupSizes, IntervalMethod, IntervalSpec, RatioInterval, RatioStatistic, ReleasedTable,
+    TableNoise, TwoByTwo,
 };

@@ -97,10 +97,7 @@ pub fn epsilon_for_half_width(
                     relative_risk_log_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, z);
                 center.exp() * h.sinh()
             }
-            _ => {
-                relative_risk_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, method, z)
-                    .1
-            }
+            _ => relative_risk_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, method, z).1,
         })
     };
     if width_at(PLANNING_EPSILON_MAX)? > half_width {
@@ -200,10 +197,20 @@ mod tests {
                         z,
                     )
                     .1;
-                let eps =
-                    epsilon_for_half_width(nx, ny, px, py, target, conf, mechanism, delta, sizes, IntervalMethod::Conservative)
-                        .unwrap()
-                        .unwrap();
+                let eps = epsilon_for_half_width(
+                    nx,
+                    ny,
+                    px,
+                    py,
+                    target,
+                    conf,
+                    mechanism,
+                    delta,
+                    sizes,
+                    IntervalMethod::Conservative,
+                )
+                .unwrap()
+                .unwrap();
                 // At ε the released table's own interval (at the expected counts, here
                 // integers) has the target half-width, and slightly less ε misses it.
                 let width = |e: f64| {
@@ -256,7 +263,18 @@ mod tests {
     #[test]
     fn epsilon_for_half_width_rejects_invalid_input() {
         let ok = |n_x: f64, p_x: f64, h: f64, conf: f64, m: Mechanism, d: Option<f64>| {
-            epsilon_for_half_width(n_x, 100.0, p_x, 0.2, h, conf, m, d, GroupSizes::Public, IntervalMethod::Conservative)
+            epsilon_for_half_width(
+                n_x,
+                100.0,
+                p_x,
+                0.2,
+                h,
+                conf,
+                m,
+                d,
+                GroupSizes::Public,
+                IntervalMethod::Conservative,
+            )
         };
         assert!(ok(100.0, 0.3, 1.0, 0.95, Mechanism::Laplace, None).is_ok());
         assert!(ok(0.0, 0.3, 1.0, 0.95, Mechanism::Laplace, None).is_err());
@@ -278,7 +296,16 @@ mod tests {
             let (c, h) = relative_risk_log_interval_at(nx * px, nx, ny * py, ny, sizes, 0.0, z);
             let target = 1.3 * c.exp() * h.sinh();
             let eps = epsilon_for_half_width(
-                nx, ny, px, py, target, conf, Mechanism::Laplace, None, sizes, IntervalMethod::Log,
+                nx,
+                ny,
+                px,
+                py,
+                target,
+                conf,
+                Mechanism::Laplace,
+                None,
+                sizes,
+                IntervalMethod::Log,
             )
             .unwrap()
             .unwrap();
@@ -307,7 +334,15 @@ mod tests {
             // The log interval is wider than the symmetric one at the same variance
             // (sinh h > h), so it needs more ε for the same half-width.
             let conservative = epsilon_for_half_width(
-                nx, ny, px, py, target, conf, Mechanism::Laplace, None, sizes,
+                nx,
+                ny,
+                px,
+                py,
+                target,
+                conf,
+                Mechanism::Laplace,
+                None,
+                sizes,
                 IntervalMethod::Conservative,
             )
             .unwrap()
@@ -316,7 +351,16 @@ mod tests {
         }
         for method in [IntervalMethod::Plain, IntervalMethod::Bootstrap] {
             let err = epsilon_for_half_width(
-                nx, ny, px, py, 0.5, conf, Mechanism::Laplace, None, GroupSizes::Public, method,
+                nx,
+                ny,
+                px,
+                py,
+                0.5,
+                conf,
+                Mechanism::Laplace,
+                None,
+                GroupSizes::Public,
+                method,
             )
             .unwrap_err();
             assert!(err.contains("cannot be planned"), "{err}");

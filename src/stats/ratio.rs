@@ -346,15 +346,8 @@ impl ReleasedTable {
         match method {
             IntervalMethod::Bootstrap => None,
             IntervalMethod::Log => {
-                let (log_center, half_width) = relative_risk_log_interval_at(
-                    x,
-                    nx,
-                    y,
-                    ny,
-                    self.sizes,
-                    self.noise_variance,
-                    z,
-                );
+                let (log_center, half_width) =
+                    relative_risk_log_interval_at(x, nx, y, ny, self.sizes, self.noise_variance, z);
                 Some(RatioInterval {
                     estimate,
                     lower: (log_center - half_width).exp(),
@@ -580,7 +573,10 @@ impl ReleasedTable {
                 GroupSizes::Public => 1.0,
                 GroupSizes::Private => p * p + (1.0 - p) * (1.0 - p),
             };
-            (p, p * (1.0 - p) / (n + 2.0) + self.noise_variance * w / (n * n))
+            (
+                p,
+                p * (1.0 - p) / (n + 2.0) + self.noise_variance * w / (n * n),
+            )
         };
         let (px, vx) = arm(self.exposed_cases, nx);
         let (py, vy) = arm(self.unexposed_cases, ny);
@@ -761,7 +757,10 @@ mod tests {
         let z = 1.959963984540054;
         for (sizes, v) in [
             (GroupSizes::Public, 0.09),
-            (GroupSizes::Private, 0.065 + 8.0 * (0.68 / 1600.0 + 0.82 / 400.0)),
+            (
+                GroupSizes::Private,
+                0.065 + 8.0 * (0.68 / 1600.0 + 0.82 / 400.0),
+            ),
         ] {
             let t = released(40, 200, 20, 200, sizes, 8.0);
             let ci = t.interval(0.95, IntervalMethod::Log).unwrap().unwrap();
@@ -772,7 +771,10 @@ mod tests {
             // Same variance as the paper's conservative interval, on the log scale: the log
             // interval is the conservative one's half-width mapped through exp, so it is wider
             // and shifted up (e^h − 1 > h > 1 − e^{−h}).
-            let cons = t.interval(0.95, IntervalMethod::Conservative).unwrap().unwrap();
+            let cons = t
+                .interval(0.95, IntervalMethod::Conservative)
+                .unwrap()
+                .unwrap();
             assert!((cons.upper - 2.0 * (1.0 + h)).abs() < 1e-12);
             assert!(ci.upper > cons.upper && ci.lower > cons.lower);
         }
@@ -790,7 +792,8 @@ mod tests {
         let t = released(40, 200, 20, 200, GroupSizes::Public, 8.0);
         assert_eq!(
             t.odds_ratio_interval(0.95, IntervalMethod::Log).unwrap(),
-            t.odds_ratio_interval(0.95, IntervalMethod::Conservative).unwrap()
+            t.odds_ratio_interval(0.95, IntervalMethod::Conservative)
+                .unwrap()
         );
     }
 
@@ -835,11 +838,18 @@ mod tests {
         // Clamped to [−1, 1]; NULL only for an empty public arm.
         let t = released(10, 10, 0, 10, GroupSizes::Public, 50.0);
         let ci = t
-            .estimate_with_interval(RatioStatistic::RiskDifference, 0.95, IntervalMethod::Conservative)
+            .estimate_with_interval(
+                RatioStatistic::RiskDifference,
+                0.95,
+                IntervalMethod::Conservative,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(ci.upper, 1.0);
-        assert_eq!(released(1, 0, 1, 5, GroupSizes::Public, 1.0).risk_difference(), None);
+        assert_eq!(
+            released(1, 0, 1, 5, GroupSizes::Public, 1.0).risk_difference(),
+            None
+        );
         assert!(IntervalMethod::Log
             .check_statistic(RatioStatistic::RiskDifference)
             .is_err());

@@ -64,7 +64,8 @@ impl IntervalColumns {
         seeded: bool,
         capacity: usize,
     ) -> Result<Self> {
-        let spec = noise.interval_spec(confidence, method)
+        let spec = noise
+            .interval_spec(confidence, method)
             .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
         Ok(Self {
             statistic,

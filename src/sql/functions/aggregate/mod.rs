@@ -279,18 +279,18 @@ impl CallPlan {
                         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
                 }
                 Release::Table {
-                noise: TableNoise::calibrate_for_unit(
-                    options.mechanism,
-                    group_epsilon,
-                    group_delta,
-                    options.gaussian_calibration,
-                    options.group_sizes,
-                    rows,
-                )
-                .map_err(calibration_error)?,
-                confidence: options.confidence,
-                method: options.ci_method,
-            }
+                    noise: TableNoise::calibrate_for_unit(
+                        options.mechanism,
+                        group_epsilon,
+                        group_delta,
+                        options.gaussian_calibration,
+                        options.group_sizes,
+                        rows,
+                    )
+                    .map_err(calibration_error)?,
+                    confidence: options.confidence,
+                    method: options.ci_method,
+                }
             }
         };
         Ok(Self {

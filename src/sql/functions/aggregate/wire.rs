@@ -190,7 +190,11 @@ mod tests {
         // The log interval (ratios only) and the new functions keep their interval method.
         let mut log = DpOptions::default();
         log.apply("ci_method", "log").unwrap();
-        for function in [DpFunction::RrCi, DpFunction::OrCi, DpFunction::RiskDifference] {
+        for function in [
+            DpFunction::RrCi,
+            DpFunction::OrCi,
+            DpFunction::RiskDifference,
+        ] {
             let call = bound(function, &log, true);
             let back = DpAggregate::decode(function.name(), &call.encode().unwrap()).unwrap();
             assert_eq!(back, call, "{function:?}");

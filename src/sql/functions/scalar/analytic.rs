@@ -6,10 +6,10 @@
 //! result is NULL; invalid parameters are an error naming the function and the argument.
 
 use crate::sql::options::DpOptions;
-use crate::stats::{accuracy, planning};
 use crate::stats::mechanism::{
     analytic_gaussian_sigma, classic_gaussian_sigma, GaussianCalibration,
 };
+use crate::stats::{accuracy, planning};
 use arrow::array::{Array, AsArray, Float64Builder};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{exec_err, plan_err, Result};
@@ -149,7 +149,13 @@ impl ScalarUDFImpl for AnalyticFunction {
 fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option<f64>, String> {
     let options = DpOptions::default().with_call_options(
         options.unwrap_or(""),
-        &["confidence", "mechanism", "delta", "group_sizes", "ci_method"],
+        &[
+            "confidence",
+            "mechanism",
+            "delta",
+            "group_sizes",
+            "ci_method",
+        ],
     )?;
     planning::epsilon_for_half_width(
         values[0],
