@@ -38,8 +38,8 @@
 //! settings of whoever controls the session: a deployment that runs untrusted SQL must stop
 //! `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
 
-use crate::sql::accounting::ledger;
 use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::accounting::ledger;
 use crate::sql::options::DpOptions;
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};

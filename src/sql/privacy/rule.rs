@@ -19,10 +19,10 @@
 //! earlier pass is not charged (nor rewritten) again. Declaring keys public costs nothing;
 //! private selection is charged with its (ε, δ).
 
-use crate::sql::accounting::budget::{self, Accountant};
 use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
-use crate::sql::options::{DpOptions, PublicGroups};
 use crate::sql::privacy::bounding::bound_contributions;
+use crate::sql::accounting::budget::{self, Accountant};
+use crate::sql::options::{DpOptions, PublicGroups};
 use crate::sql::privacy::public_groups::DeclaredKeys;
 use crate::sql::privacy::selection::select_groups;
 use datafusion::catalog::CatalogProviderList;
