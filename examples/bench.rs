@@ -1,9 +1,10 @@
 //! Benchmarks: DP aggregates against DataFusion's own exact aggregates, side by side, on the
 //! same generated data (the quickstart schema, with an integer group key).
 //!
-//!     cargo run --release --example bench -- generate          # Parquet files (once)
+//!     cargo run --release --example bench -- generate [dataset] # Parquet files (once)
 //!     cargo run --release --example bench -- pairs [filter]    # timed pairs, medians, ratios
 //!     cargo run --release --example bench -- sampler           # noise samples per second
+//!     cargo run --release --example bench -- intervals         # interval step per group
 //!     cargo run --release --example bench -- query <dataset> <memory|parquet> <query-name>
 //!                                                              # one query (for /usr/bin/time)
 //!
@@ -14,7 +15,11 @@
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::*;
 use datafusion_dp::stats::rng::secure_rng;
-use datafusion_dp::stats::{CountNoise, GaussianCalibration, Mechanism, TableNoise, TwoByTwo};
+use datafusion_dp::stats::simulation::Design;
+use datafusion_dp::stats::{
+    CountNoise, GaussianCalibration, IntervalMethod, Mechanism, RatioStatistic, TableNoise,
+    TwoByTwo,
+};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,7 +34,7 @@ const DATASETS: [(&str, u64, u64); 4] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 6] = [
+const PAIRS: [(&str, &str, &str, &str); 9] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -58,6 +63,24 @@ const PAIRS: [(&str, &str, &str, &str); 6] = [
         "dp_rr_ci gaussian vs laplace",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6') FROM visits GROUP BY grp",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rr_ci bootstrap vs log (closed form)",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=bootstrap') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rr_ci log vs conservative",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rd_ci vs 4 exact counts",
+        "SELECT grp, dp_rd_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
         "",
     ),
     (
@@ -98,8 +121,11 @@ async fn session() -> Result<SessionContext> {
 }
 
 /// Deterministic pseudo-random columns from the row number, so every run sees the same data.
-async fn generate() -> Result<()> {
+async fn generate(filter: Option<String>) -> Result<()> {
     for (name, rows, groups) in DATASETS {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
         let path = dataset_path(name);
         if path.exists() {
             eprintln!("{name}: exists at {}", path.display());
@@ -169,14 +195,21 @@ async fn pairs(filter: Option<String>) -> Result<()> {
     println!("|---|---|---|---|---|---|");
     for (dataset, _, _) in DATASETS {
         for source in ["memory", "parquet"] {
+            let selected = |name: &str| {
+                let label = format!("{dataset} {source} {name}");
+                filter.as_ref().is_none_or(|f| label.contains(f.as_str()))
+            };
+            // Only datasets with a selected pair are loaded (the others need not exist).
+            if !PAIRS.iter().any(|(name, ..)| selected(name)) {
+                continue;
+            }
             // One session per side so session settings (the seed) apply to one side only.
             let dp = session().await?;
             let base = session().await?;
             register_visits(&dp, dataset, source).await?;
             register_visits(&base, dataset, source).await?;
             for (name, dp_sql, base_sql, setting) in PAIRS {
-                let label = format!("{dataset} {source} {name}");
-                if filter.as_ref().is_some_and(|f| !label.contains(f.as_str())) {
+                if !selected(name) {
                     continue;
                 }
                 let dp = session_with(&dp, setting).await?;
@@ -260,6 +293,69 @@ fn sampler() -> Result<()> {
     Ok(())
 }
 
+/// The interval step alone, per group, as `dp_rr_ci` runs it after the release: 100k released
+/// tables (n = 200 per arm, p_x = 0.3, p_y = 0.2, ε = 1, Laplace, private sizes) turned into
+/// intervals by `TableNoise::interval` with each method, interleaved, medians of `runs`.
+fn intervals() -> Result<()> {
+    use rand::SeedableRng;
+    let runs: usize = std::env::var("DP_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let groups = 100_000;
+    let noise = TableNoise::calibrate(
+        Mechanism::Laplace,
+        1.0,
+        None,
+        GaussianCalibration::Analytic,
+        Default::default(),
+    )?;
+    let design = Design {
+        exposed_size: 200,
+        unexposed_size: 200,
+        exposed_risk: 0.3,
+        unexposed_risk: 0.2,
+    };
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+    let released: Vec<_> = (0..groups)
+        .map(|_| noise.release(&design.draw(&mut rng), &mut rng))
+        .collect();
+    let methods = [
+        IntervalMethod::Conservative,
+        IntervalMethod::Log,
+        IntervalMethod::Bootstrap,
+    ];
+    let mut times = vec![Vec::new(); methods.len()];
+    for run in 0..=runs {
+        for (k, &method) in methods.iter().enumerate() {
+            let spec = noise.interval_spec(0.95, method)?;
+            let start = Instant::now();
+            let mut acc = 0.0;
+            for table in &released {
+                if let Some(ci) = noise.interval(table, RatioStatistic::RelativeRisk, &spec) {
+                    acc += ci.upper - ci.lower;
+                }
+            }
+            std::hint::black_box(acc);
+            if run > 0 {
+                times[k].push(start.elapsed());
+            }
+        }
+    }
+    println!("| interval | 100k groups (s) | per group (µs) | ratio to log |");
+    println!("|---|---|---|---|");
+    let medians: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
+    for (k, method) in methods.iter().enumerate() {
+        println!(
+            "| {method} | {:.4} | {:.3} | {:.1} |",
+            medians[k],
+            medians[k] / groups as f64 * 1e6,
+            medians[k] / medians[1]
+        );
+    }
+    Ok(())
+}
+
 async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
     let ctx = session().await?;
     register_visits(&ctx, dataset, source).await?;
@@ -282,10 +378,11 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("generate") => generate().await,
+        Some("generate") => generate(args.get(1).cloned()).await,
         Some("pairs") => pairs(args.get(1).cloned()).await,
         Some("sampler") => sampler(),
+        Some("intervals") => intervals(),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate | pairs [filter] | sampler | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
     }
 }

@@ -135,6 +135,13 @@ async fn seeded_queries_give_the_single_node_result() {
          SELECT region, dp_or_ci(outcome, exposed, 2.0, 'mechanism=gaussian, delta=1e-6') AS ci,
                 dp_odds_ratio(outcome, exposed, 1.0) AS odds
          FROM t GROUP BY region ORDER BY region",
+        // The risk difference and the log / bootstrap intervals (bound calls round-trip with
+        // their interval method; the bootstrap is a function of the released table).
+        "SET dp.public_groups = 'assert';
+         SELECT region, dp_rd_ci(outcome, exposed, 1.0, 'ci_method=bootstrap') AS rd,
+                dp_risk_difference(outcome, exposed, 0.5) AS d,
+                dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') AS l
+         FROM t GROUP BY region ORDER BY region",
         "SELECT dp_relative_risk(outcome, exposed, 0.5) AS rr, dp_count(patient, 1.0) AS n FROM t",
         "SET dp.protected_tables = 't(patient)'; SET dp.max_rows_per_unit = 2; SET dp.public_groups = 'assert';
          SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region ORDER BY region",

@@ -2,12 +2,16 @@
 //! coverage table. Fixed seeds; every tolerance is a multiple of the Monte Carlo standard
 //! error, derived where it is used.
 
+use arrow::array::AsArray;
+use arrow::datatypes::{Float64Type, Int64Type};
+use datafusion::prelude::SessionContext;
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
+use datafusion_dp::stats::rng::{group_stream, seeded_rng};
 use datafusion_dp::stats::sampler::{DiscreteGaussian, Rational};
-use datafusion_dp::stats::simulation::{coverage, Design};
+use datafusion_dp::stats::simulation::{coverage, coverage_study, Design};
 use datafusion_dp::stats::{
     CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic,
-    TableNoise,
+    TableNoise, TwoByTwo,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -395,4 +399,309 @@ fn odds_ratio_coverage_is_that_of_the_non_private_woolf_interval() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(plain_lower_somewhere);
+}
+
+/// The exact table the SQL-equivalence test builds: a = 18, b = 182, c = 9, d = 191.
+const SQL_TABLE: TwoByTwo = TwoByTwo {
+    a: 18,
+    b: 182,
+    c: 9,
+    d: 191,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_functions_and_the_simulation_path_give_identical_output() {
+    // The coverage simulations (docs/coverage.md, the tests below) release tables with
+    // `TableNoise::release` and build intervals with `TableNoise::interval`. Here the SQL
+    // functions, in seeded mode, must give bit-for-bit the same release and interval as that
+    // path fed with the seeded stream the SQL call uses (key 0: no GROUP BY; the stream is
+    // named by the output column), for every function, method, mechanism and size mode.
+    let ctx = SessionContext::new();
+    datafusion_dp::register(&ctx).unwrap();
+    ctx.sql(
+        "CREATE TABLE t AS SELECT value < 18 OR (value >= 200 AND value < 209) AS o,
+                value < 200 AS e FROM generate_series(0, 399) s(value)",
+    )
+    .await
+    .unwrap();
+    ctx.sql("SET dp.seed = 77").await.unwrap();
+    let mut checked = 0;
+    for (function, statistic) in [
+        ("dp_rr_ci", RatioStatistic::RelativeRisk),
+        ("dp_or_ci", RatioStatistic::OddsRatio),
+        ("dp_rd_ci", RatioStatistic::RiskDifference),
+    ] {
+        for method in [
+            IntervalMethod::Conservative,
+            IntervalMethod::Plain,
+            IntervalMethod::Log,
+            IntervalMethod::Bootstrap,
+        ] {
+            if method.check_statistic(statistic).is_err() {
+                continue;
+            }
+            for (mechanism, delta) in [
+                (Mechanism::Laplace, None),
+                (Mechanism::Gaussian, Some(1e-4)),
+            ] {
+                for sizes in [GroupSizes::Private, GroupSizes::Public] {
+                    let delta_option = delta.map_or(String::new(), |d| format!(", delta={d}"));
+                    let sql = format!(
+                        "SELECT {function}(o, e, 0.5, 'ci_method={method}, mechanism={mechanism}, group_sizes={sizes}{delta_option}') FROM t"
+                    );
+                    let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+                    let batch = &batches[0];
+                    let stream = batch.schema().field(0).name().clone();
+                    let ci = batch.column(0).as_struct();
+                    let float = |name: &str| {
+                        ci.column_by_name(name)
+                            .unwrap()
+                            .as_primitive::<Float64Type>()
+                            .value(0)
+                    };
+                    let int = |name: &str| {
+                        ci.column_by_name(name)
+                            .unwrap()
+                            .as_primitive::<Int64Type>()
+                            .value(0)
+                    };
+
+                    let noise = TableNoise::calibrate(
+                        mechanism,
+                        0.5,
+                        delta,
+                        GaussianCalibration::Analytic,
+                        sizes,
+                    )
+                    .unwrap();
+                    let mut rng = group_stream(&seeded_rng(77, &stream), 0);
+                    let released = noise.release(&SQL_TABLE, &mut rng);
+                    let spec = noise.interval_spec(0.95, method).unwrap();
+                    let want = noise.interval(&released, statistic, &spec).unwrap();
+                    assert_eq!(
+                        [
+                            int("exposed_cases"),
+                            int("exposed_total"),
+                            int("unexposed_cases"),
+                            int("unexposed_total")
+                        ],
+                        [
+                            released.exposed_cases,
+                            released.exposed_total,
+                            released.unexposed_cases,
+                            released.unexposed_total
+                        ],
+                        "{sql}"
+                    );
+                    assert_eq!(
+                        [float("estimate"), float("lower"), float("upper")].map(f64::to_bits),
+                        [want.estimate, want.lower, want.upper].map(f64::to_bits),
+                        "{sql}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 4 * 4 - 4);
+}
+
+/// The lowest coverage estimate from `n` tables that is still consistent with a true coverage
+/// of at least `target`: `target − 4·sqrt(target(1 − target)/n)`. If a cell's true coverage
+/// is `≥ target`, its estimate falls below this with probability ≤ 3.2e-5 (normal
+/// approximation to the binomial count of covering intervals, fine at n ≥ 2,000 and
+/// p ≈ 0.93-0.95), so over the ≤ 200 cell-interval pairs checked below the chance of a false
+/// failure is below 1% (and the seeds are fixed, so the outcome is deterministic).
+fn coverage_floor(target: f64, n: usize) -> f64 {
+    target - 4.0 * (target * (1.0 - target) / n as f64).sqrt()
+}
+
+/// Coverage of `intervals` at n_x = n_y = `n` on `cells` (indices into 0.1..0.9), through
+/// the SQL functions' release and interval path; failures listed against `floor`.
+#[allow(clippy::too_many_arguments)]
+fn check_targets(
+    n: u64,
+    epsilon: f64,
+    cells: &[(usize, usize)],
+    intervals: &[(RatioStatistic, IntervalMethod)],
+    simulations: usize,
+    floor: f64,
+    seed: u64,
+    failures: &mut Vec<String>,
+) -> f64 {
+    let mut lowest = 1.0f64;
+    for (k, mechanism) in [Mechanism::Laplace, Mechanism::Gaussian]
+        .into_iter()
+        .enumerate()
+    {
+        for (l, sizes) in [GroupSizes::Private, GroupSizes::Public]
+            .into_iter()
+            .enumerate()
+        {
+            let delta = (mechanism == Mechanism::Gaussian).then_some(1e-4);
+            let noise = TableNoise::calibrate(
+                mechanism,
+                epsilon,
+                delta,
+                GaussianCalibration::Analytic,
+                sizes,
+            )
+            .unwrap();
+            for (c, &(i, j)) in cells.iter().enumerate() {
+                let design = Design {
+                    exposed_size: n,
+                    unexposed_size: n,
+                    exposed_risk: (i + 1) as f64 / 10.0,
+                    unexposed_risk: (j + 1) as f64 / 10.0,
+                };
+                let mut rng = ChaCha20Rng::seed_from_u64(seed + (k * 1000 + l * 100 + c) as u64);
+                let results =
+                    coverage_study(&design, &noise, 0.95, intervals, simulations, &mut rng)
+                        .unwrap();
+                for r in results {
+                    lowest = lowest.min(r.coverage);
+                    if r.coverage < floor {
+                        failures.push(format!(
+                            "n={n} eps={epsilon} {mechanism} {sizes} {:?} {} p_x={} p_y={}: {:.4} < {floor:.4}",
+                            r.statistic,
+                            r.method,
+                            design.exposed_risk,
+                            design.unexposed_risk,
+                            r.coverage
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    lowest
+}
+
+/// Cells checked per setting: the corners, the centre and the middles of the p = 0.1 edges,
+/// where the counts are smallest (the grid minimum of docs/coverage.md, part 2, lies there or
+/// within Monte Carlo error of it).
+const TARGET_CELLS: [(usize, usize); 7] = [(0, 0), (0, 8), (8, 0), (8, 8), (4, 4), (0, 4), (4, 0)];
+
+#[test]
+fn odds_ratio_and_risk_difference_intervals_meet_the_coverage_targets() {
+    // Issue-12 targets (n = 200: 0.945, n = 100: 0.94; ε = 0.5 and 1; both mechanisms and
+    // size modes), 10,000 tables per cell, tolerance from coverage_floor.
+    let mut failures = Vec::new();
+    for (n, target) in [(200u64, 0.945), (100, 0.94)] {
+        for (e, epsilon) in [0.5, 1.0].into_iter().enumerate() {
+            check_targets(
+                n,
+                epsilon,
+                &TARGET_CELLS,
+                &[
+                    (RatioStatistic::OddsRatio, IntervalMethod::Conservative),
+                    (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
+                ],
+                SIMULATIONS,
+                coverage_floor(target, SIMULATIONS),
+                20_000 + n * 10 + e as u64 * 100_000,
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn log_interval_meets_the_targets_with_laplace_noise_and_beats_the_paper_elsewhere() {
+    // With Laplace noise the log interval meets the coverage targets in the checked cells.
+    // With Gaussian noise at n = 100 (and at ε = 0.5 at n = 200) it does not everywhere
+    // (docs/coverage.md: noise-dominated cells such as p_x = 0.8, p_y = 0.1); there it must
+    // still cover more often than the paper's conservative interval on the same releases
+    // where that one misses the target: the lowest log coverage above the lowest
+    // conservative one by more than two tolerances.
+    let mut failures = Vec::new();
+    for (n, target) in [(200u64, 0.945), (100, 0.94)] {
+        for epsilon in [0.5, 1.0] {
+            let floor = coverage_floor(target, SIMULATIONS);
+            let mut laplace = Vec::new();
+            let mut log_min = 1.0f64;
+            let mut cons_min = 1.0f64;
+            for (k, mechanism) in [Mechanism::Laplace, Mechanism::Gaussian]
+                .into_iter()
+                .enumerate()
+            {
+                for sizes in [GroupSizes::Private, GroupSizes::Public] {
+                    let delta = (mechanism == Mechanism::Gaussian).then_some(1e-4);
+                    let noise = TableNoise::calibrate(
+                        mechanism,
+                        epsilon,
+                        delta,
+                        GaussianCalibration::Analytic,
+                        sizes,
+                    )
+                    .unwrap();
+                    for (c, &(i, j)) in TARGET_CELLS.iter().enumerate() {
+                        let d = Design {
+                            exposed_size: n,
+                            unexposed_size: n,
+                            exposed_risk: (i + 1) as f64 / 10.0,
+                            unexposed_risk: (j + 1) as f64 / 10.0,
+                        };
+                        let seed =
+                            40_000 + n * 100 + (epsilon * 10.0) as u64 * 1000 + (k * 10 + c) as u64;
+                        let r = coverage_study(
+                            &d,
+                            &noise,
+                            0.95,
+                            &[
+                                (RatioStatistic::RelativeRisk, IntervalMethod::Log),
+                                (RatioStatistic::RelativeRisk, IntervalMethod::Conservative),
+                            ],
+                            SIMULATIONS,
+                            &mut ChaCha20Rng::seed_from_u64(seed),
+                        )
+                        .unwrap();
+                        if mechanism == Mechanism::Laplace && r[0].coverage < floor {
+                            laplace.push(format!(
+                                "n={n} eps={epsilon} {sizes} p_x={} p_y={}: {:.4} < {floor:.4}",
+                                d.exposed_risk, d.unexposed_risk, r[0].coverage
+                            ));
+                        }
+                        if mechanism == Mechanism::Gaussian {
+                            log_min = log_min.min(r[0].coverage);
+                            cons_min = cons_min.min(r[1].coverage);
+                        }
+                    }
+                }
+            }
+            failures.extend(laplace);
+            let tol = target - floor;
+            if cons_min < floor && log_min <= cons_min + 2.0 * tol {
+                failures.push(format!(
+                    "n={n} eps={epsilon} gaussian: log min {log_min:.4} not above conservative min {cons_min:.4}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn bootstrap_meets_the_small_sample_target() {
+    // n = 50, ε = 0.5: the bootstrap (B = 199 replays per table) must reach 0.93 in the
+    // cells with the fewest cases. 2,000 tables per cell keep the debug-build time modest;
+    // the tolerance grows accordingly (coverage_floor: 4 SE ≈ 0.023).
+    let mut failures = Vec::new();
+    let simulations = 2000;
+    check_targets(
+        50,
+        0.5,
+        &[(0, 0), (8, 0)],
+        &[
+            (RatioStatistic::RelativeRisk, IntervalMethod::Bootstrap),
+            (RatioStatistic::OddsRatio, IntervalMethod::Bootstrap),
+            (RatioStatistic::RiskDifference, IntervalMethod::Bootstrap),
+        ],
+        simulations,
+        coverage_floor(0.93, simulations),
+        60_000,
+        &mut failures,
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

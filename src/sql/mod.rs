@@ -39,6 +39,12 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
     ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
     ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
+    ctx.register_udaf(
+        functions::aggregate::dp_risk_difference::udaf()
+            .as_ref()
+            .clone(),
+    );
+    ctx.register_udaf(functions::aggregate::dp_rd_ci::udaf().as_ref().clone());
     ctx.register_udf(functions::scalar::rr_ci_katz::udf().as_ref().clone());
     for udf in functions::scalar::analytic::udfs() {
         ctx.register_udf(udf);

@@ -3,10 +3,12 @@
 
 pub mod accuracy;
 pub mod audit;
+pub mod bootstrap;
 pub mod contribution;
 pub mod mechanism;
 pub mod methods;
 pub mod paper;
+pub mod planning;
 pub mod ratio;
 pub mod rng;
 pub mod sampler;
@@ -16,5 +18,6 @@ pub use contribution::Contribution;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
 pub use ratio::{
-    GroupSizes, IntervalMethod, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
+    GroupSizes, IntervalMethod, IntervalSpec, RatioInterval, RatioStatistic, ReleasedTable,
+    TableNoise, TwoByTwo,
 };

@@ -75,7 +75,8 @@ impl fmt::Display for GroupSizes {
     }
 }
 
-/// Which variance the interval uses.
+/// How the interval is built. The first two are the paper's (selectable under these names so
+/// the reproduction is unchanged); `log` and `bootstrap` are this crate's extensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum IntervalMethod {
     /// Sampling variance plus the noise variance (paper, Theorem Gaussian_Valid_CI; for
@@ -84,6 +85,13 @@ pub enum IntervalMethod {
     Conservative,
     /// Sampling variance only, asymptotically valid (paper, Theorem Valid_CI).
     Plain,
+    /// The ratio's interval on the log scale (Katz et al. 1978 for the relative risk, Woolf
+    /// 1955 for the odds ratio) with the delta-method variance of the noise added, for the size
+    /// mode in use (docs/intervals.md). Not defined for the risk difference.
+    Log,
+    /// Parametric bootstrap from the released table (Ferrando, Wang & Sheldon 2022): pure
+    /// post-processing for small counts, see [`super::bootstrap`].
+    Bootstrap,
 }
 
 impl IntervalMethod {
@@ -91,10 +99,28 @@ impl IntervalMethod {
         match name.trim().to_ascii_lowercase().as_str() {
             "conservative" => Ok(Self::Conservative),
             "plain" => Ok(Self::Plain),
+            "log" => Ok(Self::Log),
+            "bootstrap" => Ok(Self::Bootstrap),
             other => Err(format!(
-                "unknown interval method '{other}' (expected 'conservative' or 'plain')"
+                "unknown interval method '{other}' (expected 'conservative', 'plain', 'log' or 'bootstrap')"
             )),
         }
+    }
+
+    /// Whether the interval is a closed form of the released table alone.
+    pub fn is_closed_form(self) -> bool {
+        self != Self::Bootstrap
+    }
+
+    /// Checks that this method applies to `statistic` (the log scale is for ratios only).
+    pub fn check_statistic(self, statistic: RatioStatistic) -> Result<(), String> {
+        if self == Self::Log && statistic == RatioStatistic::RiskDifference {
+            return Err(
+                "ci_method 'log' is a ratio's interval; the risk difference takes 'conservative' (default), 'plain' or 'bootstrap'"
+                    .to_string(),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -103,6 +129,8 @@ impl fmt::Display for IntervalMethod {
         f.write_str(match self {
             Self::Conservative => "conservative",
             Self::Plain => "plain",
+            Self::Log => "log",
+            Self::Bootstrap => "bootstrap",
         })
     }
 }
@@ -151,7 +179,19 @@ impl TableNoise {
 
     /// Releases the table: the one and only noise draw for this group.
     pub fn release<R: RngCore + ?Sized>(&self, table: &TwoByTwo, rng: &mut R) -> ReleasedTable {
-        let noisy = |count: u64, rng: &mut R| count as i64 + self.cell.sample(rng);
+        self.release_with(table, rng, |rng| self.cell.sample(rng))
+    }
+
+    /// [`Self::release`] with the per-cell noise drawn by `sample` (which must follow the law
+    /// of `self.cell`): the bootstrap replays releases through this with a faster sampler of
+    /// the same law ([`super::bootstrap`]); released values always use the exact sampler.
+    pub(crate) fn release_with<R: RngCore + ?Sized>(
+        &self,
+        table: &TwoByTwo,
+        rng: &mut R,
+        mut sample: impl FnMut(&mut R) -> i64,
+    ) -> ReleasedTable {
+        let mut noisy = |count: u64, rng: &mut R| count as i64 + sample(rng);
         let exposed_cases = noisy(table.a, rng);
         let unexposed_cases = noisy(table.c, rng);
         let (exposed_total, unexposed_total) = match self.sizes {
@@ -168,6 +208,60 @@ impl TableNoise {
             unexposed_total,
             sizes: self.sizes,
             noise_variance: self.cell.variance,
+        }
+    }
+}
+
+/// A validated interval request for the tables one [`TableNoise`] releases: confidence level,
+/// its normal quantile, the method and, for the bootstrap, the noise law tabulated once per
+/// call ([`super::bootstrap::ReplayNoise`]).
+#[derive(Clone, Debug)]
+pub struct IntervalSpec {
+    pub confidence: f64,
+    pub z: f64,
+    pub method: IntervalMethod,
+    replay: Option<std::sync::Arc<super::bootstrap::ReplayNoise>>,
+}
+
+impl TableNoise {
+    /// The interval request for tables this noise releases (checks the confidence level).
+    pub fn interval_spec(
+        &self,
+        confidence: f64,
+        method: IntervalMethod,
+    ) -> Result<IntervalSpec, String> {
+        Ok(IntervalSpec {
+            confidence,
+            z: two_sided_z(confidence)?,
+            method,
+            replay: (method == IntervalMethod::Bootstrap)
+                .then(|| std::sync::Arc::new(super::bootstrap::ReplayNoise::new(&self.cell))),
+        })
+    }
+
+    /// The estimate of `statistic` with its interval, from a table this noise released: the
+    /// one entry point for every interval method, used by the SQL functions and by the
+    /// coverage simulations alike. The closed forms read the table alone
+    /// ([`ReleasedTable::estimate_with_interval_at_z`]); the bootstrap also replays this
+    /// noise ([`super::bootstrap::bootstrap_interval`]). Pure post-processing of the release.
+    /// `spec` must come from [`Self::interval_spec`] of this noise.
+    pub fn interval(
+        &self,
+        released: &ReleasedTable,
+        statistic: RatioStatistic,
+        spec: &IntervalSpec,
+    ) -> Option<RatioInterval> {
+        match (spec.method, &spec.replay) {
+            (IntervalMethod::Bootstrap, Some(replay)) => super::bootstrap::bootstrap_interval(
+                self,
+                replay,
+                released,
+                statistic,
+                spec.confidence,
+                super::bootstrap::REPLICATES,
+            ),
+            (IntervalMethod::Bootstrap, None) => None,
+            (method, _) => released.estimate_with_interval_at_z(statistic, spec.z, method),
         }
     }
 }
@@ -242,30 +336,77 @@ impl ReleasedTable {
     }
 
     /// [`Self::interval`] for a precomputed quantile `z = two_sided_z(confidence)`.
+    /// `IntervalMethod::Log` gives `exp(ln p̃ ± z·Ṽ/p̃)` (see [`relative_risk_log_interval_at`]);
+    /// `IntervalMethod::Bootstrap` needs the noise law and is computed by
+    /// [`TableNoise::interval`], so here it gives `None`.
     pub fn interval_at_z(&self, z: f64, method: IntervalMethod) -> Option<RatioInterval> {
         let (nx, ny) = self.sizes_floored()?;
         let estimate = self.relative_risk().expect("sizes are valid");
-        let (center, half_width) = relative_risk_interval_at(
-            self.exposed_cases as f64,
-            nx,
-            self.unexposed_cases as f64,
-            ny,
-            self.sizes,
-            self.noise_variance,
-            method,
-            z,
-        );
-        Some(RatioInterval {
-            estimate,
-            lower: (center - half_width).max(0.0),
-            upper: center + half_width,
-        })
+        let (x, y) = (self.exposed_cases as f64, self.unexposed_cases as f64);
+        match method {
+            IntervalMethod::Bootstrap => None,
+            IntervalMethod::Log => {
+                let (log_center, half_width) =
+                    relative_risk_log_interval_at(x, nx, y, ny, self.sizes, self.noise_variance, z);
+                Some(RatioInterval {
+                    estimate,
+                    lower: (log_center - half_width).exp(),
+                    upper: (log_center + half_width).exp(),
+                })
+            }
+            IntervalMethod::Conservative | IntervalMethod::Plain => {
+                let (center, half_width) = relative_risk_interval_at(
+                    x,
+                    nx,
+                    y,
+                    ny,
+                    self.sizes,
+                    self.noise_variance,
+                    method,
+                    z,
+                );
+                Some(RatioInterval {
+                    estimate,
+                    lower: (center - half_width).max(0.0),
+                    upper: center + half_width,
+                })
+            }
+        }
     }
+}
+
+/// `Ṽ²/p̃²` of the paper's interval (Theorems Valid_CI and Gaussian_Valid_CI) at counts
+/// floored at 1: `(1/X − 1/n_x) + (1/Y − 1/n_y)` (negative terms at 0), plus for
+/// `with_noise` the noise term `s²(w_x/X² + w_y/Y²)`, `w = 1` for public sizes and
+/// `p̂² + (1 − p̂)²` for private ones (see [`ReleasedTable::interval`]). By the delta method it
+/// is also the variance of `ln p̃` (docs/intervals.md), which the log interval uses.
+#[allow(clippy::too_many_arguments)]
+pub fn relative_risk_relative_variance(
+    x: f64,
+    nx: f64,
+    y: f64,
+    ny: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+    with_noise: bool,
+) -> f64 {
+    let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
+    if with_noise {
+        let weight = |cases: f64, total: f64| match sizes {
+            GroupSizes::Public => 1.0,
+            GroupSizes::Private => {
+                let p = (cases / total).clamp(0.0, 1.0);
+                p * p + (1.0 - p) * (1.0 - p)
+            }
+        };
+        v2 += noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
+    }
+    v2
 }
 
 /// The centre and half-width of the relative-risk interval at (possibly real-valued) counts:
 /// the formula of [`ReleasedTable::interval`] (counts floored at 1), shared with the planning
-/// function [`crate::stats::accuracy::epsilon_for_half_width`].
+/// function [`crate::stats::planning::epsilon_for_half_width`].
 #[allow(clippy::too_many_arguments)]
 pub fn relative_risk_interval_at(
     exposed_cases: f64,
@@ -281,27 +422,50 @@ pub fn relative_risk_interval_at(
     let x = exposed_cases.max(1.0);
     let y = unexposed_cases.max(1.0);
     let center = (x / nx) / (y / ny);
-    let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
-    if method == IntervalMethod::Conservative {
-        let weight = |cases: f64, total: f64| match sizes {
-            GroupSizes::Public => 1.0,
-            GroupSizes::Private => {
-                let p = (cases / total).clamp(0.0, 1.0);
-                p * p + (1.0 - p) * (1.0 - p)
-            }
-        };
-        v2 += noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
-    }
+    let v2 = relative_risk_relative_variance(
+        x,
+        nx,
+        y,
+        ny,
+        sizes,
+        noise_variance,
+        method != IntervalMethod::Plain,
+    );
     (center, z * center * v2.sqrt())
 }
 
-/// The two ratio statistics of a 2x2 table.
+/// The noise-aware log interval for the relative risk at (possibly real-valued) counts, as
+/// `(ln centre, half-width on the log scale)`: Katz et al. (1978; paper, Appendix C, Equation
+/// conf_int_RR) `ln T ± z·sqrt(V)` with `V` the delta-method variance of `ln p̃` including the
+/// noise ([`relative_risk_relative_variance`], extending Theorem Gaussian_Valid_CI's variance
+/// to the log scale; for private sizes the noise of a size partly cancels that of its count).
+/// All counts floored at 1, as for the paper's interval. Derivation: docs/intervals.md.
+#[allow(clippy::too_many_arguments)]
+pub fn relative_risk_log_interval_at(
+    exposed_cases: f64,
+    exposed_total: f64,
+    unexposed_cases: f64,
+    unexposed_total: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+    z: f64,
+) -> (f64, f64) {
+    let (nx, ny) = (exposed_total.max(1.0), unexposed_total.max(1.0));
+    let x = exposed_cases.max(1.0);
+    let y = unexposed_cases.max(1.0);
+    let v = relative_risk_relative_variance(x, nx, y, ny, sizes, noise_variance, true);
+    (((x / nx) / (y / ny)).ln(), z * v.sqrt())
+}
+
+/// The statistics of a 2x2 table: two ratios and the risk difference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RatioStatistic {
     /// `p_x / p_y`.
     RelativeRisk,
     /// `(p_x/(1 − p_x)) / (p_y/(1 − p_y)) = ad/bc`.
     OddsRatio,
+    /// `p_x − p_y` (not a ratio: the demographic-parity gap beside the disparate-impact ratio).
+    RiskDifference,
 }
 
 impl ReleasedTable {
@@ -337,17 +501,22 @@ impl ReleasedTable {
         Ok(self.odds_ratio_interval_at_z(two_sided_z(confidence)?, method))
     }
 
-    /// [`Self::odds_ratio_interval`] for a precomputed quantile `z`.
+    /// [`Self::odds_ratio_interval`] for a precomputed quantile `z`. Woolf's interval is
+    /// already on the log scale, so `IntervalMethod::Log` is the conservative one (Woolf plus
+    /// the noise); `IntervalMethod::Bootstrap` gives `None` here (see [`TableNoise::interval`]).
     pub fn odds_ratio_interval_at_z(
         &self,
         z: f64,
         method: IntervalMethod,
     ) -> Option<RatioInterval> {
+        if method == IntervalMethod::Bootstrap {
+            return None;
+        }
         let estimate = self.odds_ratio()?;
         let [a, b, c, d] = self.cells().map(|v| v.max(1) as f64);
         let log_center = (a * d / (b * c)).ln();
         let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
-        if method == IntervalMethod::Conservative {
+        if method != IntervalMethod::Plain {
             v += self.noise_variance
                 * match self.sizes {
                     GroupSizes::Private => {
@@ -364,11 +533,67 @@ impl ReleasedTable {
         })
     }
 
+    /// The risk difference `p̃_x − p̃_y = X̃/ñ_x − Ỹ/ñ_y`, sizes floored at 1 as for the
+    /// relative risk (so with private sizes it always exists); NULL only for public sizes with
+    /// an empty arm.
+    pub fn risk_difference(&self) -> Option<f64> {
+        let (nx, ny) = self.sizes_floored()?;
+        Some(self.exposed_cases as f64 / nx - self.unexposed_cases as f64 / ny)
+    }
+
+    /// The interval for `p_x − p_y` with the noise variance added as the paper adds it to the
+    /// ratio's (Theorem Gaussian_Valid_CI; for a difference of independent arms the variances
+    /// add exactly): `conservative` is the adjusted Wald interval of Agresti & Caffo (2000) —
+    /// one case and one non-case added to each arm, `p̄ = (X̃ + 1)/(ñ + 2)`, centre
+    /// `p̄_x − p̄_y` — with variance `V = p̄(1 − p̄)/(ñ + 2) + s²·w/ñ²` per arm, `w = 1` for
+    /// public sizes and `p̄² + (1 − p̄)²` for private ones (`∂(a/(a+b))/∂a = b/n²`,
+    /// `∂/∂b = −a/n²`); `plain` is the textbook Wald interval `p̂_x − p̂_y ± z·sqrt(Σ p̂(1 − p̂)/ñ)`
+    /// without noise. Proportions clamped to `[0, 1]`, sizes floored at 1, the interval to
+    /// `[−1, 1]`. `IntervalMethod::Log` does not apply (no ratio) and
+    /// `IntervalMethod::Bootstrap` needs the noise law: both give `None` here.
+    pub fn risk_difference_interval_at_z(
+        &self,
+        z: f64,
+        method: IntervalMethod,
+    ) -> Option<RatioInterval> {
+        if matches!(method, IntervalMethod::Log | IntervalMethod::Bootstrap) {
+            return None;
+        }
+        let (nx, ny) = self.sizes_floored()?;
+        let estimate = self.risk_difference()?;
+        let adjusted = method == IntervalMethod::Conservative;
+        // (centre, variance) of one arm.
+        let arm = |cases: i64, n: f64| {
+            if !adjusted {
+                let p = (cases as f64 / n).clamp(0.0, 1.0);
+                return (p, p * (1.0 - p) / n);
+            }
+            let p = ((cases as f64 + 1.0) / (n + 2.0)).clamp(0.0, 1.0);
+            let w = match self.sizes {
+                GroupSizes::Public => 1.0,
+                GroupSizes::Private => p * p + (1.0 - p) * (1.0 - p),
+            };
+            (
+                p,
+                p * (1.0 - p) / (n + 2.0) + self.noise_variance * w / (n * n),
+            )
+        };
+        let (px, vx) = arm(self.exposed_cases, nx);
+        let (py, vy) = arm(self.unexposed_cases, ny);
+        let (center, half_width) = (px - py, z * (vx + vy).sqrt());
+        Some(RatioInterval {
+            estimate,
+            lower: (center - half_width).max(-1.0),
+            upper: (center + half_width).min(1.0),
+        })
+    }
+
     /// The estimate of `statistic`.
     pub fn estimate(&self, statistic: RatioStatistic) -> Option<f64> {
         match statistic {
             RatioStatistic::RelativeRisk => self.relative_risk(),
             RatioStatistic::OddsRatio => self.odds_ratio(),
+            RatioStatistic::RiskDifference => self.risk_difference(),
         }
     }
 
@@ -382,7 +607,9 @@ impl ReleasedTable {
         Ok(self.estimate_with_interval_at_z(statistic, two_sided_z(confidence)?, method))
     }
 
-    /// [`Self::estimate_with_interval`] for a precomputed quantile `z`.
+    /// [`Self::estimate_with_interval`] for a precomputed quantile `z`: the closed-form
+    /// intervals (`None` for `IntervalMethod::Bootstrap`, which needs the noise law: use
+    /// [`TableNoise::interval`], the entry point the SQL functions and simulations share).
     pub fn estimate_with_interval_at_z(
         &self,
         statistic: RatioStatistic,
@@ -392,6 +619,7 @@ impl ReleasedTable {
         match statistic {
             RatioStatistic::RelativeRisk => self.interval_at_z(z, method),
             RatioStatistic::OddsRatio => self.odds_ratio_interval_at_z(z, method),
+            RatioStatistic::RiskDifference => self.risk_difference_interval_at_z(z, method),
         }
     }
 }
@@ -518,6 +746,113 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((cons.upper - (2.25f64.ln() + z * (v + noise).sqrt()).exp()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn log_interval_matches_hand_computation() {
+        // X̃=40 of 200, Ỹ=20 of 200, s² = 8 (docs/intervals.md, worked example).
+        // Public: V = 1/40 − 1/200 + 1/20 − 1/200 + 8(1/1600 + 1/400) = 0.09 = 0.0650 + 0.0250.
+        // Private: w_x = 0.2² + 0.8² = 0.68, w_y = 0.1² + 0.9² = 0.82,
+        // V = 0.065 + 8(0.68/1600 + 0.82/400) = 0.065 + 0.0198 = 0.0848.
+        let z = 1.959963984540054;
+        for (sizes, v) in [
+            (GroupSizes::Public, 0.09),
+            (
+                GroupSizes::Private,
+                0.065 + 8.0 * (0.68 / 1600.0 + 0.82 / 400.0),
+            ),
+        ] {
+            let t = released(40, 200, 20, 200, sizes, 8.0);
+            let ci = t.interval(0.95, IntervalMethod::Log).unwrap().unwrap();
+            let h = z * f64::sqrt(v);
+            assert!((ci.estimate - 2.0).abs() < 1e-12);
+            assert!((ci.lower - 2.0 * (-h).exp()).abs() < 1e-12, "{sizes}");
+            assert!((ci.upper - 2.0 * h.exp()).abs() < 1e-12, "{sizes}");
+            // Same variance as the paper's conservative interval, on the log scale: the log
+            // interval is the conservative one's half-width mapped through exp, so it is wider
+            // and shifted up (e^h − 1 > h > 1 − e^{−h}).
+            let cons = t
+                .interval(0.95, IntervalMethod::Conservative)
+                .unwrap()
+                .unwrap();
+            assert!((cons.upper - 2.0 * (1.0 + h)).abs() < 1e-12);
+            assert!(ci.upper > cons.upper && ci.lower > cons.lower);
+        }
+        // No noise: the log interval is Katz's.
+        let t = released(30, 100, 15, 100, GroupSizes::Public, 0.0);
+        let katz = katz_interval(30, 100, 15, 100, 0.95).unwrap().unwrap();
+        let ci = t.interval(0.95, IntervalMethod::Log).unwrap().unwrap();
+        assert!((ci.lower - katz.lower).abs() < 1e-12 && (ci.upper - katz.upper).abs() < 1e-12);
+        // The bootstrap needs the noise law: not from the table alone.
+        assert_eq!(t.interval(0.95, IntervalMethod::Bootstrap).unwrap(), None);
+    }
+
+    #[test]
+    fn odds_ratio_log_is_the_conservative_woolf_interval() {
+        let t = released(40, 200, 20, 200, GroupSizes::Public, 8.0);
+        assert_eq!(
+            t.odds_ratio_interval(0.95, IntervalMethod::Log).unwrap(),
+            t.odds_ratio_interval(0.95, IntervalMethod::Conservative)
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn risk_difference_matches_hand_computation() {
+        // X̃ = 40 of 200, Ỹ = 20 of 200, s² = 8: RD = 0.1. Adjusted (conservative):
+        // p̄_x = 41/202, p̄_y = 21/202, centre 20/202; sampling p̄(1 − p̄)/202 per arm; noise
+        // 8/200² per arm (public) or 8(p̄² + (1 − p̄)²)/200² (private).
+        let z = 1.959963984540054;
+        let (px, py) = (41.0 / 202.0, 21.0 / 202.0);
+        let sampling = px * (1.0 - px) / 202.0 + py * (1.0 - py) / 202.0;
+        let w = |p: f64| p * p + (1.0 - p) * (1.0 - p);
+        for (sizes, noise) in [
+            (GroupSizes::Public, 16.0 / 40000.0),
+            (GroupSizes::Private, 8.0 * (w(px) + w(py)) / 40000.0),
+        ] {
+            let t = released(40, 200, 20, 200, sizes, 8.0);
+            let ci = t
+                .estimate_with_interval(
+                    RatioStatistic::RiskDifference,
+                    0.95,
+                    IntervalMethod::Conservative,
+                )
+                .unwrap()
+                .unwrap();
+            let h = z * (sampling + noise).sqrt();
+            assert!((ci.estimate - 0.1).abs() < 1e-12);
+            assert!((ci.lower - (20.0 / 202.0 - h)).abs() < 1e-12, "{sizes}");
+            assert!((ci.upper - (20.0 / 202.0 + h)).abs() < 1e-12, "{sizes}");
+            // Plain: the textbook Wald interval, 0.1 ± z·sqrt(0.2·0.8/200 + 0.1·0.9/200).
+            let plain = t
+                .estimate_with_interval(RatioStatistic::RiskDifference, 0.95, IntervalMethod::Plain)
+                .unwrap()
+                .unwrap();
+            assert!((plain.upper - (0.1 + z * 0.00125f64.sqrt())).abs() < 1e-12);
+            assert_eq!(
+                t.estimate_with_interval(RatioStatistic::RiskDifference, 0.95, IntervalMethod::Log)
+                    .unwrap(),
+                None
+            );
+        }
+        // Clamped to [−1, 1]; NULL only for an empty public arm.
+        let t = released(10, 10, 0, 10, GroupSizes::Public, 50.0);
+        let ci = t
+            .estimate_with_interval(
+                RatioStatistic::RiskDifference,
+                0.95,
+                IntervalMethod::Conservative,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(ci.upper, 1.0);
+        assert_eq!(
+            released(1, 0, 1, 5, GroupSizes::Public, 1.0).risk_difference(),
+            None
+        );
+        assert!(IntervalMethod::Log
+            .check_statistic(RatioStatistic::RiskDifference)
+            .is_err());
     }
 
     #[test]

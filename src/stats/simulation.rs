@@ -24,6 +24,7 @@ impl Design {
         match statistic {
             RatioStatistic::RelativeRisk => self.exposed_risk / self.unexposed_risk,
             RatioStatistic::OddsRatio => odds(self.exposed_risk) / odds(self.unexposed_risk),
+            RatioStatistic::RiskDifference => self.exposed_risk - self.unexposed_risk,
         }
     }
 
@@ -45,7 +46,8 @@ impl Design {
 }
 
 /// The fraction of `simulations` intervals (one noisy release each) that contain the true
-/// value of `statistic`, and their mean width.
+/// value of `statistic`, and their mean width. Intervals come from [`TableNoise::interval`],
+/// the entry point the SQL functions use.
 pub fn coverage<R: Rng + ?Sized>(
     design: &Design,
     statistic: RatioStatistic,
@@ -56,12 +58,13 @@ pub fn coverage<R: Rng + ?Sized>(
     rng: &mut R,
 ) -> Result<(f64, f64), String> {
     let truth = design.truth(statistic);
+    let spec = noise.interval_spec(confidence, method)?;
     let mut covered = 0usize;
     let mut width = 0.0;
     for _ in 0..simulations {
         let table = design.draw(rng);
         let released = noise.release(&table, rng);
-        if let Some(ci) = released.estimate_with_interval(statistic, confidence, method)? {
+        if let Some(ci) = noise.interval(&released, statistic, &spec) {
             if ci.lower <= truth && truth <= ci.upper {
                 covered += 1;
             }
@@ -72,4 +75,62 @@ pub fn coverage<R: Rng + ?Sized>(
         covered as f64 / simulations as f64,
         width / simulations as f64,
     ))
+}
+
+/// Coverage and width of one interval method in a study.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MethodCoverage {
+    pub statistic: RatioStatistic,
+    pub method: IntervalMethod,
+    /// Fraction of intervals containing the true value (a missing interval counts as a miss).
+    pub coverage: f64,
+    /// Median of `upper − lower` over the intervals that exist.
+    pub median_width: f64,
+}
+
+/// Coverage of several `(statistic, method)` intervals on the **same** simulated releases
+/// (common random numbers, so the methods' differences are not Monte Carlo noise): each of
+/// `simulations` tables is drawn from `design`, released once by `noise` and every interval is
+/// computed from that release through [`TableNoise::interval`], as the SQL functions do.
+pub fn coverage_study<R: Rng + ?Sized>(
+    design: &Design,
+    noise: &TableNoise,
+    confidence: f64,
+    intervals: &[(RatioStatistic, IntervalMethod)],
+    simulations: usize,
+    rng: &mut R,
+) -> Result<Vec<MethodCoverage>, String> {
+    let specs = intervals
+        .iter()
+        .map(|&(_, method)| noise.interval_spec(confidence, method))
+        .collect::<Result<Vec<_>, _>>()?;
+    let truths: Vec<f64> = intervals.iter().map(|&(s, _)| design.truth(s)).collect();
+    let mut covered = vec![0usize; intervals.len()];
+    let mut widths: Vec<Vec<f64>> = vec![Vec::with_capacity(simulations); intervals.len()];
+    for _ in 0..simulations {
+        let table = design.draw(rng);
+        let released = noise.release(&table, rng);
+        for (k, &(statistic, _)) in intervals.iter().enumerate() {
+            if let Some(ci) = noise.interval(&released, statistic, &specs[k]) {
+                if ci.lower <= truths[k] && truths[k] <= ci.upper {
+                    covered[k] += 1;
+                }
+                widths[k].push(ci.upper - ci.lower);
+            }
+        }
+    }
+    Ok(intervals
+        .iter()
+        .zip(covered)
+        .zip(widths)
+        .map(|((&(statistic, method), covered), mut widths)| {
+            widths.sort_unstable_by(f64::total_cmp);
+            MethodCoverage {
+                statistic,
+                method,
+                coverage: covered as f64 / simulations as f64,
+                median_width: widths.get(widths.len() / 2).copied().unwrap_or(f64::NAN),
+            }
+        })
+        .collect())
 }

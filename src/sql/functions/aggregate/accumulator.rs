@@ -284,6 +284,7 @@ impl GroupsAccumulator for CellCounts {
                         IntervalColumns::new(
                             name,
                             statistic,
+                            *noise,
                             *confidence,
                             *method,
                             plan.options.seed.is_some(),

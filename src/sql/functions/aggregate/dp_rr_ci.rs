@@ -2,14 +2,15 @@
 //! interval, from one noisy 2x2 table (one noise draw, one privacy charge).
 //!
 //! Returns a struct: `estimate` (as `dp_relative_risk`), `lower`, `upper` (paper, Theorem
-//! Gaussian_Valid_CI for `ci_method=conservative`, Theorem Valid_CI for `plain`; see
-//! [`crate::stats::ReleasedTable::interval`]), the released counts `exposed_cases`,
+//! Gaussian_Valid_CI for `ci_method=conservative`, Theorem Valid_CI for `plain`, the
+//! noise-aware Katz log interval for `log`, see [`crate::stats::ReleasedTable::interval`]; the
+//! parametric bootstrap for `bootstrap`, [`crate::stats::bootstrap`], pure post-processing at
+//! no extra privacy cost), the released counts `exposed_cases`,
 //! `exposed_total`, `unexposed_cases`, `unexposed_total` it was computed from, `confidence`,
 //! and `seeded`, true when the noise came from `dp.seed` and the result is **not private**.
 
 use super::{DpAggregate, DpFunction};
-use crate::stats::ratio::two_sided_z;
-use crate::stats::{IntervalMethod, RatioStatistic, ReleasedTable};
+use crate::stats::{IntervalMethod, IntervalSpec, RatioStatistic, ReleasedTable, TableNoise};
 use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StructArray};
 use arrow::datatypes::{DataType, Field, Fields};
 use datafusion::common::{exec_datafusion_err, Result};
@@ -35,18 +36,17 @@ fn fields() -> Fields {
     ])
 }
 
-/// The struct type `dp_rr_ci` and `dp_or_ci` return.
+/// The struct type `dp_rr_ci`, `dp_or_ci` and `dp_rd_ci` return.
 pub fn return_type() -> DataType {
     DataType::Struct(fields())
 }
 
-/// The result columns of `dp_rr_ci` / `dp_or_ci`, filled one released table at a time so no
-/// per-group intermediate is kept.
+/// The result columns of `dp_rr_ci`, `dp_or_ci` and `dp_rd_ci`, filled one released table at a
+/// time so no per-group intermediate is kept.
 pub(crate) struct IntervalColumns {
     statistic: RatioStatistic,
-    z: f64,
-    method: IntervalMethod,
-    confidence: f64,
+    noise: TableNoise,
+    spec: IntervalSpec,
     seeded: bool,
     estimate: Vec<Option<f64>>,
     lower: Vec<Option<f64>>,
@@ -58,17 +58,19 @@ impl IntervalColumns {
     pub(crate) fn new(
         name: &str,
         statistic: RatioStatistic,
+        noise: TableNoise,
         confidence: f64,
         method: IntervalMethod,
         seeded: bool,
         capacity: usize,
     ) -> Result<Self> {
-        let z = two_sided_z(confidence).map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+        let spec = noise
+            .interval_spec(confidence, method)
+            .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
         Ok(Self {
             statistic,
-            z,
-            method,
-            confidence,
+            noise,
+            spec,
             seeded,
             estimate: Vec::with_capacity(capacity),
             lower: Vec::with_capacity(capacity),
@@ -78,7 +80,8 @@ impl IntervalColumns {
     }
 
     pub(crate) fn push(&mut self, table: &ReleasedTable) {
-        let interval = table.estimate_with_interval_at_z(self.statistic, self.z, self.method);
+        // The one interval entry point the coverage simulations use too.
+        let interval = self.noise.interval(table, self.statistic, &self.spec);
         self.estimate.push(interval.map(|i| i.estimate));
         self.lower.push(interval.map(|i| i.lower));
         self.upper.push(interval.map(|i| i.upper));
@@ -104,7 +107,7 @@ impl IntervalColumns {
             Arc::new(Int64Array::from(b)),
             Arc::new(Int64Array::from(c)),
             Arc::new(Int64Array::from(d)),
-            Arc::new(Float64Array::from(vec![self.confidence; rows])),
+            Arc::new(Float64Array::from(vec![self.spec.confidence; rows])),
             Arc::new(BooleanArray::from(vec![self.seeded; rows])),
         ];
         Ok(Arc::new(StructArray::try_new(fields(), columns, None)?))

@@ -1,4 +1,4 @@
-//! The DP aggregate functions. All three share one UDAF implementation ([`DpAggregate`]) and
+//! The DP aggregate functions. All of them share one UDAF implementation ([`DpAggregate`]) and
 //! one `GroupsAccumulator` ([`accumulator::CellCounts`]): each group keeps exact cell counts
 //! in flat vectors, partial states carry only exact counts, and noise is drawn once per group
 //! in `evaluate`, after every partial state has been merged.
@@ -7,7 +7,9 @@ pub mod accumulator;
 pub mod dp_count;
 pub mod dp_odds_ratio;
 pub mod dp_or_ci;
+pub mod dp_rd_ci;
 pub mod dp_relative_risk;
+pub mod dp_risk_difference;
 pub mod dp_rr_ci;
 pub mod wire;
 
@@ -39,6 +41,8 @@ pub enum DpFunction {
     RrCi,
     OddsRatio,
     OrCi,
+    RiskDifference,
+    RdCi,
 }
 
 impl DpFunction {
@@ -49,6 +53,8 @@ impl DpFunction {
             Self::RrCi => "dp_rr_ci",
             Self::OddsRatio => "dp_odds_ratio",
             Self::OrCi => "dp_or_ci",
+            Self::RiskDifference => "dp_risk_difference",
+            Self::RdCi => "dp_rd_ci",
         }
     }
 
@@ -72,6 +78,15 @@ impl DpFunction {
             "ci_method",
             "method",
         ];
+        // The risk difference has no `method`: the paper's other methods release a ratio.
+        const DIFFERENCE_INTERVAL: &[&str] = &[
+            "mechanism",
+            "delta",
+            "gaussian_calibration",
+            "group_sizes",
+            "confidence",
+            "ci_method",
+        ];
         match self {
             Self::Count => &["mechanism", "delta", "gaussian_calibration"],
             Self::RelativeRisk => &[
@@ -83,8 +98,9 @@ impl DpFunction {
                 "bias_correction",
                 "ptr_bound",
             ],
-            Self::OddsRatio => TABLE,
+            Self::OddsRatio | Self::RiskDifference => TABLE,
             Self::RrCi | Self::OrCi => INTERVAL,
+            Self::RdCi => DIFFERENCE_INTERVAL,
         }
     }
 
@@ -102,19 +118,20 @@ impl DpFunction {
             Self::Count => None,
             Self::RelativeRisk | Self::RrCi => Some(RatioStatistic::RelativeRisk),
             Self::OddsRatio | Self::OrCi => Some(RatioStatistic::OddsRatio),
+            Self::RiskDifference | Self::RdCi => Some(RatioStatistic::RiskDifference),
         }
     }
 
     /// Whether the function releases an interval struct.
     pub fn has_interval(self) -> bool {
-        matches!(self, Self::RrCi | Self::OrCi)
+        matches!(self, Self::RrCi | Self::OrCi | Self::RdCi)
     }
 
     fn return_type(self) -> DataType {
         match self {
             Self::Count => DataType::Int64,
-            Self::RelativeRisk | Self::OddsRatio => DataType::Float64,
-            Self::RrCi | Self::OrCi => dp_rr_ci::return_type(),
+            Self::RelativeRisk | Self::OddsRatio | Self::RiskDifference => DataType::Float64,
+            Self::RrCi | Self::OrCi | Self::RdCi => dp_rr_ci::return_type(),
         }
     }
 
@@ -245,7 +262,11 @@ impl CallPlan {
                     .map_err(calibration_error)?,
                 )
             }
-            _ if options.method != RatioMethod::NoisyCounts => {
+            // `method` is dp_relative_risk's (and refused by the interval functions that accept
+            // the key); the other table functions ignore the session's setting.
+            _ if function.option_keys().contains(&"method")
+                && options.method != RatioMethod::NoisyCounts =>
+            {
                 if (rows, groups) != (1, 1) {
                     return plan_err!(
                         "{name}: method '{}' supports one row per unit in one group only (max_rows_per_unit = max_groups_per_unit = 1)",
@@ -254,19 +275,27 @@ impl CallPlan {
                 }
                 local_release(function, &options, epsilon)?
             }
-            _ => Release::Table {
-                noise: TableNoise::calibrate_for_unit(
-                    options.mechanism,
-                    group_epsilon,
-                    group_delta,
-                    options.gaussian_calibration,
-                    options.group_sizes,
-                    rows,
-                )
-                .map_err(calibration_error)?,
-                confidence: options.confidence,
-                method: options.ci_method,
-            },
+            _ => {
+                if let Some(statistic) = function.statistic().filter(|_| function.has_interval()) {
+                    options
+                        .ci_method
+                        .check_statistic(statistic)
+                        .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
+                }
+                Release::Table {
+                    noise: TableNoise::calibrate_for_unit(
+                        options.mechanism,
+                        group_epsilon,
+                        group_delta,
+                        options.gaussian_calibration,
+                        options.group_sizes,
+                        rows,
+                    )
+                    .map_err(calibration_error)?,
+                    confidence: options.confidence,
+                    method: options.ci_method,
+                }
+            }
         };
         Ok(Self {
             epsilon,
@@ -334,7 +363,7 @@ impl CallPlan {
 }
 
 /// The UDAF behind every DP aggregate (`dp_count`, `dp_relative_risk`, `dp_rr_ci`,
-/// `dp_odds_ratio`, `dp_or_ci`). Registered unconfigured;
+/// `dp_odds_ratio`, `dp_or_ci`, `dp_risk_difference`, `dp_rd_ci`). Registered unconfigured;
 /// the planner rule ([`crate::sql::privacy::rule::DpPlannerRule`]) swaps in a configured copy per call
 /// carrying the session options, the calibrated noise and, in seeded mode, the group keys.
 #[derive(Debug)]

@@ -21,12 +21,14 @@ const MAGIC: &str = "datafusion-dp/call/2";
 
 impl DpFunction {
     /// Every DP aggregate, in registration order.
-    pub const ALL: [DpFunction; 5] = [
+    pub const ALL: [DpFunction; 7] = [
         DpFunction::Count,
         DpFunction::RelativeRisk,
         DpFunction::RrCi,
         DpFunction::OddsRatio,
         DpFunction::OrCi,
+        DpFunction::RiskDifference,
+        DpFunction::RdCi,
     ];
 
     /// The function called `name` in SQL.
@@ -191,8 +193,11 @@ mod tests {
         let mut public = DpOptions::default();
         public.apply("group_sizes", "public").unwrap();
         public.apply("method", "noised_log").unwrap();
+        let mut bootstrap = DpOptions::default();
+        bootstrap.apply("ci_method", "bootstrap").unwrap();
+        bootstrap.apply("group_sizes", "public").unwrap();
         for function in DpFunction::ALL {
-            for options in [&DpOptions::default(), &gaussian] {
+            for options in [&DpOptions::default(), &gaussian, &bootstrap] {
                 for grouped in [false, true] {
                     let call = bound(function, options, grouped);
                     let back =
@@ -201,6 +206,27 @@ mod tests {
                 }
             }
         }
+        // The log interval (ratios only) and the new functions keep their interval method.
+        let mut log = DpOptions::default();
+        log.apply("ci_method", "log").unwrap();
+        for function in [
+            DpFunction::RrCi,
+            DpFunction::OrCi,
+            DpFunction::RiskDifference,
+        ] {
+            let call = bound(function, &log, true);
+            let back = DpAggregate::decode(function.name(), &call.encode().unwrap()).unwrap();
+            assert_eq!(back, call, "{function:?}");
+        }
+        let rd = bound(DpFunction::RdCi, &bootstrap, true);
+        let back = DpAggregate::decode("dp_rd_ci", &rd.encode().unwrap()).unwrap();
+        assert!(matches!(
+            &back.plan().unwrap().release,
+            super::super::Release::Table {
+                method: crate::stats::IntervalMethod::Bootstrap,
+                ..
+            }
+        ));
         let call = bound(DpFunction::RelativeRisk, &public, true);
         let mut plan = call.plan().unwrap().as_ref().clone();
         plan.selection_delta = Some(1e-6);

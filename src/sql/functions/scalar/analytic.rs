@@ -1,14 +1,15 @@
 //! The paper's analytic tools as scalar SQL functions of their (public) arguments: accuracy,
-//! bias, Gaussian calibration and privacy-budget planning. They read no private data, cost no
+//! bias, Gaussian calibration and privacy-budget planning (which follows the session's
+//! `dp.ci_method`, the interval `dp_rr_ci` releases by default). They read no private data, cost no
 //! privacy, and adapt [`crate::stats::accuracy`] and [`crate::stats::mechanism`] row by row.
 //! NULL in any argument gives NULL; where a closed form is undefined (e.g. `alpha >= Z`) the
 //! result is NULL; invalid parameters are an error naming the function and the argument.
 
 use crate::sql::options::DpOptions;
-use crate::stats::accuracy;
 use crate::stats::mechanism::{
     analytic_gaussian_sigma, classic_gaussian_sigma, GaussianCalibration,
 };
+use crate::stats::{accuracy, planning};
 use arrow::array::{Array, AsArray, Float64Builder};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{exec_err, plan_err, Result};
@@ -148,9 +149,15 @@ impl ScalarUDFImpl for AnalyticFunction {
 fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option<f64>, String> {
     let options = DpOptions::default().with_call_options(
         options.unwrap_or(""),
-        &["confidence", "mechanism", "delta", "group_sizes"],
+        &[
+            "confidence",
+            "mechanism",
+            "delta",
+            "group_sizes",
+            "ci_method",
+        ],
     )?;
-    accuracy::epsilon_for_half_width(
+    planning::epsilon_for_half_width(
         values[0],
         values[1],
         values[2],
@@ -160,6 +167,7 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
         options.mechanism,
         options.delta,
         options.group_sizes,
+        options.ci_method,
     )
 }
 
