@@ -53,10 +53,14 @@ async fn analyst_loop(url: String, analyst: usize, deadline: Instant) -> Outcome
         i += 1;
         let start = Instant::now();
         let result = async {
-            let info = client.execute(sql.to_string(), None).await?;
+            let info = client
+                .execute(sql.to_string(), None)
+                .await
+                .map_err(|e| e.to_string())?;
             let ticket = info.endpoint[0].ticket.clone().unwrap();
-            let batches: Vec<_> = client.do_get(ticket).await?.try_collect().await?;
-            Ok::<_, arrow::error::ArrowError>(batches.iter().map(|b| b.num_rows()).sum::<usize>())
+            let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
+            let batches: Vec<_> = stream.try_collect().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(batches.iter().map(|b| b.num_rows()).sum::<usize>())
         }
         .await;
         match result {
@@ -65,7 +69,7 @@ async fn analyst_loop(url: String, analyst: usize, deadline: Instant) -> Outcome
                 outcome.spent += cost;
             }
             Ok(n) => outcome.errors.push(format!("{n} rows")),
-            Err(e) => outcome.errors.push(e.to_string()),
+            Err(e) => outcome.errors.push(e),
         }
     }
     outcome
