@@ -514,6 +514,64 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "protected_self_join_on_unit",
+            what: "a query shape of the protected-tables issue the planner answers: a self-join of t on its unit column pid (each unit's rows squared), bounded to 2 rows and 2 groups per unit; the same unit change as units_two_rows_two_groups",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 1.0,
+            expect: Expect::WithinClaim,
+            ci: 20_000,
+            full: 200_000,
+            build: |n| {
+                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
+                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
+                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
+                d.extend(background);
+                p.extend(background);
+                grouped(
+                    "SELECT a.replicate, a.g, dp_count(a.pid, 1.0) AS c FROM t AS a JOIN t AS b ON a.pid = b.pid GROUP BY a.replicate, a.g",
+                    units(&d),
+                    units(&p),
+                    n,
+                    45,
+                )
+                .statement("SET dp.protected_tables = 't(pid)'")
+                .statement("SET dp.max_rows_per_unit = 2")
+                .statement("SET dp.max_groups_per_unit = 2")
+                .distinct_per_replicate(&["pid"])
+                .group_columns(&["g"])
+            },
+        },
+        Case {
+            name: "protected_union_of_units",
+            what: "a query shape of the protected-tables issue the planner answers: UNION ALL of t with itself (the unit column carried in both branches), bounded to 2 rows and 2 groups per unit; the same unit change as units_two_rows_two_groups",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 1.0,
+            expect: Expect::WithinClaim,
+            ci: 20_000,
+            full: 200_000,
+            build: |n| {
+                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
+                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
+                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
+                d.extend(background);
+                p.extend(background);
+                grouped(
+                    "SELECT replicate, g, dp_count(pid, 1.0) AS c FROM (SELECT replicate, pid, g FROM t UNION ALL SELECT replicate, pid, g FROM t) GROUP BY replicate, g",
+                    units(&d),
+                    units(&p),
+                    n,
+                    46,
+                )
+                .statement("SET dp.protected_tables = 't(pid)'")
+                .statement("SET dp.max_rows_per_unit = 2")
+                .statement("SET dp.max_groups_per_unit = 2")
+                .distinct_per_replicate(&["pid"])
+                .group_columns(&["g"])
+            },
+        },
+        Case {
             name: "units_over_the_bounds",
             what: "unit column pid, 2 rows and 2 groups per unit: a unit with 3 rows in each of a, b, c (bounding drops rows and a group) is replaced by one with 3 rows in d (3 groups change by 2 at epsilon/4 each: 3/4 epsilon visible)",
             epsilon: 1.0,
