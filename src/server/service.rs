@@ -371,10 +371,7 @@ impl FlightSqlService for DpFlightSqlService {
                 .try_collect()
                 .await
                 .map_err(Status::from)?;
-        let params = match batches.iter().find(|b| b.num_rows() > 0) {
-            Some(batch) => Some(batch.clone()),
-            None => None,
-        };
+        let params = batches.iter().find(|b| b.num_rows() > 0).cloned();
         session
             .bind_prepared(&query.prepared_statement_handle, params)
             .ok_or_else(|| Status::not_found("unknown prepared statement handle"))?;
@@ -419,7 +416,7 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.session(&request)?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         flight_info(&schema, query.as_any(), request.into_inner())
     }
 
@@ -532,7 +529,7 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.session(&request)?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         flight_info(&schema, query.as_any(), request.into_inner())
     }
 
