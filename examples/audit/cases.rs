@@ -104,6 +104,23 @@ fn grouped(query: &str, d: RecordBatch, d_prime: RecordBatch, n: usize, seed: u6
         .alpha(ALPHA)
 }
 
+/// A unit with 2 rows in each of groups a, b (D) replaced by one with 2 rows in each of c, d
+/// (D'), beside one-row units in every group; `t` protected by `pid`, bounded to 2 rows in 2
+/// groups per unit, `query` grouped by replicate and `g`.
+fn unit_two_groups_change(query: &str, n: usize, seed: u64) -> SqlAudit {
+    let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
+    let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
+    let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
+    d.extend(background);
+    p.extend(background);
+    grouped(query, units(&d), units(&p), n, seed)
+        .statement("SET dp.protected_tables = 't(pid)'")
+        .statement("SET dp.max_rows_per_unit = 2")
+        .statement("SET dp.max_groups_per_unit = 2")
+        .distinct_per_replicate(&["pid"])
+        .group_columns(&["g"])
+}
+
 /// `dp_relative_risk` with `options` on tables `d` and `d_prime`, grouped by replicate.
 fn ratio(options: &str, d: RecordBatch, d_prime: RecordBatch, n: usize, seed: u64) -> SqlAudit {
     grouped(
@@ -464,25 +481,7 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::WithinClaim,
             ci: 50_000,
             full: 1_000_000,
-            build: |n| {
-                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
-                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
-                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
-                d.extend(background);
-                p.extend(background);
-                grouped(
-                    "SELECT replicate, g, dp_count(pid, 1.0) AS c FROM t GROUP BY replicate, g",
-                    units(&d),
-                    units(&p),
-                    n,
-                    41,
-                )
-                .statement("SET dp.protected_tables = 't(pid)'")
-                .statement("SET dp.max_rows_per_unit = 2")
-                .statement("SET dp.max_groups_per_unit = 2")
-                .distinct_per_replicate(&["pid"])
-                .group_columns(&["g"])
-            },
+            build: |n| unit_two_groups_change("SELECT replicate, g, dp_count(pid, 1.0) AS c FROM t GROUP BY replicate, g", n, 41),
         },
         Case {
             name: "protected_join_amplified",
@@ -493,25 +492,7 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::WithinClaim,
             ci: 20_000,
             full: 200_000,
-            build: |n| {
-                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
-                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
-                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
-                d.extend(background);
-                p.extend(background);
-                grouped(
-                    "SELECT t.replicate, t.g, dp_count(t.pid, 1.0) AS c FROM t CROSS JOIN generate_series(1, 3) GROUP BY t.replicate, t.g",
-                    units(&d),
-                    units(&p),
-                    n,
-                    44,
-                )
-                .statement("SET dp.protected_tables = 't(pid)'")
-                .statement("SET dp.max_rows_per_unit = 2")
-                .statement("SET dp.max_groups_per_unit = 2")
-                .distinct_per_replicate(&["pid"])
-                .group_columns(&["g"])
-            },
+            build: |n| unit_two_groups_change("SELECT t.replicate, t.g, dp_count(t.pid, 1.0) AS c FROM t CROSS JOIN generate_series(1, 3) GROUP BY t.replicate, t.g", n, 44),
         },
         Case {
             name: "protected_self_join_on_unit",
@@ -522,25 +503,7 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::WithinClaim,
             ci: 20_000,
             full: 200_000,
-            build: |n| {
-                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
-                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
-                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
-                d.extend(background);
-                p.extend(background);
-                grouped(
-                    "SELECT a.replicate, a.g, dp_count(a.pid, 1.0) AS c FROM t AS a JOIN t AS b ON a.pid = b.pid GROUP BY a.replicate, a.g",
-                    units(&d),
-                    units(&p),
-                    n,
-                    45,
-                )
-                .statement("SET dp.protected_tables = 't(pid)'")
-                .statement("SET dp.max_rows_per_unit = 2")
-                .statement("SET dp.max_groups_per_unit = 2")
-                .distinct_per_replicate(&["pid"])
-                .group_columns(&["g"])
-            },
+            build: |n| unit_two_groups_change("SELECT a.replicate, a.g, dp_count(a.pid, 1.0) AS c FROM t AS a JOIN t AS b ON a.pid = b.pid GROUP BY a.replicate, a.g", n, 45),
         },
         Case {
             name: "protected_union_of_units",
@@ -551,25 +514,7 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::WithinClaim,
             ci: 20_000,
             full: 200_000,
-            build: |n| {
-                let background = [(2, "a"), (3, "b"), (4, "c"), (5, "d")];
-                let mut d = vec![(1, "a"), (1, "a"), (1, "b"), (1, "b")];
-                let mut p = vec![(1, "c"), (1, "c"), (1, "d"), (1, "d")];
-                d.extend(background);
-                p.extend(background);
-                grouped(
-                    "SELECT replicate, g, dp_count(pid, 1.0) AS c FROM (SELECT replicate, pid, g FROM t UNION ALL SELECT replicate, pid, g FROM t) GROUP BY replicate, g",
-                    units(&d),
-                    units(&p),
-                    n,
-                    46,
-                )
-                .statement("SET dp.protected_tables = 't(pid)'")
-                .statement("SET dp.max_rows_per_unit = 2")
-                .statement("SET dp.max_groups_per_unit = 2")
-                .distinct_per_replicate(&["pid"])
-                .group_columns(&["g"])
-            },
+            build: |n| unit_two_groups_change("SELECT replicate, g, dp_count(pid, 1.0) AS c FROM (SELECT replicate, pid, g FROM t UNION ALL SELECT replicate, pid, g FROM t) GROUP BY replicate, g", n, 46),
         },
         Case {
             name: "units_over_the_bounds",

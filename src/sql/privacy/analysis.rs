@@ -41,9 +41,7 @@ use datafusion::datasource::cte_worktable::CteWorkTable;
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::WindowFunction;
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{
-    BinaryExpr, Distinct, Expr, JoinType, LogicalPlan, Operator, WindowFunctionDefinition,
-};
+use datafusion::logical_expr::{BinaryExpr, Distinct, Expr, JoinType, LogicalPlan, Operator};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -725,8 +723,7 @@ fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let _ = expr.apply(|e| {
         if let Expr::WindowFunction(window) = e {
             found_window = true;
-            let WindowFunction { fun, params } = window.as_ref();
-            let _: &WindowFunctionDefinition = fun;
+            let WindowFunction { params, .. } = window.as_ref();
             if !params
                 .partition_by
                 .iter()
