@@ -47,6 +47,61 @@ fn dpsql(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Starts two `dp-executor` processes polling the scheduler's `port`; returns their logs.
+fn start_executors(cluster: &mut Cluster, dir: &Path, port: u16) -> Vec<PathBuf> {
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|i| dir.join(format!("executor-{i}.log")))
+        .collect();
+    for (i, log) in logs.iter().enumerate() {
+        let work = dir.join(format!("work-{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        cluster.0.push(start(
+            env!("CARGO_BIN_EXE_dp-executor"),
+            &[
+                "--bind-host".into(),
+                "127.0.0.1".into(),
+                "--scheduler-port".into(),
+                port.to_string(),
+                "--scheduler-connect-timeout-seconds".into(),
+                "30".into(),
+                "--bind-port".into(),
+                free_port().to_string(),
+                "--bind-grpc-port".into(),
+                free_port().to_string(),
+                "--work-dir".into(),
+                work.display().to_string(),
+            ],
+            log,
+        ));
+    }
+    logs
+}
+
+/// Runs `dpsql args` until it succeeds (the servers take a moment to start and register) or
+/// 60 s pass.
+fn dpsql_on_cluster(args: &[&str]) -> Output {
+    let started = Instant::now();
+    loop {
+        let out = dpsql(args);
+        if out.status.success() || started.elapsed() > Duration::from_secs(60) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// How many tasks the executors ran, from their logs.
+fn tasks_run(logs: &[PathBuf]) -> usize {
+    logs.iter()
+        .map(|log| {
+            std::fs::read_to_string(log)
+                .unwrap()
+                .matches("Finished task")
+                .count()
+        })
+        .sum()
+}
+
 #[test]
 fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
     let dir = std::env::temp_dir().join(format!("datafusion-dp-cluster-{}", std::process::id()));
@@ -62,31 +117,7 @@ fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
         ],
         &dir.join("scheduler.log"),
     )]);
-    let logs: Vec<PathBuf> = (0..2)
-        .map(|i| dir.join(format!("executor-{i}.log")))
-        .collect();
-    for (i, log) in logs.iter().enumerate() {
-        let work = dir.join(format!("work-{i}"));
-        std::fs::create_dir_all(&work).unwrap();
-        cluster.0.push(start(
-            env!("CARGO_BIN_EXE_dp-executor"),
-            &[
-                "--bind-host".into(),
-                "127.0.0.1".into(),
-                "--scheduler-port".into(),
-                scheduler_port.to_string(),
-                "--scheduler-connect-timeout-seconds".into(),
-                "30".into(),
-                "--bind-port".into(),
-                free_port().to_string(),
-                "--bind-grpc-port".into(),
-                free_port().to_string(),
-                "--work-dir".into(),
-                work.display().to_string(),
-            ],
-            log,
-        ));
-    }
+    let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let visits = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/visits.csv");
     let table = format!("visits={}", visits.display());
     let sql = "SET dp.public_groups = 'assert'; SET dp.seed = 11; \
@@ -95,24 +126,16 @@ fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
     let single = dpsql(&["--table", &table, "-c", sql, "--format", "csv"]);
     assert!(single.status.success(), "{single:?}");
     let url = format!("df://127.0.0.1:{scheduler_port}");
-    // The servers take a moment to start and register: retry for up to 60 s.
-    let started = Instant::now();
-    let distributed = loop {
-        let out = dpsql(&[
-            "--scheduler",
-            &url,
-            "--table",
-            &table,
-            "-c",
-            sql,
-            "--format",
-            "csv",
-        ]);
-        if out.status.success() || started.elapsed() > Duration::from_secs(60) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let distributed = dpsql_on_cluster(&[
+        "--scheduler",
+        &url,
+        "--table",
+        &table,
+        "-c",
+        sql,
+        "--format",
+        "csv",
+    ]);
     assert!(
         distributed.status.success(),
         "{}",
@@ -125,14 +148,106 @@ fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
         "CSV flattens the struct: {text}"
     );
     assert_eq!(String::from_utf8(distributed.stdout).unwrap(), text);
-    let tasks: usize = logs
-        .iter()
-        .map(|log| {
-            std::fs::read_to_string(log)
-                .unwrap()
-                .matches("Finished task")
-                .count()
-        })
-        .sum();
+    let tasks = tasks_run(&logs);
     assert!(tasks > 0, "the executors ran no task");
+}
+
+#[test]
+fn a_locked_scheduler_process_charges_the_owners_ledger() {
+    // The README's locked cluster: `dp-scheduler --owner-config`, executors on its internal
+    // port, `dpsql --scheduler` on its client port with a budget it sets itself (ignored).
+    let dir = std::env::temp_dir().join(format!("datafusion-dp-locked-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let config = dir.join("owner.toml");
+    let ledger = dir.join("alice.ledger");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+             [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [options]\npublic_groups = \"regions\"\n\n\
+             [[analyst]]\nname = \"alice\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data.join("visits.csv").display(),
+            data.join("regions.csv").display(),
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    let (internal, clients) = (free_port(), free_port());
+    let mut cluster = Cluster(vec![start(
+        env!("CARGO_BIN_EXE_dp-scheduler"),
+        &[
+            "--bind-host".into(),
+            "127.0.0.1".into(),
+            "--bind-port".into(),
+            internal.to_string(),
+            "--owner-config".into(),
+            config.display().to_string(),
+            "--client-port".into(),
+            clients.to_string(),
+        ],
+        &dir.join("scheduler.log"),
+    )]);
+    let logs = start_executors(&mut cluster, &dir, internal);
+    let visits = format!("visits={}", data.join("visits.csv").display());
+    let regions = format!("regions={}", data.join("regions.csv").display());
+    let url = format!("df://127.0.0.1:{clients}");
+    // Wait for the cluster with a query of the public table (no charge), then charge once.
+    let ready = dpsql_on_cluster(&[
+        "--scheduler",
+        &url,
+        "--table",
+        &regions,
+        "-c",
+        "SELECT count(*) FROM regions",
+    ]);
+    assert!(
+        ready.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ready.stderr)
+    );
+    let out = dpsql(&[
+        "--scheduler",
+        &url,
+        "--table",
+        &visits,
+        "--table",
+        &regions,
+        "-c",
+        "SET dp.epsilon_budget = 100; \
+         SELECT region, dp_count(visit_id, 0.75) AS n FROM visits GROUP BY region ORDER BY region",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        5,
+        "a header and the four public regions: {text}"
+    );
+    let charged: Vec<f64> = datafusion_dp::sql::accounting::ledger::read(&ledger)
+        .unwrap()
+        .iter()
+        .map(|e| e.epsilon)
+        .collect();
+    assert_eq!(charged, vec![0.75]);
+    // 0.25 is left of the owner's budget of 1, whatever the client set.
+    let refused = dpsql(&[
+        "--scheduler",
+        &url,
+        "--table",
+        &visits,
+        "-c",
+        "SET dp.epsilon_budget = 100; SELECT dp_count(visit_id, 0.5) FROM visits",
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("budget"), "{err}");
+    assert!(tasks_run(&logs) > 0, "the executors ran no task");
 }

@@ -234,24 +234,10 @@ async fn locked_shell(
     analyst: Option<&str>,
 ) -> Result<datafusion::prelude::SessionContext, String> {
     let config = OwnerConfig::load(std::path::Path::new(path)).map_err(|e| one_line_error(&e))?;
-    let analyst = match (analyst, config.analysts.as_slice()) {
-        (Some(name), _) => config.analyst(name).ok_or_else(|| {
-            format!("config {path}: no analyst '{name}' (declare it in an [[analyst]] section)")
-        })?,
-        (None, [only]) => only,
-        (None, []) => {
-            return Err(format!(
-                "config {path}: no [[analyst]] section: a locked shell spends one analyst's budget and ledger"
-            ))
-        }
-        (None, _) => {
-            return Err(format!(
-                "config {path}: {} analysts: name the one whose budget this shell spends with --analyst NAME",
-                config.analysts.len()
-            ))
-        }
-    }
-    .clone();
+    let analyst = config
+        .spending_analyst(analyst)
+        .map_err(|e| format!("config {path}: {e}"))?
+        .clone();
     let owner = Owner::open(config).await.map_err(|e| one_line_error(&e))?;
     owner
         .analyst_session(&analyst)

@@ -52,7 +52,16 @@ macro_rules! function_methods {
         }
 
         fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-            decode_udaf(name, buf).unwrap_or_else(|| self.inner.try_decode_udaf(name, buf))
+            match decode_udaf(name, buf) {
+                Some(_) if !self.accept_bound_calls => plan_err!(
+                    "{name}: this Ballista cluster is locked by its data owner; its scheduler \
+                     binds and charges every DP call itself and refuses a call a client bound. \
+                     Connect with datafusion_dp::distributed::remote_context (dpsql --scheduler), \
+                     which sends the plan unbound"
+                ),
+                Some(decoded) => decoded,
+                None => self.inner.try_decode_udaf(name, buf),
+            }
         }
 
         fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
@@ -79,6 +88,9 @@ macro_rules! function_methods {
 #[derive(Debug)]
 pub struct DpLogicalCodec {
     inner: Arc<dyn LogicalExtensionCodec>,
+    /// `false` on a locked cluster's scheduler, where logical plans come from untrusted
+    /// clients: a decoded bound call is refused (the scheduler binds calls itself).
+    accept_bound_calls: bool,
 }
 
 impl Default for DpLogicalCodec {
@@ -90,7 +102,18 @@ impl Default for DpLogicalCodec {
 impl DpLogicalCodec {
     /// Wraps `inner`, which handles everything but bound DP calls.
     pub fn new(inner: Arc<dyn LogicalExtensionCodec>) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            accept_bound_calls: true,
+        }
+    }
+
+    /// The codec of a locked cluster's scheduler: Ballista's, refusing bound DP calls.
+    pub fn refusing_bound_calls() -> Self {
+        Self {
+            accept_bound_calls: false,
+            ..Self::default()
+        }
     }
 }
 
@@ -151,6 +174,9 @@ impl LogicalExtensionCodec for DpLogicalCodec {
 #[derive(Debug)]
 pub struct DpPhysicalCodec {
     inner: Arc<dyn PhysicalExtensionCodec>,
+    /// Always `true`: physical plans come from the scheduler (a locked cluster refuses a
+    /// client's physical plan before decoding it, [`crate::distributed::locked`]).
+    accept_bound_calls: bool,
 }
 
 impl Default for DpPhysicalCodec {
@@ -162,7 +188,10 @@ impl Default for DpPhysicalCodec {
 impl DpPhysicalCodec {
     /// Wraps `inner`, which handles everything but bound DP calls.
     pub fn new(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            accept_bound_calls: true,
+        }
     }
 }
 

@@ -21,11 +21,14 @@
 //! no budget of their own for bound plans.
 
 pub mod codec;
+pub mod locked;
 
 pub use codec::{DpLogicalCodec, DpPhysicalCodec};
+pub use locked::LockedCluster;
 
 use crate::cli::EnvObjectStoreRegistry;
 use crate::sql::options::DpOptions;
+use crate::sql::privacy::rule::Placement;
 use async_trait::async_trait;
 use ballista::prelude::SessionContextExt;
 use ballista_core::extension::{
@@ -75,18 +78,33 @@ pub fn runtime(_config: &SessionConfig) -> Result<Arc<RuntimeEnv>> {
 /// A Ballista session state with the DP functions, options and planner rule installed (the
 /// scheduler's session builder, and the base of the client's session).
 pub fn session_state(config: SessionConfig) -> Result<SessionState> {
+    session_state_placed(config, Placement::Local)
+}
+
+/// [`session_state`] with the planner rule placed as `placement` says.
+pub(crate) fn session_state_placed(
+    config: SessionConfig,
+    placement: Placement,
+) -> Result<SessionState> {
     let runtime = runtime(&config)?;
     let state = SessionStateBuilder::new()
         .with_default_features()
         .with_config(config)
         .with_runtime_env(runtime)
-        .with_optimizer_rules(ballista_core::optimizer::ballista_default_optimizer_rules())
+        // A client of a locked cluster sends its plan as analysed, not optimised: the
+        // scheduler's privacy analysis then sees what one node's sees (the optimizer would
+        // prune the unit column out of scans before the scheduler bounds on it); the
+        // scheduler optimises after binding.
+        .with_optimizer_rules(match placement {
+            Placement::Deferred => vec![],
+            _ => ballista_core::optimizer::ballista_default_optimizer_rules(),
+        })
         .with_scalar_functions(ballista_scalar_functions())
         .with_aggregate_functions(ballista_aggregate_functions())
         .with_window_functions(ballista_window_functions())
         .build();
     let ctx = SessionContext::new_with_state(state);
-    crate::register(&ctx)?;
+    crate::sql::register_placed(&ctx, placement)?;
     Ok(ctx.state())
 }
 
@@ -126,7 +144,10 @@ pub fn executor_config(mut config: ExecutorProcessConfig) -> Result<ExecutorProc
 }
 
 /// A client session on the Ballista scheduler at `url` (`df://host:port`) with the DP
-/// functions, options and planner rule: the rule binds and charges on this side.
+/// functions, options and planner rule. On a trusted cluster the rule binds and charges on
+/// this side; on a cluster its data owner locked ([`locked`]) the plan leaves unbound and the
+/// scheduler binds and charges it with the owner's settings (the client asks which at
+/// connection; the scheduler enforces it whatever the client does).
 pub async fn remote_context(url: &str) -> Result<SessionContext> {
     let parsed = Url::parse(url)
         .map_err(|e| DataFusionError::Configuration(format!("scheduler URL '{url}': {e}")))?;
@@ -134,6 +155,11 @@ pub async fn remote_context(url: &str) -> Result<SessionContext> {
         DataFusionError::Configuration(format!("scheduler URL '{url}' has no host"))
     })?;
     let scheduler = format!("http://{host}:{}", parsed.port().unwrap_or(50050));
+    let placement = if locked::is_locked_cluster(&scheduler).await? {
+        Placement::Deferred
+    } else {
+        Placement::Local
+    };
     let config = session_config();
     let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
         scheduler,
@@ -141,10 +167,11 @@ pub async fn remote_context(url: &str) -> Result<SessionContext> {
         config.ballista_logical_extension_codec(),
     );
     let config = config.with_ballista_query_planner(Arc::new(DpQueryPlanner { cluster }));
-    let ctx = SessionContext::remote_with_state(url, session_state(config)?).await?;
+    let ctx =
+        SessionContext::remote_with_state(url, session_state_placed(config, placement)?).await?;
     // Ballista's upgrade of the state replaces its function registries: install ours again
     // (the planner rule and the budget survive the upgrade and are not added twice).
-    crate::register(&ctx)?;
+    crate::sql::register_placed(&ctx, placement)?;
     Ok(ctx)
 }
 
@@ -206,13 +233,25 @@ pub async fn start_local_cluster(executors: usize, vcores: usize) -> Result<Stri
     )
     .await
     .map_err(to_df)?;
-    let http = format!("http://localhost:{}", addr.port());
+    start_executors(
+        &format!("http://localhost:{}", addr.port()),
+        executors,
+        vcores,
+    )
+    .await?;
+    Ok(format!("df://localhost:{}", addr.port()))
+}
+
+/// Starts `executors` executors in this process, each with `vcores` task slots, polling the
+/// scheduler at `http` (`http://host:port`).
+async fn start_executors(http: &str, executors: usize, vcores: usize) -> Result<()> {
+    let to_df = |e: ballista_core::error::BallistaError| DataFusionError::External(Box::new(e));
     let registry = function_registry()?;
     for _ in 0..executors {
         // The scheduler serves on a spawned task: retry while it starts (up to 10 s).
         let mut attempts = 0;
         let scheduler = loop {
-            match SchedulerGrpcClient::connect(http.clone()).await {
+            match SchedulerGrpcClient::connect(http.to_string()).await {
                 Ok(client) => break client,
                 Err(e) if attempts >= 100 => {
                     return Err(DataFusionError::Execution(format!(
@@ -239,5 +278,5 @@ pub async fn start_local_cluster(executors: usize, vcores: usize) -> Result<Stri
         .await
         .map_err(to_df)?;
     }
-    Ok(format!("df://localhost:{}", addr.port()))
+    Ok(())
 }

@@ -382,6 +382,28 @@ impl OwnerConfig {
     pub fn analyst(&self, name: &str) -> Option<&AnalystConfig> {
         self.analysts.iter().find(|a| a.name == name)
     }
+
+    /// The analyst whose budget and ledger a locked shell or cluster spends: `name`, or the
+    /// only analyst when there is one.
+    pub fn spending_analyst(
+        &self,
+        name: Option<&str>,
+    ) -> std::result::Result<&AnalystConfig, String> {
+        match (name, self.analysts.as_slice()) {
+            (Some(name), _) => self.analyst(name).ok_or_else(|| {
+                format!("no analyst '{name}' (declare it in an [[analyst]] section)")
+            }),
+            (None, [only]) => Ok(only),
+            (None, []) => Err(
+                "no [[analyst]] section: a locked shell or cluster spends one analyst's budget and ledger"
+                    .to_string(),
+            ),
+            (None, _) => Err(format!(
+                "{} analysts: name the one whose budget is spent with --analyst NAME",
+                self.analysts.len()
+            )),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -88,6 +88,14 @@ impl Owner {
     /// A locked session spending `budget`.
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
         let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
+        self.lock_into(&ctx, budget)?;
+        Ok(ctx)
+    }
+
+    /// Registers the owner's tables in `ctx` (a session with the DP functions, e.g. a locked
+    /// Ballista scheduler's per-job session), declares their protection, applies the owner's
+    /// options and `budget`, and locks it.
+    pub fn lock_into(&self, ctx: &SessionContext, budget: &SessionBudget) -> Result<()> {
         for (table, provider) in &self.tables {
             ctx.register_table(
                 TableReference::bare(table.name.as_str()),
@@ -99,8 +107,7 @@ impl Owner {
             .iter()
             .map(|(t, _)| (t.name.clone(), t.protection.clone()))
             .collect();
-        lockdown::lock_session(&ctx, &protections, &self.config.options, budget)?;
-        Ok(ctx)
+        lockdown::lock_session(ctx, &protections, &self.config.options, budget)
     }
 }
 

@@ -22,6 +22,12 @@ use std::sync::Arc;
 /// Installs every DP function, the `dp.*` session options, the planner rule and the session's
 /// privacy accountant (`dp_budget()`) on `ctx`.
 pub fn register(ctx: &SessionContext) -> Result<()> {
+    register_placed(ctx, privacy::rule::Placement::Local)
+}
+
+/// [`register`], with the planner rule placed as `placement` says (a Ballista client or
+/// scheduler: [`crate::distributed`]). A session that already has the rule keeps it.
+pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement) -> Result<()> {
     {
         let state = ctx.state_ref();
         let mut state = state.write();
@@ -70,7 +76,9 @@ pub fn register(ctx: &SessionContext) -> Result<()> {
         // of public keys (dp.public_groups) is looked up at planning.
         let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
         ctx.add_analyzer_rule(Arc::new(
-            privacy::rule::DpPlannerRule::new(accountant).with_catalogs(catalogs),
+            privacy::rule::DpPlannerRule::new(accountant)
+                .with_catalogs(catalogs)
+                .with_placement(placement),
         ));
         // One charge, one release: the physical rule runs last.
         let state = ctx.state_ref();

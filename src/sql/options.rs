@@ -253,6 +253,25 @@ impl DpOptions {
         Ok(())
     }
 
+    /// These options with every owner option ([`OWNER_KEYS`]) back at its default and the
+    /// lock off: what a locked Ballista cluster keeps of a client's settings (the accuracy
+    /// options) before its data owner's are applied.
+    pub fn without_owner_settings(&self) -> DpOptions {
+        let defaults = DpOptions::default();
+        DpOptions {
+            seed: defaults.seed,
+            require_secure: defaults.require_secure,
+            epsilon_budget: defaults.epsilon_budget,
+            delta_budget: defaults.delta_budget,
+            ledger: defaults.ledger,
+            public_groups: defaults.public_groups,
+            group_sizes: defaults.group_sizes,
+            protections: defaults.protections,
+            locked: false,
+            ..self.clone()
+        }
+    }
+
     /// Applies one `key = value`; the same parser serves `SET` and per-call options.
     pub fn apply(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
         let lower = key.trim().to_ascii_lowercase();
@@ -466,6 +485,45 @@ impl ExtensionOptions for DpOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_owner_settings_resets_every_owner_key_and_keeps_the_rest() {
+        let mut client = DpOptions::default();
+        for (key, value) in [
+            ("seed", "7"),
+            ("require_secure", "true"),
+            ("epsilon_budget", "100"),
+            ("delta_budget", "0.5"),
+            ("ledger", "/tmp/mine"),
+            ("public_groups", "assert"),
+            ("group_sizes", "public"),
+            ("protected_tables", "t(id)"),
+            ("public_tables", "*"),
+            ("confidence", "0.9"),
+            ("max_rows_per_unit", "3"),
+        ] {
+            client.apply(key, value).unwrap();
+        }
+        let kept = client.without_owner_settings();
+        let defaults = DpOptions::default();
+        let entry = |o: &DpOptions, key: &str| {
+            o.entries()
+                .into_iter()
+                .find(|e| e.key == format!("dp.{key}"))
+                .map(|e| e.value)
+        };
+        for key in OWNER_KEYS {
+            assert_ne!(
+                entry(&client, key),
+                entry(&defaults, key),
+                "{key} was not set"
+            );
+            assert_eq!(entry(&kept, key), entry(&defaults, key), "{key} kept");
+        }
+        assert_eq!(kept.confidence, 0.9);
+        assert_eq!(kept.max_rows_per_unit, 3);
+        assert!(!kept.locked);
+    }
 
     #[test]
     fn set_parses_and_rejects() {

@@ -53,6 +53,22 @@ use std::sync::Arc;
 /// The analyzer rule's name (errors it raises are reported under it).
 pub const RULE_NAME: &str = "datafusion_dp";
 
+/// Where the rule runs, and so whom it trusts with binding and charging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// The process that plans the query also runs it (a session, `dpsql`, `dp-server`, the
+    /// client of a trusted Ballista cluster): bind, check and charge here.
+    #[default]
+    Local,
+    /// The client of a locked Ballista cluster: the plan leaves unbound and uncharged; the
+    /// cluster's scheduler binds and charges it with its data owner's settings.
+    Deferred,
+    /// The scheduler of a locked Ballista cluster: plans arrive from untrusted clients, so every
+    /// scan is first resolved to the data owner's table of that name (anything else is
+    /// refused; see [`owner_tables_only`]); then bind, check and charge as [`Placement::Local`].
+    Authority,
+}
+
 /// Binds DP aggregate calls to the session options and charges the session's privacy budget
 /// (see the module docs).
 #[derive(Debug, Default)]
@@ -60,6 +76,7 @@ pub struct DpPlannerRule {
     accountant: Arc<Accountant>,
     /// The session's catalogs, where a table of public keys (`dp.public_groups`) is looked up.
     catalogs: Option<Arc<dyn CatalogProviderList>>,
+    placement: Placement,
 }
 
 impl DpPlannerRule {
@@ -68,7 +85,14 @@ impl DpPlannerRule {
         Self {
             accountant,
             catalogs: None,
+            placement: Placement::Local,
         }
+    }
+
+    /// The rule placed as `placement` says (default [`Placement::Local`]).
+    pub fn with_placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
     }
 
     /// The rule looking tables of public keys up in `catalogs` (the session's
@@ -91,7 +115,16 @@ impl AnalyzerRule for DpPlannerRule {
             .get::<DpOptions>()
             .cloned()
             .unwrap_or_default();
+        if self.placement == Placement::Deferred {
+            // The locked cluster's scheduler binds, checks and charges.
+            refuse_dp_in_recursion(&plan)?;
+            return Ok(plan);
+        }
         let plan = inline_views(plan, config)?;
+        let plan = match self.placement {
+            Placement::Authority => owner_tables_only(plan, self.catalogs.as_ref(), config)?,
+            _ => plan,
+        };
         refuse_dp_in_recursion(&plan)?;
         // Only a plan with calls not yet bound (so not yet charged) is charged: re-analysing a
         // bound plan must not charge twice.
@@ -206,6 +239,93 @@ fn inline_views(plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan
         Ok(Transformed::yes(builder.build()?))
     })
     .map(|t| t.data)
+}
+
+/// On a locked cluster's scheduler: every scan of a client's plan is replaced by the data
+/// owner's table of the same name (the client's table provider, and the files it names, are
+/// ignored), with the same projection and filters; a scan of a name the owner did not
+/// register, or whose columns differ from the owner's table, is refused. Only the work table
+/// of a recursive query (rows the plan itself computes) is kept as sent. Protection is then
+/// decided by the owner's declarations for names that now mean the owner's tables.
+pub fn owner_tables_only(
+    plan: LogicalPlan,
+    catalogs: Option<&Arc<dyn CatalogProviderList>>,
+    config: &ConfigOptions,
+) -> Result<LogicalPlan> {
+    use datafusion::catalog::cte_worktable::CteWorkTable;
+    use datafusion::datasource::{provider_as_source, source_as_provider};
+    plan.transform_up_with_subqueries(|node| {
+        let LogicalPlan::TableScan(scan) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let provider = source_as_provider(&scan.source).ok();
+        if provider
+            .as_ref()
+            .is_some_and(|p| p.downcast_ref::<CteWorkTable>().is_some())
+        {
+            return Ok(Transformed::no(node));
+        }
+        let name = &scan.table_name;
+        let resolved = name.clone().resolve(
+            &config.catalog.default_catalog,
+            &config.catalog.default_schema,
+        );
+        let owner = catalogs
+            .and_then(|c| c.catalog(&resolved.catalog))
+            .and_then(|c| c.schema(&resolved.schema))
+            .and_then(|s| registered_table(s.as_ref(), &resolved.table));
+        let Some(owner) = owner else {
+            return plan_err!(
+                "table '{name}' is not one of the tables this cluster's data owner registered: a \
+                 locked cluster reads only the owner's tables (the scheduler ignores the table \
+                 a client defines)"
+            );
+        };
+        let columns = |schema: &arrow::datatypes::Schema| {
+            schema
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect::<Vec<_>>()
+        };
+        if columns(&owner.schema()) != columns(&scan.source.schema()) {
+            return plan_err!(
+                "table '{name}': the client's definition does not have the columns of the data \
+                 owner's table ({}); declare it as the owner does",
+                owner
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| format!("{} {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let LogicalPlan::TableScan(mut scan) = node else {
+            unreachable!()
+        };
+        scan.source = provider_as_source(owner);
+        Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+    })
+    .map(|t| t.data)
+}
+
+/// The table registered as `name` in `schema`, if its lookup completes at once (tables
+/// registered in memory, as the owner's are; a lookup that would wait counts as absent).
+fn registered_table(
+    schema: &dyn datafusion::catalog::SchemaProvider,
+    name: &str,
+) -> Option<Arc<dyn datafusion::catalog::TableProvider>> {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let mut lookup = std::pin::pin!(schema.table(name));
+    match lookup
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(Ok(table)) => table,
+        _ => None,
+    }
 }
 
 fn refuse_window_use(expr: &Expr) -> Result<()> {

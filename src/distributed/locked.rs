@@ -1,0 +1,515 @@
+//! A Ballista cluster locked by its data owner: the scheduler is the privacy authority.
+//!
+//! On a trusted cluster ([`super::scheduler_config`]) the client binds and charges every DP
+//! call and the scheduler runs what it receives: whoever reaches the scheduler is trusted like
+//! the owner of an unlocked session. A locked cluster (`dp-scheduler --owner-config owner.toml`,
+//! [`LockedCluster`]) trusts no client:
+//! - **The owner's sessions.** Each job's session holds the owner's tables, their protection,
+//!   the owner's options and one analyst's budget and ledger, and is locked. A client's plan has
+//!   every scan replaced by the owner's table of that name (a name the owner did not register is
+//!   refused: [`crate::sql::privacy::rule::owner_tables_only`]). Of the client's `dp.*` settings
+//!   only the accuracy options are kept ([`DpOptions::without_owner_settings`]).
+//! - **The scheduler binds and charges.** Its planner rule binds, checks and charges every DP
+//!   call ([`Placement::Authority`]); a call a client bound is refused by its logical codec
+//!   ([`DpLogicalCodec::refusing_bound_calls`]), and so is a physical or Substrait plan, which
+//!   would skip the planner rule. Each job gets a new session, so the budget is the analyst's
+//!   ledger, which every job charges.
+//! - **Two ports.** The client port ([`serve`]) answers queries and job status and serves only
+//!   the final (released) partitions of finished jobs through its Flight proxy. Executor
+//!   registration, task status, job metrics (exact row counts of every operator) and data
+//!   clean-up are refused there and served on the internal port (Ballista's own server, with
+//!   its unrestricted proxy), which the owner keeps off the analysts' network together with the
+//!   executors' own ports (an executor serves any shuffle partition, exact partial aggregates
+//!   included, to whoever asks it).
+
+use super::{session_config, session_state_placed, start_executors};
+use super::{DpLogicalCodec, DpPhysicalCodec};
+use crate::owner::{Owner, OwnerConfig, SessionBudget};
+use crate::sql::options::DpOptions;
+use crate::sql::privacy::rule::Placement;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use ballista_core::flight_proxy_service::BallistaFlightProxyService;
+use ballista_core::serde::protobuf::execute_query_params::Query;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::protobuf::scheduler_grpc_server::{SchedulerGrpc, SchedulerGrpcServer};
+use ballista_core::serde::protobuf::{
+    job_status, CancelJobParams, CancelJobResult, CleanJobDataParams, CleanJobDataResult,
+    CreateUpdateSessionParams, CreateUpdateSessionResult, ExecuteQueryParams, ExecuteQueryResult,
+    ExecutorStoppedParams, ExecutorStoppedResult, GetJobMetricsParams, GetJobMetricsResult,
+    GetJobStatusParams, GetJobStatusResult, HeartBeatParams, HeartBeatResult, JobStatus,
+    PollWorkParams, PollWorkResult, RegisterExecutorParams, RegisterExecutorResult,
+    RemoveSessionParams, RemoveSessionResult, UpdateTaskStatusParams, UpdateTaskStatusResult,
+};
+use ballista_core::serde::scheduler::Action as BallistaAction;
+use ballista_scheduler::cluster::BallistaCluster;
+use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
+use ballista_scheduler::scheduler_server::SchedulerServer;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionState;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use futures::stream::BoxStream;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The job whose status a client asks for to learn whether a cluster is locked
+/// ([`is_locked_cluster`]); a locked cluster's client port answers with [`LOCKED_MARKER`].
+const PROBE_JOB: &str = "datafusion-dp/locked-cluster-probe";
+const LOCKED_MARKER: &str = "datafusion-dp locked cluster";
+
+type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
+
+/// The data owner's side of a locked cluster: the owner's tables, opened once, and the budget
+/// and ledger of the analyst every job is charged to.
+#[derive(Debug)]
+pub struct LockedCluster {
+    owner: Owner,
+    budget: SessionBudget,
+}
+
+impl LockedCluster {
+    /// Opens the tables of `config` and chooses the analyst whose budget and ledger the
+    /// cluster spends (`analyst`, or the only one).
+    pub async fn open(config: OwnerConfig, analyst: Option<&str>) -> Result<Arc<Self>> {
+        let analyst = config
+            .spending_analyst(analyst)
+            .map_err(DataFusionError::Configuration)?
+            .clone();
+        let budget = SessionBudget {
+            epsilon: analyst.epsilon_budget,
+            delta: analyst.delta_budget,
+            ledger: analyst.ledger.to_string_lossy().into_owned(),
+        };
+        Ok(Arc::new(Self {
+            owner: Owner::open(config).await?,
+            budget,
+        }))
+    }
+
+    /// The session of one job, from the configuration Ballista built of the client's
+    /// settings: the client's accuracy options, the owner's everything else, locked.
+    pub fn job_session(&self, mut config: SessionConfig) -> Result<SessionState> {
+        let client = config
+            .options()
+            .extensions
+            .get::<DpOptions>()
+            .cloned()
+            .unwrap_or_default();
+        config
+            .options_mut()
+            .extensions
+            .insert(client.without_owner_settings());
+        // The catalog is the owner's: the default catalog and schema, where the owner's
+        // tables are registered and a client's table names are resolved.
+        config.options_mut().catalog = datafusion::common::config::CatalogOptions {
+            information_schema: true,
+            ..Default::default()
+        };
+        let ctx =
+            SessionContext::new_with_state(session_state_placed(config, Placement::Authority)?);
+        self.owner.lock_into(&ctx, &self.budget)?;
+        Ok(ctx.state())
+    }
+
+    /// `config` with this cluster's session builder, the codecs (bound calls from clients
+    /// refused) and the Flight proxy the client port guards: what `dp-scheduler
+    /// --owner-config` runs.
+    pub fn scheduler_config(self: &Arc<Self>, mut config: SchedulerConfig) -> SchedulerConfig {
+        config.override_logical_codec = Some(Arc::new(DpLogicalCodec::refusing_bound_calls()));
+        config.override_physical_codec = Some(Arc::new(DpPhysicalCodec::default()));
+        // Clients fetch results through the client port (never from an executor).
+        config.enable_embedded_flight_proxy = true;
+        config.advertise_flight_endpoint = None;
+        let cluster = Arc::clone(self);
+        config
+            .with_override_config_producer(Arc::new(session_config))
+            .with_override_session_builder(Arc::new(move |c| cluster.job_session(c)))
+    }
+}
+
+/// Whether the scheduler at `url` (`http://host:port`) is a locked cluster's client port.
+pub(crate) async fn is_locked_cluster(url: &str) -> Result<bool> {
+    let mut client = SchedulerGrpcClient::connect(url.to_string())
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!("cannot reach the Ballista scheduler at {url}: {e}"))
+        })?;
+    let answer = client
+        .get_job_status(GetJobStatusParams {
+            job_id: PROBE_JOB.to_string(),
+        })
+        .await;
+    Ok(answer.is_ok_and(|r| {
+        r.get_ref()
+            .status
+            .as_ref()
+            .is_some_and(|s| s.job_name == LOCKED_MARKER)
+    }))
+}
+
+/// Builds the scheduler of `config` (from [`LockedCluster::scheduler_config`]) and serves it:
+/// clients on `clients`, executors on `internal` (see the module docs).
+pub async fn serve(
+    config: SchedulerConfig,
+    clients: TcpListener,
+    internal: TcpListener,
+) -> Result<()> {
+    let to_df = |e: ballista_core::error::BallistaError| DataFusionError::External(Box::new(e));
+    let cluster = BallistaCluster::new_from_config(&config)
+        .await
+        .map_err(to_df)?;
+    let scheduler: Scheduler = create_scheduler(cluster, Arc::new(config))
+        .await
+        .map_err(to_df)?;
+    let config = &scheduler.state.config;
+    let (decoding, encoding) = (
+        config.grpc_server_max_decoding_message_size as usize,
+        config.grpc_server_max_encoding_message_size as usize,
+    );
+    let proxy = ReleasedPartitions {
+        scheduler: scheduler.clone(),
+        proxy: BallistaFlightProxyService::new(decoding, encoding, config.use_tls, None),
+    };
+    // Ballista's own server for the internal port (executors register with the address
+    // their connection comes from, which only its server records).
+    let internal_port = async {
+        start_grpc_service_with_listener(internal, scheduler.clone())
+            .await
+            .map_err(to_df)
+    };
+    let client_port = tonic::transport::Server::builder()
+        .add_service(
+            SchedulerGrpcServer::new(ClientPort {
+                scheduler: scheduler.clone(),
+            })
+            .max_decoding_message_size(decoding)
+            .max_encoding_message_size(encoding),
+        )
+        .add_service(
+            FlightServiceServer::new(proxy)
+                .max_decoding_message_size(decoding)
+                .max_encoding_message_size(encoding),
+        )
+        .serve_with_incoming(TcpListenerStream::new(clients));
+    let client_port = async {
+        client_port
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    };
+    tokio::try_join!(internal_port, client_port).map(|_| ())
+}
+
+/// Starts a locked cluster inside this process (its scheduler on two loopback ports the OS
+/// picks, and `executors` executors with `vcores` task slots each on the internal one) and
+/// returns the client port's `df://` URL. For tests and demos; a real cluster runs
+/// `dp-scheduler --owner-config` and `dp-executor` processes.
+pub async fn start_local_cluster(
+    cluster: &Arc<LockedCluster>,
+    executors: usize,
+    vcores: usize,
+) -> Result<String> {
+    let config = cluster.scheduler_config(
+        SchedulerConfig::default()
+            .with_scheduler_policy(ballista_core::config::TaskSchedulingPolicy::PullStaged),
+    );
+    let clients = TcpListener::bind("localhost:0").await?;
+    let internal = TcpListener::bind("localhost:0").await?;
+    let (client_port, internal_port) =
+        (clients.local_addr()?.port(), internal.local_addr()?.port());
+    tokio::spawn(async move {
+        if let Err(e) = serve(config, clients, internal).await {
+            eprintln!("locked scheduler stopped: {e}");
+        }
+    });
+    start_executors(
+        &format!("http://localhost:{internal_port}"),
+        executors,
+        vcores,
+    )
+    .await?;
+    Ok(format!("df://localhost:{client_port}"))
+}
+
+fn executor_only() -> Status {
+    Status::permission_denied(
+        "this is a locked cluster's client port: executors connect to the scheduler's internal port",
+    )
+}
+
+/// The scheduler's gRPC service as clients see it (see the module docs).
+#[derive(Clone)]
+struct ClientPort {
+    scheduler: Scheduler,
+}
+
+/// Refuses a query that is not a logical plan: a physical (or Substrait) plan would run
+/// without the planner rule that binds, checks and charges.
+fn logical_plans_only(params: &ExecuteQueryParams) -> std::result::Result<(), Status> {
+    match &params.query {
+        Some(Query::LogicalPlan(_)) => Ok(()),
+        _ => Err(Status::permission_denied(
+            "a locked cluster plans and checks every query itself: send SQL through \
+             datafusion_dp::distributed::remote_context (dpsql --scheduler); a physical or \
+             Substrait plan would skip its privacy analysis and is refused",
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl SchedulerGrpc for ClientPort {
+    type ExecuteQueryPushStream = <Scheduler as SchedulerGrpc>::ExecuteQueryPushStream;
+
+    async fn poll_work(
+        &self,
+        _: Request<PollWorkParams>,
+    ) -> std::result::Result<Response<PollWorkResult>, Status> {
+        Err(executor_only())
+    }
+
+    async fn register_executor(
+        &self,
+        _: Request<RegisterExecutorParams>,
+    ) -> std::result::Result<Response<RegisterExecutorResult>, Status> {
+        Err(executor_only())
+    }
+
+    async fn heart_beat_from_executor(
+        &self,
+        _: Request<HeartBeatParams>,
+    ) -> std::result::Result<Response<HeartBeatResult>, Status> {
+        Err(executor_only())
+    }
+
+    async fn update_task_status(
+        &self,
+        _: Request<UpdateTaskStatusParams>,
+    ) -> std::result::Result<Response<UpdateTaskStatusResult>, Status> {
+        Err(executor_only())
+    }
+
+    async fn executor_stopped(
+        &self,
+        _: Request<ExecutorStoppedParams>,
+    ) -> std::result::Result<Response<ExecutorStoppedResult>, Status> {
+        Err(executor_only())
+    }
+
+    async fn create_update_session(
+        &self,
+        request: Request<CreateUpdateSessionParams>,
+    ) -> std::result::Result<Response<CreateUpdateSessionResult>, Status> {
+        SchedulerGrpc::create_update_session(&self.scheduler, request).await
+    }
+
+    async fn remove_session(
+        &self,
+        request: Request<RemoveSessionParams>,
+    ) -> std::result::Result<Response<RemoveSessionResult>, Status> {
+        SchedulerGrpc::remove_session(&self.scheduler, request).await
+    }
+
+    async fn execute_query_push(
+        &self,
+        request: Request<ExecuteQueryParams>,
+    ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
+        logical_plans_only(request.get_ref())?;
+        SchedulerGrpc::execute_query_push(&self.scheduler, request).await
+    }
+
+    async fn execute_query(
+        &self,
+        request: Request<ExecuteQueryParams>,
+    ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
+        logical_plans_only(request.get_ref())?;
+        SchedulerGrpc::execute_query(&self.scheduler, request).await
+    }
+
+    async fn get_job_status(
+        &self,
+        request: Request<GetJobStatusParams>,
+    ) -> std::result::Result<Response<GetJobStatusResult>, Status> {
+        if request.get_ref().job_id == PROBE_JOB {
+            return Ok(Response::new(GetJobStatusResult {
+                status: Some(JobStatus {
+                    job_id: PROBE_JOB.to_string(),
+                    job_name: LOCKED_MARKER.to_string(),
+                    status: None,
+                }),
+                ..Default::default()
+            }));
+        }
+        SchedulerGrpc::get_job_status(&self.scheduler, request).await
+    }
+
+    async fn get_job_metrics(
+        &self,
+        _: Request<GetJobMetricsParams>,
+    ) -> std::result::Result<Response<GetJobMetricsResult>, Status> {
+        Err(Status::permission_denied(
+            "job metrics count the rows of every operator exactly (private data); a locked \
+             cluster serves them on its internal port only",
+        ))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<CancelJobParams>,
+    ) -> std::result::Result<Response<CancelJobResult>, Status> {
+        SchedulerGrpc::cancel_job(&self.scheduler, request).await
+    }
+
+    async fn clean_job_data(
+        &self,
+        _: Request<CleanJobDataParams>,
+    ) -> std::result::Result<Response<CleanJobDataResult>, Status> {
+        Err(Status::permission_denied(
+            "a locked cluster cleans job data itself",
+        ))
+    }
+}
+
+/// Ballista's Flight proxy, serving only the final partitions of finished jobs: what the
+/// query released. An intermediate shuffle partition holds exact partial aggregates.
+struct ReleasedPartitions {
+    scheduler: Scheduler,
+    proxy: BallistaFlightProxyService,
+}
+
+impl ReleasedPartitions {
+    /// Whether `action` fetches a final partition of a job that finished successfully.
+    async fn released(&self, action: &BallistaAction) -> std::result::Result<bool, Status> {
+        let BallistaAction::FetchPartition {
+            job_id,
+            stage_id,
+            partition_id,
+            host,
+            port,
+            ..
+        } = action;
+        let status = self
+            .scheduler
+            .state
+            .task_manager
+            .get_job_status(job_id)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let Some(JobStatus {
+            status: Some(job_status::Status::Successful(job)),
+            ..
+        }) = status
+        else {
+            return Ok(false);
+        };
+        Ok(job.partition_location.iter().any(|location| {
+            let id = location.partition_id.as_ref();
+            let executor = location.executor_meta.as_ref();
+            id.is_some_and(|id| {
+                id.job_id == job_id.to_string()
+                    && id.stage_id as usize == *stage_id
+                    && id.partition_id as usize == *partition_id
+            }) && executor.is_some_and(|e| e.host == *host && e.port as u16 == *port)
+        }))
+    }
+}
+
+fn unimplemented<T>(what: &str) -> std::result::Result<Response<T>, Status> {
+    Err(Status::unimplemented(format!(
+        "{what}: this port serves query results only"
+    )))
+}
+
+#[tonic::async_trait]
+impl FlightService for ReleasedPartitions {
+    type HandshakeStream = BoxStream<'static, std::result::Result<HandshakeResponse, Status>>;
+    type ListFlightsStream = BoxStream<'static, std::result::Result<FlightInfo, Status>>;
+    type DoGetStream = <BallistaFlightProxyService as FlightService>::DoGetStream;
+    type DoPutStream = BoxStream<'static, std::result::Result<PutResult, Status>>;
+    type DoExchangeStream = BoxStream<'static, std::result::Result<FlightData, Status>>;
+    type DoActionStream = BoxStream<'static, std::result::Result<arrow_flight::Result, Status>>;
+    type ListActionsStream = BoxStream<'static, std::result::Result<ActionType, Status>>;
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<Self::DoGetStream>, Status> {
+        let action = ballista_core::serde::decode_protobuf(&request.get_ref().ticket)
+            .map_err(|e| Status::invalid_argument(format!("invalid ticket: {e}")))?;
+        if !self.released(&action).await? {
+            return Err(Status::permission_denied(
+                "a locked cluster serves only the final partitions of finished jobs (what a \
+                 query released); intermediate partitions hold exact partial aggregates",
+            ));
+        }
+        self.proxy.do_get(request).await
+    }
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<HandshakeRequest>>,
+    ) -> std::result::Result<Response<Self::HandshakeStream>, Status> {
+        unimplemented("handshake")
+    }
+
+    async fn list_flights(
+        &self,
+        _: Request<Criteria>,
+    ) -> std::result::Result<Response<Self::ListFlightsStream>, Status> {
+        unimplemented("list_flights")
+    }
+
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        unimplemented("get_flight_info")
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<PollInfo>, Status> {
+        unimplemented("poll_flight_info")
+    }
+
+    async fn get_schema(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<SchemaResult>, Status> {
+        unimplemented("get_schema")
+    }
+
+    async fn do_put(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> std::result::Result<Response<Self::DoPutStream>, Status> {
+        unimplemented("do_put")
+    }
+
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
+        unimplemented("do_exchange")
+    }
+
+    async fn do_action(
+        &self,
+        _: Request<Action>,
+    ) -> std::result::Result<Response<Self::DoActionStream>, Status> {
+        unimplemented("do_action")
+    }
+
+    async fn list_actions(
+        &self,
+        _: Request<Empty>,
+    ) -> std::result::Result<Response<Self::ListActionsStream>, Status> {
+        unimplemented("list_actions")
+    }
+}

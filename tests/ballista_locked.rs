@@ -1,0 +1,404 @@
+//! A Ballista cluster locked by its data owner (an in-process scheduler on two loopback ports
+//! and two executors): the scheduler binds and charges with the owner's tables, options and
+//! analyst budget, whatever a client sends, and its client port serves nothing else.
+#![cfg(feature = "ballista")]
+
+use ballista_core::serde::protobuf::execute_query_params::Query;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::protobuf::{
+    execute_query_result, job_status, ExecuteQueryParams, GetJobMetricsParams, GetJobStatusParams,
+    KeyValuePair, PartitionLocation, RegisterExecutorParams,
+};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use datafusion_dp::distributed::{locked, remote_context, DpLogicalCodec, LockedCluster};
+use datafusion_dp::owner::OwnerConfig;
+use datafusion_proto::logical_plan::AsLogicalPlan;
+use datafusion_proto::physical_plan::AsExecutionPlan;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use prost::Message;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const BUDGET: f64 = 1.5;
+
+fn data(file: &str) -> String {
+    format!("{}/data/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!(
+            "datafusion-dp-locked-cluster-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
+
+fn ledger() -> PathBuf {
+    dir().join("team.ledger")
+}
+
+/// The locked cluster for the whole test binary: the owner protects `visits` by patient and
+/// declares `regions` public (and its keys the public GROUP BY keys); analyst `team` has an
+/// epsilon budget of 1.5. Returns the client port's `df://` URL.
+fn cluster() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let config = dir().join("owner.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+                 [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+                 [options]\npublic_groups = \"regions\"\nmax_rows_per_unit = 4\n\n\
+                 [[analyst]]\nname = \"team\"\nepsilon_budget = {BUDGET}\nledger = \"{}\"\n",
+                data("visits.csv"),
+                data("regions.csv"),
+                ledger().display()
+            ),
+        )
+        .unwrap();
+        let (started, url) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let owner = OwnerConfig::load(&config).unwrap();
+                let cluster = LockedCluster::open(owner, None).await.unwrap();
+                started
+                    .send(locked::start_local_cluster(&cluster, 2, 2).await)
+                    .unwrap();
+                std::future::pending::<()>().await
+            })
+        });
+        url.recv().unwrap().expect("cluster starts")
+    })
+}
+
+fn grpc_url() -> String {
+    cluster().replace("df://", "http://")
+}
+
+/// An analyst's client with the tables declared as the analyst likes.
+async fn analyst() -> SessionContext {
+    let ctx = remote_context(cluster()).await.unwrap();
+    for (name, file) in [("visits", "visits.csv"), ("regions", "regions.csv")] {
+        ctx.register_csv(name, &data(file), CsvReadOptions::new())
+            .await
+            .unwrap();
+    }
+    ctx
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<usize> {
+    let mut rows = 0;
+    for statement in sql.split(';').filter(|s| !s.trim().is_empty()) {
+        let batches = ctx.sql(statement).await?.collect().await?;
+        rows = batches.iter().map(|b| b.num_rows()).sum();
+    }
+    Ok(rows)
+}
+
+async fn refused(ctx: &SessionContext, sql: &str, expected: &str) {
+    let err = run(ctx, sql)
+        .await
+        .expect_err(&format!("answered: {sql}"))
+        .to_string();
+    assert!(err.contains(expected), "{sql}: {err}");
+}
+
+fn charges() -> Vec<f64> {
+    match datafusion_dp::sql::accounting::ledger::read(&ledger()) {
+        Ok(entries) => entries.iter().map(|e| e.epsilon).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// One test for everything that spends the analyst's budget, so the charges are in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
+    let ctx = analyst().await;
+    // What the analyst declares for itself is ignored: the budget, the ledger, the tables.
+    let own_ledger = dir().join("mine.ledger");
+    run(
+        &ctx,
+        &format!(
+            "SET dp.epsilon_budget = 100; SET dp.ledger = '{}'; SET dp.public_tables = '*'; \
+             SET dp.public_groups = 'assert'; SET dp.confidence = 0.9",
+            own_ledger.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let regions = std::fs::read_to_string(data("regions.csv"))
+        .unwrap()
+        .lines()
+        .count()
+        - 1;
+    let rows = run(
+        &ctx,
+        "SELECT region, dp_rr_ci(outcome, exposed, 0.5) FROM visits GROUP BY region",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows, regions, "the owner's public keys, one row each");
+    assert_eq!(charges(), vec![0.5], "charged to the owner's ledger once");
+    assert!(!own_ledger.exists(), "the client's ledger is not used");
+    // A second client session spends the same analyst budget: 0.5 + 0.5 of 1.5, then 0.6 does
+    // not fit.
+    let other = analyst().await;
+    run(&other, "SELECT dp_count(visit_id, 0.5) FROM visits")
+        .await
+        .unwrap();
+    refused(
+        &other,
+        "SELECT dp_count(visit_id, 0.6) FROM visits",
+        "budget",
+    )
+    .await;
+    assert_eq!(charges(), vec![0.5, 0.5]);
+    // Exact outputs stay refused though the client declared every table public.
+    refused(&ctx, "SELECT count(*) FROM visits", "visits").await;
+    assert_eq!(charges(), vec![0.5, 0.5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_table_is_the_owners_table_or_nothing() {
+    let ctx = analyst().await;
+    // The analyst's own copy of the protected file, under another name.
+    ctx.register_csv("mine", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    refused(
+        &ctx,
+        "SELECT count(*) FROM mine",
+        "not one of the tables this cluster's data owner registered",
+    )
+    .await;
+    // The protected file registered under the public table's name.
+    let renamed = remote_context(cluster()).await.unwrap();
+    renamed
+        .register_csv("regions", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    refused(
+        &renamed,
+        "SELECT * FROM regions",
+        "does not have the columns of the data owner's table",
+    )
+    .await;
+}
+
+/// The same unbound query a client sends, for the raw gRPC tests.
+async fn unbound_plan(sql: &str) -> LogicalPlan {
+    let ctx = SessionContext::new_with_state(
+        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
+            .unwrap(),
+    );
+    ctx.register_csv("visits", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    ctx.register_csv("regions", &data("regions.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    ctx.sql("SET dp.public_tables = '*'").await.unwrap();
+    if sql.contains("dp_") {
+        // Bound by this trusted-mode session (its own settings).
+        ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap()
+    } else {
+        ctx.state().create_logical_plan(sql).await.unwrap()
+    }
+}
+
+/// A job submission as Ballista's client makes it (with its version header).
+fn submit(query: Query) -> tonic::Request<ExecuteQueryParams> {
+    submit_with(query, &[])
+}
+
+fn submit_with(query: Query, settings: &[(&str, &str)]) -> tonic::Request<ExecuteQueryParams> {
+    let mut request = tonic::Request::new(ExecuteQueryParams {
+        session_id: String::new(),
+        settings: settings
+            .iter()
+            .map(|(key, value)| KeyValuePair {
+                key: key.to_string(),
+                value: Some(value.to_string()),
+            })
+            .collect(),
+        operation_id: "locked-cluster-test".to_string(),
+        query: Some(query),
+    });
+    ballista_core::version::insert_version_header(request.metadata_mut());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plans_that_skip_the_schedulers_analysis_are_refused() {
+    cluster();
+    let mut client = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    // A logical plan whose DP call a client bound (with its own epsilon and tables).
+    let bound = unbound_plan("SELECT dp_count(visit_id, 1.0) FROM visits").await;
+    let bytes = LogicalPlanNode::try_from_logical_plan(&bound, &DpLogicalCodec::default())
+        .unwrap()
+        .encode_to_vec();
+    let answer = client
+        .execute_query(submit(Query::LogicalPlan(bytes)))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(execute_query_result::Result::Failure(failure)) = answer.result else {
+        panic!("a client-bound plan was accepted: {answer:?}");
+    };
+    assert!(
+        format!("{failure:?}").contains("refuses a call a client bound"),
+        "{failure:?}"
+    );
+    // A physical plan of an exact count.
+    let plain = SessionContext::new();
+    plain
+        .register_csv("visits", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let physical = plain
+        .sql("SELECT count(*) FROM visits")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let bytes = PhysicalPlanNode::try_from_physical_plan(
+        physical,
+        &datafusion_dp::distributed::DpPhysicalCodec::default(),
+    )
+    .unwrap()
+    .encode_to_vec();
+    let err = client
+        .execute_query(submit(Query::PhysicalPlan(bytes)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    assert!(err.message().contains("physical"), "{err}");
+    // Executors' and operators' endpoints are not on the client port.
+    let err = client
+        .register_executor(RegisterExecutorParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    let err = client
+        .get_job_metrics(GetJobMetricsParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_released_partitions_are_served() {
+    cluster();
+    let mut client = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    // A query of the public table with shuffle stages (a partitioned self-join): its final
+    // partitions are served and its intermediate ones are not.
+    let plan =
+        unbound_plan("SELECT a.region FROM regions a JOIN regions b ON a.region = b.region").await;
+    let bytes = LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+        .unwrap()
+        .encode_to_vec();
+    let answer = client
+        .execute_query(submit_with(
+            Query::LogicalPlan(bytes),
+            &[
+                ("datafusion.execution.target_partitions", "2"),
+                (
+                    "datafusion.optimizer.hash_join_single_partition_threshold",
+                    "0",
+                ),
+                (
+                    "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+                    "0",
+                ),
+                ("ballista.planner.adaptive.enabled", "false"),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(execute_query_result::Result::Success(success)) = answer.result else {
+        panic!("a public query was refused: {answer:?}");
+    };
+    let job_id = success.job_id;
+    let locations: Vec<PartitionLocation> = loop {
+        let status = client
+            .get_job_status(GetJobStatusParams {
+                job_id: job_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .and_then(|s| s.status);
+        match status {
+            Some(job_status::Status::Successful(job)) => break job.partition_location,
+            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    };
+    // A final partition with rows (Ballista's client expects a schema batch from a fetch).
+    let final_location = locations
+        .iter()
+        .find(|l| l.partition_stats.as_ref().is_some_and(|s| s.num_rows > 0))
+        .expect("a final partition with rows")
+        .clone();
+    let fetch = |location: PartitionLocation| async move {
+        let (host, port) = {
+            let url = url::Url::parse(cluster()).unwrap();
+            (url.host_str().unwrap().to_string(), url.port().unwrap())
+        };
+        let mut proxy = ballista_core::client::BallistaClient::try_new(
+            &host,
+            port,
+            16 << 20,
+            false,
+            None,
+            1,
+            0,
+            0,
+            0,
+        )
+        .await
+        .unwrap();
+        let executor = location.executor_meta.clone().unwrap();
+        proxy
+            .fetch_partition_proxied(
+                &executor.id,
+                &location.partition_id.clone().unwrap().into(),
+                location.file_id,
+                location.layout(),
+                &executor.host,
+                executor.port as u16,
+                true,
+            )
+            .await
+    };
+    assert!(
+        fetch(final_location.clone()).await.is_ok(),
+        "a released partition is served"
+    );
+    let mut intermediate = final_location;
+    let id = intermediate.partition_id.as_mut().unwrap();
+    assert!(
+        id.stage_id > 1,
+        "the query has a shuffle stage before the final one"
+    );
+    id.stage_id -= 1;
+    let err = match fetch(intermediate).await {
+        Ok(_) => panic!("an intermediate partition was served"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("final partitions"), "{err}");
+}
