@@ -3,30 +3,49 @@
 //! carried to the aggregate ([`crate::sql::privacy::analysis`]).
 //!
 //! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: each
-//! unit keeps at most `max_groups_per_unit` of its groups, chosen uniformly at random
-//! (`dense_rank() OVER (PARTITION BY unit ORDER BY sha256(salt, unit, keys), keys)` with a
-//! fresh random salt per query, or one derived from `dp.seed`), then per (unit, group) a
-//! uniformly random sample of at most `max_rows_per_unit` rows (`row_number() OVER
-//! (PARTITION BY unit, keys ORDER BY random())`). Each choice depends only on the unit's own
-//! rows and the salt, so the bounds hold whatever the data. The calibration then uses
-//! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
-//! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The rewrite is a plain window + filter below
-//! the aggregate, visible in `EXPLAIN`.
+//! unit keeps at most `max_groups_per_unit` of its groups, chosen uniformly at random, and in
+//! each of them a uniformly random sample of at most `max_rows_per_unit` rows. The rewrite is
+//! one window and a filter below the aggregate, visible in `EXPLAIN`:
+//!
+//! ```text
+//! Filter: __dp_unit_sample
+//!   WindowAggr: dp_unit_sample(unit, keys.., max_rows, max_groups)
+//!               PARTITION BY [__dp_unit_bucket] ORDER BY [unit, __dp_group_order, keys..]
+//!     Projection: *, dp_keyed_hash(salt, unit) % 1024 AS __dp_unit_bucket,
+//!                    dp_keyed_hash(salt, unit, keys..) AS __dp_group_order
+//! ```
+//!
+//! Each unit's groups are ordered by a keyed hash of (unit, keys) with a fresh random salt per
+//! query, or one derived from `dp.seed` ([`keyed_hash`]), then by the keys, so distinct groups
+//! never tie; [`unit_sample`] keeps the first `max_groups_per_unit` groups of each unit and a
+//! random sample of rows in each. Every choice depends only on the unit's own rows and the
+//! salt, so the bounds hold whatever the data. The calibration then uses sensitivity
+//! `max_rows_per_unit` and `ε/max_groups_per_unit` per group
+//! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The window is partitioned by a
+//! bucket of the unit (a hash of it modulo 1024), not by the unit: every unit stays in one
+//! partition, so partitions run in parallel (and on Ballista executors), while DataFusion's
+//! per-partition overhead is paid 1024 times instead of once per unit, which made
+//! `PARTITION BY unit` windows cost ~4 µs a unit (BENCHMARKS.md, "Contribution bounding").
+
+pub mod keyed_hash;
+pub mod unit_sample;
 
 use crate::stats::rng::{secure_rng, seeded_rng};
-use arrow::datatypes::DataType;
-use datafusion::common::{plan_datafusion_err, Result};
-use datafusion::functions::crypto::expr_fn::sha256;
-use datafusion::functions::math::expr_fn::random;
-use datafusion::functions::string::expr_fn::concat_ws;
-use datafusion::functions_window::expr_fn::{dense_rank, row_number};
-use datafusion::logical_expr::{cast, SortExpr};
-use datafusion::logical_expr::{col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder};
+use datafusion::common::{plan_datafusion_err, Result, ScalarValue};
+use datafusion::logical_expr::{
+    col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder, WindowFrame,
+    WindowFrameBound, WindowFrameUnits,
+};
+use keyed_hash::keyed_hash;
 use rand::RngCore;
 use std::sync::Arc;
 
-const ROW_RANK: &str = "__dp_unit_row_rank";
-const GROUP_RANK: &str = "__dp_unit_group_rank";
+const BUCKET: &str = "__dp_unit_bucket";
+const GROUP_ORDER: &str = "__dp_group_order";
+const KEEP: &str = "__dp_unit_sample";
+/// Buckets of units, the window's partitions: many more than any cluster's partitions (so
+/// they balance), few enough that DataFusion's per-partition cost is negligible.
+const BUCKETS: u64 = 1024;
 
 /// `input` with every privacy unit's contribution bounded (see the module docs). `seed` (the
 /// non-private `dp.seed`) makes the choice of groups reproducible.
@@ -39,49 +58,46 @@ pub fn bound_contributions(
     seed: Option<u64>,
 ) -> Result<Arc<LogicalPlan>> {
     let schema = input.schema().clone();
-    // Groups first, then rows: the same result (the row sample keeps at least one row of
-    // every (unit, group), so it never changes which groups a unit is in), and the order that
-    // Ballista 55 runs correctly: with the row sample below the group rank, its distributed
-    // plan ranks groups in the wrong order (see docs/distributed.md).
-    let mut plan = LogicalPlanBuilder::from(input);
-    if !keys.is_empty() {
-        let group_rank = dense_rank()
-            .partition_by(vec![unit_column.clone()])
-            .order_by(random_key_order(&unit_column, keys, seed)?)
-            .build()?
-            .alias(GROUP_RANK);
-        plan = plan
-            .window(vec![group_rank])?
-            .filter(col(GROUP_RANK).lt_eq(lit(max_groups as u64)))?;
-    }
-    let mut per_group = vec![unit_column];
-    per_group.extend(keys.iter().cloned());
-    let row_rank = row_number()
-        .partition_by(per_group)
-        .order_by(vec![random().sort(true, false)])
-        .build()?
-        .alias(ROW_RANK);
-    let plan = plan
-        .window(vec![row_rank])?
-        .filter(col(ROW_RANK).lt_eq(lit(max_rows as u64)))?;
     let original: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
-    Ok(Arc::new(plan.project(original)?.build()?))
-}
-
-/// A uniformly random order of each unit's group keys: SHA-256 of a per-query random salt, the
-/// unit and the keys (so every row of one (unit, group) gets the same value), then the keys
-/// themselves, so distinct groups never tie (a tie would let `dense_rank` keep more than
-/// `max_groups_per_unit` groups, whatever the hash does with NULLs or string forms).
-fn random_key_order(unit: &Expr, keys: &[Expr], seed: Option<u64>) -> Result<Vec<SortExpr>> {
     let salt = match seed {
         Some(seed) => seeded_rng(seed, "__dp_unit_group_order").next_u64(),
         None => secure_rng()
             .map_err(|e| plan_datafusion_err!("contribution bounding: {e}"))?
             .next_u64(),
     };
-    let mut parts = vec![lit(salt.to_string()), cast(unit.clone(), DataType::Utf8)];
-    parts.extend(keys.iter().map(|k| cast(k.clone(), DataType::Utf8)));
-    let mut order = vec![sha256(concat_ws(lit("\u{1f}"), parts)).sort(true, false)];
-    order.extend(keys.iter().map(|k| k.clone().sort(true, false)));
-    Ok(order)
+    let mut unit_and_keys = vec![unit_column.clone()];
+    unit_and_keys.extend(keys.iter().cloned());
+    let mut with_order = original.clone();
+    with_order.push(
+        (keyed_hash(salt, [unit_column.clone()]) % lit(ScalarValue::UInt64(Some(BUCKETS))))
+            .alias(BUCKET),
+    );
+    // Without GROUP BY every row is in the one group: the rows are sampled per unit.
+    let mut order = vec![unit_column.clone().sort(true, false)];
+    if !keys.is_empty() {
+        with_order.push(keyed_hash(salt, unit_and_keys.clone()).alias(GROUP_ORDER));
+        order.push(col(GROUP_ORDER).sort(true, false));
+        order.extend(keys.iter().map(|k| k.clone().sort(true, false)));
+    }
+    let bounds = [max_rows, if keys.is_empty() { 1 } else { max_groups }];
+    let mut args = unit_and_keys;
+    args.extend(bounds.map(|b| lit(ScalarValue::UInt64(Some(u64::from(b))))));
+    let keep = unit_sample::udwf()
+        .call(args)
+        .partition_by(vec![col(BUCKET)])
+        .order_by(order)
+        .window_frame(WindowFrame::new_bounds(
+            WindowFrameUnits::Rows,
+            WindowFrameBound::Preceding(ScalarValue::UInt64(None)),
+            WindowFrameBound::CurrentRow,
+        ))
+        .build()?
+        .alias(KEEP);
+    let plan = LogicalPlanBuilder::from(input)
+        .project(with_order)?
+        .window(vec![keep])?
+        .filter(col(KEEP))?
+        .project(original)?
+        .build()?;
+    Ok(Arc::new(plan))
 }
