@@ -13,6 +13,7 @@
 //! machine state; the report gives the median of each side and the ratio of medians.
 
 use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::datasource::MemTable;
 use datafusion::prelude::*;
 use datafusion_dp::stats::rng::secure_rng;
 use datafusion_dp::stats::simulation::Design;
@@ -21,6 +22,7 @@ use datafusion_dp::stats::{
     TwoByTwo,
 };
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -190,16 +192,23 @@ async fn generate(filter: Option<String>) -> Result<()> {
 }
 
 async fn register_visits(ctx: &SessionContext, dataset: &str, source: &str) -> Result<()> {
+    // Registered as tables named `visits`, not as views of unnamed scans: protection
+    // declarations name tables (a view is inlined into its plan, whose scan has no name).
     let path = dataset_path(dataset);
-    let frame = ctx
-        .read_parquet(
-            path.to_str().ok_or("non-UTF-8 path")?,
-            ParquetReadOptions::default(),
-        )
-        .await?;
+    let path = path.to_str().ok_or("non-UTF-8 path")?;
     match source {
-        "parquet" => ctx.register_table("visits", frame.into_view())?,
-        "memory" => ctx.register_table("visits", frame.cache().await?.into_view())?,
+        "parquet" => {
+            ctx.register_parquet("visits", path, ParquetReadOptions::default())
+                .await?
+        }
+        "memory" => {
+            let frame = ctx
+                .read_parquet(path, ParquetReadOptions::default())
+                .await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            let table = MemTable::try_new(schema, frame.collect_partitioned().await?)?;
+            ctx.register_table("visits", Arc::new(table))?;
+        }
         other => return Err(format!("unknown source {other}").into()),
     };
     Ok(())
