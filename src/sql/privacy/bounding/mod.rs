@@ -24,8 +24,9 @@
 //! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The window is partitioned by a
 //! bucket of the unit (a hash of it modulo 1024), not by the unit: every unit stays in one
 //! partition, so partitions run in parallel (and on Ballista executors), while DataFusion's
-//! per-partition overhead is paid 1024 times instead of once per unit, which made
-//! `PARTITION BY unit` windows cost ~4 µs a unit (BENCHMARKS.md, "Contribution bounding").
+//! per-partition work is done 1024 times instead of once per unit, which made the former
+//! `PARTITION BY unit` windows cost 10-15 s for 1M units in 2M rows (BENCHMARKS.md,
+//! "Contribution bounding").
 
 pub mod keyed_hash;
 pub mod unit_sample;
