@@ -13,6 +13,7 @@
 //! machine state; the report gives the median of each side and the ratio of medians.
 
 use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::datasource::MemTable;
 use datafusion::prelude::*;
 use datafusion_dp::stats::rng::secure_rng;
 use datafusion_dp::stats::simulation::Design;
@@ -21,16 +22,21 @@ use datafusion_dp::stats::{
     TwoByTwo,
 };
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// (name, rows, groups)
-const DATASETS: [(&str, u64, u64); 4] = [
-    ("10M_100g", 10_000_000, 100),
-    ("10M_100kg", 10_000_000, 100_000),
-    ("10M_1Mg", 10_000_000, 1_000_000),
-    ("20M_1Mg", 20_000_000, 1_000_000),
+/// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
+/// Datasets with several rows per patient (names ending in `u`, the number of patients) are
+/// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
+const DATASETS: [(&str, u64, u64, u64); 6] = [
+    ("10M_100g", 10_000_000, 100, 1),
+    ("10M_100kg", 10_000_000, 100_000, 1),
+    ("10M_1Mg", 10_000_000, 1_000_000, 1),
+    ("20M_1Mg", 20_000_000, 1_000_000, 1),
+    ("2M_100g_1Mu", 2_000_000, 100, 2),
+    ("2M_100g_200ku", 2_000_000, 100, 10),
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
@@ -91,6 +97,34 @@ const PAIRS: [(&str, &str, &str, &str); 9] = [
     ),
 ];
 
+/// Contribution bounding: the same DP query over `visits` protected by its unit column
+/// `patient_id` (the bounding rewrite) and protected row by row (no rewrite), and the unit
+/// query against DataFusion's exact count. (name, DP query, baseline, DP side's settings,
+/// baseline side's settings.)
+const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 3] = [
+    (
+        "dp_count unit vs row protection",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "SET dp.protected_tables = 'visits'",
+    ),
+    (
+        "dp_rr_ci unit vs row protection",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "SET dp.protected_tables = 'visits'",
+    ),
+    (
+        "dp_count unit vs count",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, count(patient_id) FROM visits GROUP BY grp",
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "",
+    ),
+];
+
 const FOUR_COUNTS: &str = "SELECT grp,
     count(*) FILTER (WHERE outcome AND exposed),
     count(*) FILTER (WHERE exposed),
@@ -122,7 +156,7 @@ async fn session() -> Result<SessionContext> {
 
 /// Deterministic pseudo-random columns from the row number, so every run sees the same data.
 async fn generate(filter: Option<String>) -> Result<()> {
-    for (name, rows, groups) in DATASETS {
+    for (name, rows, groups, per_patient) in DATASETS {
         if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
@@ -134,7 +168,7 @@ async fn generate(filter: Option<String>) -> Result<()> {
         let start = Instant::now();
         let ctx = SessionContext::new();
         let sql = format!(
-            "SELECT value AS visit_id, value AS patient_id,
+            "SELECT value AS visit_id, value / {per_patient} AS patient_id,
                     (value * 2654435761) % {groups} AS grp,
                     (value * 40503) % 1000 < 400 AS exposed,
                     (value * 69069) % 1000 < 250 AS outcome
@@ -158,16 +192,23 @@ async fn generate(filter: Option<String>) -> Result<()> {
 }
 
 async fn register_visits(ctx: &SessionContext, dataset: &str, source: &str) -> Result<()> {
+    // Registered as tables named `visits`, not as views of unnamed scans: protection
+    // declarations name tables (a view is inlined into its plan, whose scan has no name).
     let path = dataset_path(dataset);
-    let frame = ctx
-        .read_parquet(
-            path.to_str().ok_or("non-UTF-8 path")?,
-            ParquetReadOptions::default(),
-        )
-        .await?;
+    let path = path.to_str().ok_or("non-UTF-8 path")?;
     match source {
-        "parquet" => ctx.register_table("visits", frame.into_view())?,
-        "memory" => ctx.register_table("visits", frame.cache().await?.into_view())?,
+        "parquet" => {
+            ctx.register_parquet("visits", path, ParquetReadOptions::default())
+                .await?
+        }
+        "memory" => {
+            let frame = ctx
+                .read_parquet(path, ParquetReadOptions::default())
+                .await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            let table = MemTable::try_new(schema, frame.collect_partitioned().await?)?;
+            ctx.register_table("visits", Arc::new(table))?;
+        }
         other => return Err(format!("unknown source {other}").into()),
     };
     Ok(())
@@ -193,14 +234,26 @@ async fn pairs(filter: Option<String>) -> Result<()> {
         .unwrap_or(5);
     println!("| dataset | source | pair | DP median (s) | baseline median (s) | ratio |");
     println!("|---|---|---|---|---|---|");
-    for (dataset, _, _) in DATASETS {
+    let all_pairs = PAIRS
+        .iter()
+        .map(|&(name, dp, base, setting)| (name, dp, base, setting, "", false))
+        .chain(
+            UNIT_PAIRS
+                .iter()
+                .map(|&(name, dp, base, dp_set, base_set)| {
+                    (name, dp, base, dp_set, base_set, true)
+                }),
+        );
+    let all_pairs: Vec<_> = all_pairs.collect();
+    for (dataset, _, _, per_patient) in DATASETS {
         for source in ["memory", "parquet"] {
-            let selected = |name: &str| {
+            let selected = |name: &str, units: bool| {
                 let label = format!("{dataset} {source} {name}");
-                filter.as_ref().is_none_or(|f| label.contains(f.as_str()))
+                units == (per_patient > 1)
+                    && filter.as_ref().is_none_or(|f| label.contains(f.as_str()))
             };
             // Only datasets with a selected pair are loaded (the others need not exist).
-            if !PAIRS.iter().any(|(name, ..)| selected(name)) {
+            if !all_pairs.iter().any(|p| selected(p.0, p.5)) {
                 continue;
             }
             // One session per side so session settings (the seed) apply to one side only.
@@ -208,11 +261,12 @@ async fn pairs(filter: Option<String>) -> Result<()> {
             let base = session().await?;
             register_visits(&dp, dataset, source).await?;
             register_visits(&base, dataset, source).await?;
-            for (name, dp_sql, base_sql, setting) in PAIRS {
-                if !selected(name) {
+            for &(name, dp_sql, base_sql, dp_setting, base_setting, units) in &all_pairs {
+                if !selected(name, units) {
                     continue;
                 }
-                let dp = session_with(&dp, setting).await?;
+                let dp = session_with(&dp, dp_setting).await?;
+                let base = session_with(&base, base_setting).await?;
                 time_query(&dp, dp_sql).await?;
                 time_query(&base, base_sql).await?;
                 let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -365,6 +419,11 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
         "four_counts" => FOUR_COUNTS,
         "dp_relative_risk" => PAIRS[1].1,
         "dp_rr_ci" => PAIRS[2].1,
+        // The same query over visits protected by its unit column (contribution bounding).
+        "dp_count_unit" => {
+            ctx.sql(UNIT_PAIRS[0].3).await?;
+            UNIT_PAIRS[0].1
+        }
         other => return Err(format!("unknown query {other}").into()),
     };
     let start = Instant::now();
@@ -383,6 +442,6 @@ async fn main() -> Result<()> {
         Some("sampler") => sampler(),
         Some("intervals") => intervals(),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_count_unit>".into()),
     }
 }

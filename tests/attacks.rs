@@ -92,6 +92,13 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(c, 1.0) FROM (SELECT count(*) OVER () AS c FROM t)", Refused("window function over protected table 't'")),
     ("SELECT dp_count(region, 1.0) FROM (SELECT region, row_number() OVER (PARTITION BY region) AS r FROM visits) WHERE r = 1", Refused("window function over protected table 'visits'")),
     ("SELECT dp_count(x, 1.0) OVER () FROM t", Refused("cannot be used as a window function")),
+    // The contribution-bounding functions: the window reads one unit's rows only when its
+    // first argument and its first ORDER BY are the unit column; a keyed hash of protected
+    // values is an output of protected rows.
+    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(region, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY patient_id) AS k FROM visits) WHERE k", Answered),
+    ("SELECT dp_keyed_hash(arrow_cast(1, 'UInt64'), x) FROM t", Refused("would output rows of protected table 't'")),
     // Joins.
     ("SELECT dp_count(a.x, 1.0) FROM t AS a JOIN t AS b ON a.x = b.x", Refused("join of protected relations")),
     ("SELECT dp_count(a.region, 1.0) FROM visits AS a JOIN visits AS b ON a.region = b.region", Refused("allowed only on equality of their unit columns")),
@@ -372,7 +379,14 @@ async fn explain_shows_each_dp_aggregate_s_bound() -> Result<()> {
     .await?;
     let text = datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
     assert!(text.contains("<= 1 row in <= 1 group per person"), "{text}");
-    assert!(text.contains("PARTITION BY [visits.patient_id]"), "{text}");
+    assert!(
+        text.contains("dp_unit_sample(visits.patient_id, UInt64(1), UInt64(1))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PARTITION BY [__dp_unit_bucket] ORDER BY [visits.patient_id ASC"),
+        "{text}"
+    );
     Ok(())
 }
 

@@ -14,7 +14,7 @@
 //! | `Join` with a public relation, `Unnest` | can repeat a row: the bound holds only after bounding per unit |
 //! | `Join` of two protected relations | only on equality of their unit columns (ZetaSQL's rule), then as above |
 //! | `Union` of protected relations | can repeat a row (the same row in two branches); the unit column must be the same column of every protected branch |
-//! | `Window` | only windows partitioned by the unit column (each value depends on one person's rows) |
+//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` ordered by it first (each value depends on one person's rows) |
 //! | `Aggregate` | only DP aggregates: their output is released (the group keys by the public-groups rules) |
 //! | `Limit`, `DISTINCT ON`, outer joins that keep public rows, semi/anti joins filtering public rows by protected ones, recursive queries, extension nodes | not bounded: refused |
 //!
@@ -31,6 +31,7 @@
 //! `dp.max_groups_per_unit` groups; anything else is refused, with the reason.
 
 use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::privacy::bounding::unit_sample::is_unit_sample;
 use crate::sql::privacy::protection::{Protection, Protections};
 use crate::stats::Contribution;
 use datafusion::catalog::CatalogProviderList;
@@ -41,7 +42,9 @@ use datafusion::datasource::cte_worktable::CteWorkTable;
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::WindowFunction;
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{BinaryExpr, Distinct, Expr, JoinType, LogicalPlan, Operator};
+use datafusion::logical_expr::{
+    BinaryExpr, Distinct, Expr, JoinType, LogicalPlan, Operator, WindowFunctionDefinition,
+};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -712,8 +715,10 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
     }
 }
 
-/// Whether a window expression is partitioned by `unit` (so each value depends only on one
-/// person's rows).
+/// Whether each value of a window expression depends only on one person's rows: it is
+/// partitioned by `unit`, or it is the bounding's `dp_unit_sample(unit, ...)` ordered by
+/// `unit` first (so the unit's rows in a partition are one run, and the function reads only
+/// that run: [`crate::sql::privacy::bounding::unit_sample`]).
 fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let Some(unit) = unit else {
         return false;
@@ -723,12 +728,15 @@ fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let _ = expr.apply(|e| {
         if let Expr::WindowFunction(window) = e {
             found_window = true;
-            let WindowFunction { params, .. } = window.as_ref();
-            if !params
+            let WindowFunction { fun, params } = window.as_ref();
+            let partitioned = params
                 .partition_by
                 .iter()
-                .any(|p| plain_column(p) == Some(unit))
-            {
+                .any(|p| plain_column(p) == Some(unit));
+            let unit_sample = matches!(fun, WindowFunctionDefinition::WindowUDF(udwf) if is_unit_sample(udwf))
+                && params.args.first().and_then(plain_column) == Some(unit)
+                && params.order_by.first().and_then(|o| plain_column(&o.expr)) == Some(unit);
+            if !(partitioned || unit_sample) {
                 all = false;
             }
         }
