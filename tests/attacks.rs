@@ -135,6 +135,8 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(x, 1.0) FROM v_amplified", Refused("can repeat a protected row")),
     // Grouping sets: each set is charged.
     ("SELECT g, dp_count(x, 1.0) FROM t GROUP BY GROUPING SETS ((g), ())", Refused("GROUP BY keys come from private data")),
+    // A volatile key is evaluated twice (by the bounding and by the aggregate).
+    ("SELECT dp_count(region, 1.0) FROM visits GROUP BY random() < 0.5", Refused("is volatile")),
     // Statements an analyst must not run.
     ("EXPLAIN ANALYZE SELECT dp_count(x, 1.0) FROM t", Refused("EXPLAIN ANALYZE reads protected table")),
     ("COPY (SELECT * FROM t) TO '/tmp/datafusion-dp-attack.csv'", Refused("")),

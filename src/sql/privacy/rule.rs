@@ -394,6 +394,15 @@ fn bind_aggregate(
     }
     // What one person can contribute to the aggregated input, proved from the plan.
     let name = first_dp_name(&aggregate.aggr_expr).unwrap_or("a DP aggregate");
+    // A volatile key is evaluated anew by the bounding (which picks each unit's groups) and by
+    // the aggregate: a unit's rows could land in groups the bounding did not pick.
+    if let Some(key) = keys.iter().find(|k| k.is_volatile()) {
+        return plan_err!(
+            "{name}: GROUP BY key {key} is volatile (each evaluation differs), so the groups one \
+             person contributes to cannot be bounded; group by columns or deterministic \
+             expressions (compute a random value in a subquery first if you need one)"
+        );
+    }
     let bound = analysis.relation(&aggregate.input)?.contribution(
         name,
         aggregate.input.schema(),
