@@ -40,7 +40,7 @@ const DATASETS: [(&str, u64, u64, u64); 6] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 9] = [
+const PAIRS: [(&str, &str, &str, &str); 10] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -72,15 +72,21 @@ const PAIRS: [(&str, &str, &str, &str); 9] = [
         "",
     ),
     (
-        "dp_rr_ci bootstrap vs log (closed form)",
+        "dp_rr_ci bootstrap vs score (default, closed form)",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=bootstrap') FROM visits GROUP BY grp",
-        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_rr_ci score (default) vs conservative",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=conservative') FROM visits GROUP BY grp",
         "",
     ),
     (
         "dp_rr_ci log vs conservative",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
-        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=conservative') FROM visits GROUP BY grp",
         "",
     ),
     (
@@ -377,6 +383,7 @@ fn intervals() -> Result<()> {
     let methods = [
         IntervalMethod::Conservative,
         IntervalMethod::Log,
+        IntervalMethod::Score,
         IntervalMethod::Bootstrap,
     ];
     let mut times = vec![Vec::new(); methods.len()];

@@ -436,6 +436,7 @@ async fn sql_functions_and_the_simulation_path_give_identical_output() {
             IntervalMethod::Plain,
             IntervalMethod::Log,
             IntervalMethod::Bootstrap,
+            IntervalMethod::Score,
         ] {
             if method.check_statistic(statistic).is_err() {
                 continue;
@@ -503,7 +504,9 @@ async fn sql_functions_and_the_simulation_path_give_identical_output() {
             }
         }
     }
-    assert_eq!(checked, 3 * 4 * 4 - 4);
+    // 5 methods for the relative risk, 4 for the odds ratio (no score), 3 for the risk
+    // difference (no log, no score); 4 mechanism and size settings each.
+    assert_eq!(checked, (5 + 4 + 3) * 4);
 }
 
 /// The lowest coverage estimate from `n` tables that is still consistent with a true coverage
@@ -605,6 +608,39 @@ fn odds_ratio_and_risk_difference_intervals_meet_the_coverage_targets() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn score_interval_meets_the_coverage_targets() {
+    // dp_rr_ci's default (docs/intervals.md §5): n = 200: 0.945, n = 100: 0.94 (ε = 0.5 and
+    // 1) and n = 50, ε = 0.5: 0.93, both mechanisms and size modes, in the cells of
+    // TARGET_CELLS — among them (0.9, 0.1) and (0.1, 0.9), where the log interval misses with
+    // Gaussian noise. 10,000 tables per cell, tolerance from coverage_floor (4 SE ≈ 0.009).
+    let mut failures = Vec::new();
+    let mut lowest = Vec::new();
+    for (n, target, epsilons) in [
+        (200u64, 0.945, &[0.5, 1.0][..]),
+        (100, 0.94, &[0.5, 1.0][..]),
+        (50, 0.93, &[0.5][..]),
+    ] {
+        for (e, &epsilon) in epsilons.iter().enumerate() {
+            lowest.push(check_targets(
+                n,
+                epsilon,
+                &TARGET_CELLS,
+                &[(RatioStatistic::RelativeRisk, IntervalMethod::Score)],
+                SIMULATIONS,
+                coverage_floor(target, SIMULATIONS),
+                80_000 + n * 10 + e as u64 * 100_000,
+                &mut failures,
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nlowest: {lowest:?}",
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -65,7 +65,10 @@ pub struct DpOptions {
     pub mechanism: Mechanism,
     pub delta: Option<f64>,
     pub confidence: f64,
-    pub ci_method: IntervalMethod,
+    /// The interval method; `None` (`default`): each statistic's own default
+    /// ([`IntervalMethod::default_for`]: `score` for the relative risk, `conservative` for the
+    /// odds ratio and the risk difference).
+    pub ci_method: Option<IntervalMethod>,
     pub group_sizes: GroupSizes,
     pub gaussian_calibration: GaussianCalibration,
     /// How `dp_relative_risk` releases the ratio (the paper's methods).
@@ -108,7 +111,7 @@ impl Default for DpOptions {
             mechanism: Mechanism::Laplace,
             delta: None,
             confidence: 0.95,
-            ci_method: IntervalMethod::Conservative,
+            ci_method: None,
             group_sizes: GroupSizes::Private,
             gaussian_calibration: GaussianCalibration::Analytic,
             method: RatioMethod::NoisyCounts,
@@ -139,7 +142,7 @@ const KEYS: &[(&str, &str)] = &[
     ("mechanism", "noise mechanism: 'laplace' (pure epsilon-DP, default) or 'gaussian' (needs delta)"),
     ("delta", "delta in (0, 1) for the gaussian mechanism"),
     ("confidence", "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95"),
-    ("ci_method", "interval: 'conservative' (the paper's, sampling + noise variance, default), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)"),
+    ("ci_method", "interval: 'default' (each statistic's own: 'score' for the relative risk, 'conservative' for the odds ratio and the risk difference), 'score' (relative risk: noise-aware score test inversion), 'conservative' (the paper's, sampling + noise variance), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)"),
     ("group_sizes", "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)"),
     ("gaussian_calibration", "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)"),
     ("method", "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr"),
@@ -365,7 +368,12 @@ impl DpOptions {
                 }
             }
             "confidence" => self.confidence = parse_confidence(value)?,
-            "ci_method" => self.ci_method = IntervalMethod::parse(value)?,
+            "ci_method" => {
+                self.ci_method = match value.trim().to_ascii_lowercase().as_str() {
+                    "default" => None,
+                    _ => Some(IntervalMethod::parse(value)?),
+                }
+            }
             "group_sizes" => self.group_sizes = GroupSizes::parse(value)?,
             "gaussian_calibration" => {
                 self.gaussian_calibration = GaussianCalibration::parse(value)?
@@ -457,7 +465,10 @@ impl ExtensionOptions for DpOptions {
                     "mechanism" => Some(self.mechanism.to_string()),
                     "delta" => self.delta.map(|d| d.to_string()),
                     "confidence" => Some(self.confidence.to_string()),
-                    "ci_method" => Some(self.ci_method.to_string()),
+                    "ci_method" => Some(
+                        self.ci_method
+                            .map_or_else(|| "default".to_string(), |m| m.to_string()),
+                    ),
                     "group_sizes" => Some(self.group_sizes.to_string()),
                     "method" => Some(self.method.to_string()),
                     "bias_correction" => Some(self.bias_correction.to_string()),

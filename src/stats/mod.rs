@@ -7,11 +7,14 @@ pub mod bootstrap;
 pub mod contribution;
 pub mod mechanism;
 pub mod methods;
+pub mod odds_ratio;
 pub mod paper;
 pub mod planning;
 pub mod ratio;
+pub mod risk_difference;
 pub mod rng;
 pub mod sampler;
+pub mod score;
 pub mod simulation;
 
 pub use contribution::Contribution;

@@ -9,6 +9,7 @@ use super::ratio::{
     relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
     IntervalMethod, TableNoise,
 };
+use super::score::relative_risk_score_interval;
 
 /// Smallest `ε` searched by [`epsilon_for_half_width`].
 pub const PLANNING_EPSILON_MIN: f64 = 1e-6;
@@ -21,7 +22,9 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 ///   `Gaussian_Valid_CI`, as `ReleasedTable::interval` computes it);
 /// * `IntervalMethod::Log`: half the width of the log interval,
 ///   `(e^{c+h} − e^{c−h})/2 = p·sinh(z·sqrt(V))` (the same variance on the log scale,
-///   [`relative_risk_log_interval_at`]).
+///   [`relative_risk_log_interval_at`]);
+/// * `IntervalMethod::Score` (`dp_rr_ci`'s default): half the width of the score interval
+///   ([`relative_risk_score_interval`]), infinite while its upper end is unbounded.
 ///
 /// `plain` ignores the noise and `bootstrap` has no closed form, so neither can be planned
 /// for (`Err`). The SQL function passes the session's (default) interval method, so planning
@@ -51,9 +54,12 @@ pub fn epsilon_for_half_width(
     sizes: GroupSizes,
     method: IntervalMethod,
 ) -> Result<Option<f64>, String> {
-    if !matches!(method, IntervalMethod::Conservative | IntervalMethod::Log) {
+    if !matches!(
+        method,
+        IntervalMethod::Conservative | IntervalMethod::Log | IntervalMethod::Score
+    ) {
         return Err(format!(
-            "ci_method '{method}' cannot be planned for (it has no closed-form width that depends on epsilon); use 'conservative' or 'log'"
+            "ci_method '{method}' cannot be planned for (it has no closed-form width that depends on epsilon); use 'score', 'conservative' or 'log'"
         ));
     }
     check_positive("n_x", n_x)?;
@@ -92,6 +98,11 @@ pub fn epsilon_for_half_width(
             Err(e) => return Err(e),
         };
         Ok(match method {
+            IntervalMethod::Score => {
+                let (lower, upper) =
+                    relative_risk_score_interval(x, n_x, y, n_y, sizes, noise.cell.variance, z);
+                0.5 * (upper - lower)
+            }
             IntervalMethod::Log => {
                 let (center, h) =
                     relative_risk_log_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, z);
@@ -286,6 +297,61 @@ mod tests {
         assert!(ok(100.0, 0.3, 1.0, 0.95, Mechanism::Gaussian, None).is_err());
         assert!(ok(100.0, 0.3, 1.0, 0.95, Mechanism::Gaussian, Some(0.0)).is_err());
     }
+    #[test]
+    fn epsilon_for_half_width_follows_the_score_interval() {
+        // dp_rr_ci's default: at the ε found, the released table's own score interval (at the
+        // expected counts) has half its width equal to the target; slightly less ε misses.
+        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
+        for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
+            for sizes in [GroupSizes::Public, GroupSizes::Private] {
+                let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
+                let z = two_sided_z(conf).unwrap();
+                let (lo, hi) =
+                    relative_risk_score_interval(nx * px, nx, ny * py, ny, sizes, 0.0, z);
+                let target = 1.3 * (hi - lo) / 2.0;
+                let eps = epsilon_for_half_width(
+                    nx,
+                    ny,
+                    px,
+                    py,
+                    target,
+                    conf,
+                    mechanism,
+                    delta,
+                    sizes,
+                    IntervalMethod::Score,
+                )
+                .unwrap()
+                .unwrap();
+                let half = |e: f64| {
+                    let noise = TableNoise::calibrate(
+                        mechanism,
+                        e,
+                        delta,
+                        GaussianCalibration::Analytic,
+                        sizes,
+                    )
+                    .unwrap();
+                    let table = ReleasedTable {
+                        exposed_cases: 120,
+                        exposed_total: 400,
+                        unexposed_cases: 60,
+                        unexposed_total: 300,
+                        sizes,
+                        noise_variance: noise.cell.variance,
+                    };
+                    let ci = table
+                        .interval(conf, IntervalMethod::Score)
+                        .unwrap()
+                        .unwrap();
+                    (ci.upper - ci.lower) / 2.0
+                };
+                assert!(half(eps) <= target * (1.0 + 1e-9), "{mechanism} {sizes}");
+                assert!(half(eps * (1.0 - 1e-6)) > target, "{mechanism} {sizes}");
+            }
+        }
+    }
+
     #[test]
     fn epsilon_for_half_width_follows_the_log_interval() {
         // At the ε found for the log interval, the released table's own log interval (at the

@@ -84,8 +84,12 @@ pub struct MethodCoverage {
     pub method: IntervalMethod,
     /// Fraction of intervals containing the true value (a missing interval counts as a miss).
     pub coverage: f64,
-    /// Median of `upper − lower` over the intervals that exist.
+    /// Median of `upper − lower` over the intervals that exist (`+∞` when more than half are
+    /// unbounded).
     pub median_width: f64,
+    /// Fraction of the intervals that exist whose upper end is `+∞` (the score interval's,
+    /// when the release cannot exclude a zero denominator).
+    pub unbounded: f64,
 }
 
 /// Coverage of several `(statistic, method)` intervals on the **same** simulated releases
@@ -115,7 +119,12 @@ pub fn coverage_study<R: Rng + ?Sized>(
                 if ci.lower <= truths[k] && truths[k] <= ci.upper {
                     covered[k] += 1;
                 }
-                widths[k].push(ci.upper - ci.lower);
+                // An interval reaching +∞ (also the degenerate [+∞, +∞]) is unbounded.
+                widths[k].push(if ci.upper.is_infinite() {
+                    f64::INFINITY
+                } else {
+                    ci.upper - ci.lower
+                });
             }
         }
     }
@@ -125,11 +134,13 @@ pub fn coverage_study<R: Rng + ?Sized>(
         .zip(widths)
         .map(|((&(statistic, method), covered), mut widths)| {
             widths.sort_unstable_by(f64::total_cmp);
+            let unbounded = widths.iter().filter(|w| w.is_infinite()).count();
             MethodCoverage {
                 statistic,
                 method,
                 coverage: covered as f64 / simulations as f64,
                 median_width: widths.get(widths.len() / 2).copied().unwrap_or(f64::NAN),
+                unbounded: unbounded as f64 / widths.len().max(1) as f64,
             }
         })
         .collect())

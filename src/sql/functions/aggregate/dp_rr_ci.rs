@@ -1,8 +1,9 @@
 //! `dp_rr_ci(outcome, exposed, epsilon [, options])`: the relative risk with its confidence
 //! interval, from one noisy 2x2 table (one noise draw, one privacy charge).
 //!
-//! Returns a struct: `estimate` (as `dp_relative_risk`), `lower`, `upper` (paper, Theorem
-//! Gaussian_Valid_CI for `ci_method=conservative`, Theorem Valid_CI for `plain`, the
+//! Returns a struct: `estimate` (as `dp_relative_risk`), `lower`, `upper` (by default the
+//! noise-aware score interval, [`crate::stats::score`], whose upper end may be `+∞`; paper,
+//! Theorem Gaussian_Valid_CI for `ci_method=conservative`, Theorem Valid_CI for `plain`, the
 //! noise-aware Katz log interval for `log`, see [`crate::stats::ReleasedTable::interval`]; the
 //! parametric bootstrap for `bootstrap`, [`crate::stats::bootstrap`], pure post-processing at
 //! no extra privacy cost), the released counts `exposed_cases`,

@@ -276,9 +276,14 @@ impl CallPlan {
                 local_release(function, &options, epsilon)?
             }
             _ => {
+                // The method asked for, or the statistic's own default interval.
+                let method = options.ci_method.unwrap_or_else(|| {
+                    function
+                        .statistic()
+                        .map_or(IntervalMethod::Conservative, IntervalMethod::default_for)
+                });
                 if let Some(statistic) = function.statistic().filter(|_| function.has_interval()) {
-                    options
-                        .ci_method
+                    method
                         .check_statistic(statistic)
                         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
                 }
@@ -293,7 +298,7 @@ impl CallPlan {
                     )
                     .map_err(calibration_error)?,
                     confidence: options.confidence,
-                    method: options.ci_method,
+                    method,
                 }
             }
         };

@@ -9,7 +9,7 @@ use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{
     analytic_gaussian_sigma, classic_gaussian_sigma, GaussianCalibration,
 };
-use crate::stats::{accuracy, planning};
+use crate::stats::{accuracy, planning, IntervalMethod, RatioStatistic};
 use arrow::array::{Array, AsArray, Float64Builder};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{exec_err, plan_err, Result};
@@ -167,7 +167,9 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
         options.mechanism,
         options.delta,
         options.group_sizes,
-        options.ci_method,
+        options
+            .ci_method
+            .unwrap_or(IntervalMethod::default_for(RatioStatistic::RelativeRisk)),
     )
 }
 
