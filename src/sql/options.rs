@@ -502,7 +502,6 @@ mod tests {
         let mut client = DpOptions::default();
         for (key, value) in [
             ("seed", "7"),
-            ("require_secure", "true"),
             ("epsilon_budget", "100"),
             ("delta_budget", "0.5"),
             ("ledger", "/tmp/mine"),
@@ -515,6 +514,8 @@ mod tests {
         ] {
             client.apply(key, value).unwrap();
         }
+        // `SET dp.require_secure = true` is refused beside a seed; set the field itself.
+        client.require_secure = true;
         let kept = client.without_owner_settings();
         let defaults = DpOptions::default();
         let entry = |o: &DpOptions, key: &str| {
