@@ -323,33 +323,42 @@ mod tests {
                 )
                 .unwrap()
                 .unwrap();
-                let half = |e: f64| {
-                    let noise = TableNoise::calibrate(
-                        mechanism,
-                        e,
-                        delta,
-                        GaussianCalibration::Analytic,
-                        sizes,
-                    )
-                    .unwrap();
-                    let table = ReleasedTable {
-                        exposed_cases: 120,
-                        exposed_total: 400,
-                        unexposed_cases: 60,
-                        unexposed_total: 300,
-                        sizes,
-                        noise_variance: noise.cell.variance,
-                    };
-                    let ci = table
-                        .interval(conf, IntervalMethod::Score)
-                        .unwrap()
-                        .unwrap();
-                    (ci.upper - ci.lower) / 2.0
-                };
+                let half =
+                    |e: f64| half_width_at(mechanism, e, delta, sizes, conf, IntervalMethod::Score);
                 assert!(half(eps) <= target * (1.0 + 1e-9), "{mechanism} {sizes}");
                 assert!(half(eps * (1.0 - 1e-6)) > target, "{mechanism} {sizes}");
             }
         }
+    }
+
+    /// The half width of `method`'s interval on the released table (120 of 400, 60 of 300)
+    /// with the noise calibrated for `epsilon`: what the planning tests aim at.
+    fn half_width_at(
+        mechanism: Mechanism,
+        epsilon: f64,
+        delta: Option<f64>,
+        sizes: GroupSizes,
+        conf: f64,
+        method: IntervalMethod,
+    ) -> f64 {
+        let noise = TableNoise::calibrate(
+            mechanism,
+            epsilon,
+            delta,
+            GaussianCalibration::Analytic,
+            sizes,
+        )
+        .unwrap();
+        let table = ReleasedTable {
+            exposed_cases: 120,
+            exposed_total: 400,
+            unexposed_cases: 60,
+            unexposed_total: 300,
+            sizes,
+            noise_variance: noise.cell.variance,
+        };
+        let ci = table.interval(conf, method).unwrap().unwrap();
+        (ci.upper - ci.lower) / 2.0
     }
 
     #[test]
@@ -376,24 +385,14 @@ mod tests {
             .unwrap()
             .unwrap();
             let half = |e: f64| {
-                let noise = TableNoise::calibrate(
+                half_width_at(
                     Mechanism::Laplace,
                     e,
                     None,
-                    GaussianCalibration::Analytic,
                     sizes,
+                    conf,
+                    IntervalMethod::Log,
                 )
-                .unwrap();
-                let table = ReleasedTable {
-                    exposed_cases: 120,
-                    exposed_total: 400,
-                    unexposed_cases: 60,
-                    unexposed_total: 300,
-                    sizes,
-                    noise_variance: noise.cell.variance,
-                };
-                let ci = table.interval(conf, IntervalMethod::Log).unwrap().unwrap();
-                (ci.upper - ci.lower) / 2.0
             };
             assert!(half(eps) <= target * (1.0 + 1e-12), "{sizes}");
             assert!(half(eps * (1.0 - 1e-6)) > target, "{sizes}");
