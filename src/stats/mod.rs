@@ -3,6 +3,7 @@
 
 pub mod accuracy;
 pub mod audit;
+pub mod bias;
 pub mod bootstrap;
 pub mod contribution;
 pub mod mechanism;

@@ -9,7 +9,7 @@ use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{
     analytic_gaussian_sigma, classic_gaussian_sigma, GaussianCalibration,
 };
-use crate::stats::{accuracy, planning, IntervalMethod, RatioStatistic};
+use crate::stats::{accuracy, bias, planning, IntervalMethod, RatioStatistic};
 use arrow::array::{Array, AsArray, Float64Builder};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{exec_err, plan_err, Result};
@@ -217,16 +217,16 @@ pub fn udfs() -> Vec<ScalarUDF> {
             "noisy_ratio_expectation",
             &["x", "y", "epsilon"],
             None,
-            |v, _| accuracy::noisy_ratio_expectation(v[0], v[1], v[2]),
+            |v, _| bias::noisy_ratio_expectation(v[0], v[1], v[2]),
         ),
         AnalyticFunction::udf(
             "noisy_ratio_expectation_approx",
             &["x", "y", "epsilon"],
             None,
-            |v, _| accuracy::noisy_ratio_expectation_approx(v[0], v[1], v[2]),
+            |v, _| bias::noisy_ratio_expectation_approx(v[0], v[1], v[2]),
         ),
         AnalyticFunction::udf("noisy_ratio_bias", &["x", "y", "epsilon"], None, |v, _| {
-            accuracy::noisy_ratio_bias(v[0], v[1], v[2])
+            bias::noisy_ratio_bias(v[0], v[1], v[2])
         }),
         AnalyticFunction::udf(
             "gaussian_sigma",
