@@ -7,9 +7,8 @@
 //! Writes CSV files, SVG plots and `report.md` (default directory `reproduction/`). Fixed
 //! seeds; a few minutes on 2 cores in release mode.
 
-use datafusion_dp::stats::accuracy::{
-    noised_log_accuracy_beta, noisy_counts_accuracy_beta, noisy_ratio_expectation,
-};
+use datafusion_dp::stats::accuracy::{noised_log_accuracy_beta, noisy_counts_accuracy_beta};
+use datafusion_dp::stats::bias::noisy_ratio_expectation;
 use datafusion_dp::stats::methods::{ptr_oracle_accuracy_beta, smooth_accuracy_beta};
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
 use datafusion_dp::stats::ratio::{katz_interval_at_z, two_sided_z};
