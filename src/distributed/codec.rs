@@ -7,7 +7,11 @@
 //! codecs write a bound call's [`CallPlan`](crate::sql::functions::aggregate::CallPlan) wire form
 //! ([`crate::sql::functions::aggregate::wire`]) and hand everything else to Ballista's own codecs (file
 //! formats, shuffle readers and writers).
+//!
+//! The physical codec also strips, from each decoded stage, the sorts a task's partitions
+//! leave without a partition ([`super::unread_sort`], a Ballista and DataFusion workaround).
 
+use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
 use crate::sql::privacy::release::ReleaseOnceExec;
 use arrow::datatypes::SchemaRef;
@@ -203,6 +207,13 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        // Every stage's root (a shuffle writer) is decoded here, after its inputs and before
+        // Ballista resets the plan: see `unread_sort`.
+        let inputs = inputs
+            .iter()
+            .map(|input| without_unread_sorts(Arc::clone(input)))
+            .collect::<Result<Vec<_>>>()?;
+        let inputs = inputs.as_slice();
         if buf == RELEASE_ONCE {
             let [input] = inputs else {
                 return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());

@@ -215,6 +215,7 @@ pub async fn start_local_cluster(
     executors: usize,
     vcores: usize,
 ) -> Result<String> {
+    // Ballista's standalone executors (`start_executors`) poll for work: pull scheduling.
     let config = cluster.scheduler_config(
         SchedulerConfig::default()
             .with_scheduler_policy(ballista_core::config::TaskSchedulingPolicy::PullStaged),

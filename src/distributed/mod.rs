@@ -22,6 +22,7 @@
 
 pub mod codec;
 pub mod locked;
+mod unread_sort;
 
 pub use codec::{DpLogicalCodec, DpPhysicalCodec};
 pub use locked::LockedCluster;
