@@ -10,11 +10,18 @@
 //! mechanism at (ε/2, δ/2) per cell; docs/paper-notes.md) for both size modes, unchanged. Part 2
 //! measures the issue-12 targets: every cell of the 9x9 (p_x, p_y) grid at n = 200 and 100
 //! (ε = 0.5 and 1) and n = 50 (ε = 0.5), both mechanisms and size modes, for the relative risk
-//! (paper's conservative, `score` (the default), `log`), the odds ratio and the risk difference, and the bootstrap
-//! at n = 50 (everywhere with a second argument `all`); each method's median width is compared with the paper's conservative interval on
-//! the same simulated releases. Two worker threads.
+//! (paper's conservative, `score` (the default), `log`), the odds ratio (Woolf + noise,
+//! `score`) and the risk difference (adjusted Wald + noise), and the bootstrap at n = 50
+//! (everywhere with a second argument `all`); each method's median width is compared with the
+//! paper's construction applied to the same statistic ([`ReleasedTable::paper_construction_at_z`]:
+//! the paper's conservative interval for the relative risk, `OR ± z·OR·√V` for the odds ratio,
+//! Wald + noise for the risk difference) on the same simulated releases. Two worker threads.
+//!
+//! [`ReleasedTable::paper_construction_at_z`]: datafusion_dp::stats::ReleasedTable::paper_construction_at_z
 
-use datafusion_dp::stats::simulation::{coverage, coverage_study, Design, MethodCoverage};
+use datafusion_dp::stats::simulation::{
+    coverage, coverage_study, Construction, Design, MethodCoverage,
+};
 use datafusion_dp::stats::{
     GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic, TableNoise,
 };
@@ -64,22 +71,33 @@ impl Setting {
         )
     }
 
-    /// The intervals measured in this setting (the paper's conservative first: widths are
-    /// compared with it); the bootstrap where `bootstrap` asks for it.
-    fn intervals(&self, bootstrap: Bootstraps) -> Vec<(RatioStatistic, IntervalMethod)> {
-        let mut v = vec![
+    /// The intervals measured in this setting, with the paper's construction of each
+    /// statistic (widths are compared with it); the bootstrap where `bootstrap` asks for it.
+    fn intervals(&self, bootstrap: Bootstraps) -> Vec<(RatioStatistic, Construction)> {
+        let mut v: Vec<(RatioStatistic, Construction)> = [
             (RelativeRisk, Conservative),
             (RelativeRisk, Score),
             (RelativeRisk, Log),
             (OddsRatio, Conservative),
+            (OddsRatio, Score),
             (RiskDifference, Conservative),
-        ];
+        ]
+        .into_iter()
+        .map(|(s, m)| (s, m.into()))
+        .collect();
+        v.extend([
+            (OddsRatio, Construction::Paper),
+            (RiskDifference, Construction::Paper),
+        ]);
         if bootstrap == Bootstraps::All || (bootstrap == Bootstraps::Small && self.n <= 50) {
-            v.extend([
-                (RelativeRisk, Bootstrap),
-                (OddsRatio, Bootstrap),
-                (RiskDifference, Bootstrap),
-            ]);
+            v.extend(
+                [
+                    (RelativeRisk, Bootstrap),
+                    (OddsRatio, Bootstrap),
+                    (RiskDifference, Bootstrap),
+                ]
+                .map(|(s, m)| (s, m.into())),
+            );
         }
         v
     }
@@ -217,41 +235,68 @@ fn target(n: u64) -> f64 {
     }
 }
 
-fn name(statistic: RatioStatistic, method: IntervalMethod) -> String {
+fn name(statistic: RatioStatistic, method: Construction) -> String {
     let s = match statistic {
         RelativeRisk => "RR",
         OddsRatio => "OR",
         RiskDifference => "RD",
     };
-    format!("{s} {method}")
+    match (statistic, method) {
+        (OddsRatio, Construction::Method(Conservative)) => "OR conservative (Woolf)".into(),
+        (RiskDifference, Construction::Method(Conservative)) => {
+            "RD conservative (adjusted Wald)".into()
+        }
+        _ => format!("{s} {method}"),
+    }
 }
 
-/// min coverage (and its cell), and the largest and median per-cell ratio of the method's
-/// median width to the paper's conservative RR interval's (RR only) or to the same
-/// statistic's conservative interval.
-fn summarise(grid: &Grid, k: usize) -> (f64, (f64, f64), f64, f64) {
-    let mut min = (f64::INFINITY, (0.0, 0.0));
-    debug_assert!(!grid.cells.is_empty());
-    let mut ratios = Vec::new();
-    let reference = grid.cells[0][0]
+/// The paper's construction for `statistic`: widths are compared with it (for the relative
+/// risk it is the conservative interval).
+fn paper_reference(statistic: RatioStatistic) -> Construction {
+    match statistic {
+        RelativeRisk => Conservative.into(),
+        OddsRatio | RiskDifference => Construction::Paper,
+    }
+}
+
+/// Where `(statistic, method)` sits in a cell's results.
+fn position(grid: &Grid, statistic: RatioStatistic, method: Construction) -> Option<usize> {
+    grid.cells[0][0]
         .iter()
-        .position(|m| m.statistic == grid.cells[0][0][k].statistic && m.method == Conservative)
-        .expect("conservative measured");
+        .position(|m| m.statistic == statistic && m.method == method)
+}
+
+/// Per-cell ratios of interval `k`'s median width to that of `reference`, in grid order.
+fn width_ratios(grid: &Grid, k: usize, reference: usize) -> Vec<f64> {
+    grid.cells
+        .iter()
+        .flatten()
+        .map(|cell| cell[k].median_width / cell[reference].median_width)
+        .collect()
+}
+
+/// `(largest, median, number above 1.05)` of per-cell width ratios.
+fn ratio_summary(ratios: &[f64]) -> (f64, f64, usize) {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted[sorted.len() - 1],
+        sorted[sorted.len() / 2],
+        ratios.iter().filter(|&&r| r > 1.05).count(),
+    )
+}
+
+/// min coverage of interval `k` and its cell.
+fn min_coverage(grid: &Grid, k: usize) -> (f64, (f64, f64)) {
+    let mut min = (f64::INFINITY, (0.0, 0.0));
     for (i, row) in grid.cells.iter().enumerate() {
         for (j, cell) in row.iter().enumerate() {
             if cell[k].coverage < min.0 {
                 min = (cell[k].coverage, (GRID[i], GRID[j]));
             }
-            ratios.push(cell[k].median_width / cell[reference].median_width);
         }
     }
-    ratios.sort_by(f64::total_cmp);
-    (
-        min.0,
-        min.1,
-        ratios[ratios.len() - 1],
-        ratios[ratios.len() / 2],
-    )
+    min
 }
 
 fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> Result<(), String> {
@@ -287,16 +332,22 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
          δ = 1e-4 (Gaussian); all intervals of a cell are computed from the same releases. \
          Targets: n = 200: minimum coverage ≥ 0.945 with median width ≤ 1.05 × the paper's \
          conservative interval in the same cell; n = 100: ≥ 0.94; n = 50, ε = 0.5: ≥ 0.93 with \
-         the small-sample method (the score interval for the relative risk, the bootstrap for \
-         all three). \"RR score\" is `dp_rr_ci`'s default interval. \"width ratio\" is, per cell, the method's median \
-         width over that of the conservative interval of the same statistic (the paper's, for \
-         the relative risk); max and median over the 81 cells, and the number of cells where it \
-         exceeds 1.05. The binomial standard error (SE) of one cell's coverage is ≈ 0.0022 at \
-         0.95 (0.0026 at 0.93) with 10,000 tables, so the minimum over 81 cells lies about \
-         2.5 SE below the true minimum; \"cells below target − 3 SE\" counts the cells that \
-         miss the target beyond Monte Carlo error; \"unbounded\" is the largest share, over \
-         the cells, of intervals whose upper end is +∞ (a cell's median width, and its ratio, \
-         are ∞ when that share exceeds 1/2).\n"
+         the small-sample method (the score intervals for the ratios, the bootstrap for \
+         all three). \"RR score\" is `dp_rr_ci`'s default interval, \"OR score\" the \
+         noise-aware score interval for the odds ratio (docs/intervals.md §2), \"OR \
+         conservative (Woolf)\" and \"RD conservative (adjusted Wald)\" the other defaults. \
+         \"width ratio\" is, per cell, the method's median width over that of the paper's \
+         construction applied to the same statistic (estimate ± z·standard error with the noise \
+         variance, on the statistic's own scale): the paper's conservative interval for the \
+         relative risk, `OR ± z·OR·√V` (lower end clamped at 0, V Woolf's variance plus the \
+         noise's) for the odds ratio, the Wald interval plus the noise variance for the risk \
+         difference (the rows \"paper's construction\"); max and median over the 81 cells, and \
+         the number of cells where it exceeds 1.05. The binomial standard error (SE) of one \
+         cell's coverage is ≈ 0.0022 at 0.95 (0.0026 at 0.93) with 10,000 tables, so the \
+         minimum over 81 cells lies about 2.5 SE below the true minimum; \"cells below target \
+         − 3 SE\" counts the cells that miss the target beyond Monte Carlo error; \
+         \"unbounded\" is the largest share, over the cells, of intervals whose upper end is \
+         +∞ (a cell's median width, and its ratio, are ∞ when that share exceeds 1/2).\n"
     )
     .unwrap();
     writeln!(
@@ -306,21 +357,15 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
     .unwrap();
     for grid in &grids {
         for (k, m) in grid.cells[0][0].iter().enumerate() {
-            let (min, at, max_ratio, median_ratio) = summarise(grid, k);
+            let (min, at) = min_coverage(grid, k);
+            let reference =
+                position(grid, m.statistic, paper_reference(m.statistic)).expect("measured");
+            let (max_ratio, median_ratio, wide) = ratio_summary(&width_ratios(grid, k, reference));
             let target = target(grid.setting.n);
             let floor = target - 3.0 * (target * (1.0 - target) / simulations as f64).sqrt();
             let cells = grid.cells.iter().flatten();
             let unbounded = cells.clone().map(|c| c[k].unbounded).fold(0.0, f64::max);
-            let below = cells.clone().filter(|c| c[k].coverage < floor).count();
-            let wide = cells
-                .filter(|c| {
-                    let reference = c
-                        .iter()
-                        .find(|r| r.statistic == m.statistic && r.method == Conservative)
-                        .expect("conservative measured");
-                    c[k].median_width > 1.05 * reference.median_width
-                })
-                .count();
+            let below = cells.filter(|c| c[k].coverage < floor).count();
             writeln!(
                 out,
                 "| {} | {} | {min:.3} | ({}, {}) | {below} (target {target}) | {max_ratio:.3} | {median_ratio:.3} | {wide} | {unbounded:.3} |",
@@ -333,35 +378,69 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
         }
     }
     writeln!(out).unwrap();
+    or_score_against_woolf(out, &grids);
     for n in [200, 100, 50] {
-        print_grids(out, &grids, n, RelativeRisk, Score);
+        print_grids(out, &grids, n, RelativeRisk, Score.into());
     }
-    print_grids(out, &grids, 50, RelativeRisk, Bootstrap);
+    for n in [200, 100, 50] {
+        print_grids(out, &grids, n, OddsRatio, Score.into());
+    }
+    print_grids(out, &grids, 50, RelativeRisk, Bootstrap.into());
     Ok(())
 }
 
-/// Coverage / width ratio (against the conservative interval of the statistic) per cell for
+/// The odds ratio's score interval against Woolf's log interval with the noise (the
+/// conservative interval, `dp_or_ci`'s other candidate default) on the same releases.
+fn or_score_against_woolf(out: &mut String, grids: &[Grid]) {
+    writeln!(
+        out,
+        "### OR score against Woolf + noise (OR conservative)\n\n\
+         Per cell, the score interval's median width over Woolf's (both with the noise \
+         variance, same releases): max and median over the 81 cells, the number of cells where \
+         the score interval is the narrower, and the number where it is more than 5% wider; \
+         minimum coverage of each.\n\n\
+         | setting | score / Woolf width max | median | cells narrower | cells > 1.05 | min coverage score | min coverage Woolf |\n\
+         |---|---|---|---|---|---|---|"
+    )
+    .unwrap();
+    for grid in grids {
+        let (Some(score), Some(woolf)) = (
+            position(grid, OddsRatio, Score.into()),
+            position(grid, OddsRatio, Conservative.into()),
+        ) else {
+            continue;
+        };
+        let ratios = width_ratios(grid, score, woolf);
+        let (max, median, wide) = ratio_summary(&ratios);
+        let narrower = ratios.iter().filter(|&&r| r < 1.0).count();
+        writeln!(
+            out,
+            "| {} | {max:.3} | {median:.3} | {narrower} | {wide} | {:.3} | {:.3} |",
+            grid.setting.label(),
+            min_coverage(grid, score).0,
+            min_coverage(grid, woolf).0,
+        )
+        .unwrap();
+    }
+    writeln!(out).unwrap();
+}
+
+/// Coverage / width ratio (against the paper's construction of the statistic) per cell for
 /// one interval in every setting at n = `n` where it was measured.
 fn print_grids(
     out: &mut String,
     grids: &[Grid],
     n: u64,
     statistic: RatioStatistic,
-    method: IntervalMethod,
+    method: Construction,
 ) {
     let title = name(statistic, method);
     let mut printed_title = false;
     for grid in grids.iter().filter(|g| g.setting.n == n) {
-        let Some(k) = grid.cells[0][0]
-            .iter()
-            .position(|m| m.statistic == statistic && m.method == method)
-        else {
+        let Some(k) = position(grid, statistic, method) else {
             continue;
         };
-        let reference = grid.cells[0][0]
-            .iter()
-            .position(|m| m.statistic == statistic && m.method == Conservative)
-            .expect("conservative measured");
+        let reference = position(grid, statistic, paper_reference(statistic)).expect("measured");
         if !printed_title {
             writeln!(
                 out,
@@ -408,7 +487,10 @@ fn main() -> Result<(), String> {
          simulated 2x2 tables (X ~ Bin(n_x, p_x), Y ~ Bin(n_y, p_y)) released by \
          `TableNoise::release` and turned into intervals by `TableNoise::interval`, the code the \
          SQL functions run (tests/statistics.rs checks that `dp_rr_ci` and this path give \
-         identical output for the same seed). Fixed seeds.\n"
+         identical output for the same seed). Fixed seeds. The output does not depend on the \
+         build profile; the committed copy was produced with \
+         `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo run --all-features --example coverage_table -- \
+         10000 small` (summary against the issue-12 targets: docs/intervals.md, section 6).\n"
     )
     .unwrap();
     paper_part(&mut out, simulations)?;

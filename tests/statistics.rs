@@ -504,9 +504,9 @@ async fn sql_functions_and_the_simulation_path_give_identical_output() {
             }
         }
     }
-    // 5 methods for the relative risk, 4 for the odds ratio (no score), 3 for the risk
-    // difference (no log, no score); 4 mechanism and size settings each.
-    assert_eq!(checked, (5 + 4 + 3) * 4);
+    // 5 methods for each ratio, 3 for the risk difference (no log, no score); 4 mechanism
+    // and size settings each.
+    assert_eq!(checked, (5 + 5 + 3) * 4);
 }
 
 /// The lowest coverage estimate from `n` tables that is still consistent with a true coverage
@@ -632,6 +632,41 @@ fn score_interval_meets_the_coverage_targets() {
                 SIMULATIONS,
                 coverage_floor(target, SIMULATIONS),
                 80_000 + n * 10 + e as u64 * 100_000,
+                &mut failures,
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nlowest: {lowest:?}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn odds_ratio_score_interval_meets_the_coverage_targets() {
+    // `dp_or_ci`'s `ci_method=score` (docs/intervals.md §2): n = 200: 0.945, n = 100: 0.94
+    // (ε = 0.5 and 1) and n = 50, ε = 0.5: 0.93, both mechanisms and size modes, in the cells
+    // of TARGET_CELLS, which hold (0.1, 0.9), where the grid minimum of docs/coverage.md lies
+    // in most settings. 10,000 tables per cell: the SE of one cell's coverage is
+    // sqrt(0.95·0.05/10⁴) ≈ 0.0022, and coverage_floor allows 4 SE (≈ 0.009), so a cell whose
+    // true coverage meets the target fails with probability ≤ 3.2e-5.
+    let mut failures = Vec::new();
+    let mut lowest = Vec::new();
+    for (n, target, epsilons) in [
+        (200u64, 0.945, &[0.5, 1.0][..]),
+        (100, 0.94, &[0.5, 1.0][..]),
+        (50, 0.93, &[0.5][..]),
+    ] {
+        for (e, &epsilon) in epsilons.iter().enumerate() {
+            lowest.push(check_targets(
+                n,
+                epsilon,
+                &TARGET_CELLS,
+                &[(RatioStatistic::OddsRatio, IntervalMethod::Score)],
+                SIMULATIONS,
+                coverage_floor(target, SIMULATIONS),
+                90_000 + n * 10 + e as u64 * 100_000,
                 &mut failures,
             ));
         }

@@ -1,7 +1,9 @@
 //! The odds ratio of a released 2x2 table and its intervals: Woolf's (1955) log interval,
-//! widened for the noise by the delta method (docs/intervals.md §2).
+//! widened for the noise by the delta method, and the noise-aware score interval after
+//! Miettinen & Nurminen (1985) (`ci_method=score`); docs/intervals.md §2.
 
 use super::ratio::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
+use super::score::{invert_score_test, noisy_proportion_variance};
 
 impl ReleasedTable {
     /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
@@ -28,20 +30,71 @@ impl ReleasedTable {
 
     /// [`Self::odds_ratio_interval`] for a precomputed quantile `z`. Woolf's interval is
     /// already on the log scale, so `IntervalMethod::Log` is the conservative one (Woolf plus
-    /// the noise); `IntervalMethod::Bootstrap` gives `None` here (see [`TableNoise::interval`]).
+    /// the noise); `IntervalMethod::Score` is [`odds_ratio_score_interval`];
+    /// `IntervalMethod::Bootstrap` gives `None` here (see [`TableNoise::interval`]).
+    ///
+    /// [`TableNoise::interval`]: super::ratio::TableNoise::interval
     pub fn odds_ratio_interval_at_z(
         &self,
         z: f64,
         method: IntervalMethod,
     ) -> Option<RatioInterval> {
-        if matches!(method, IntervalMethod::Bootstrap | IntervalMethod::Score) {
+        let estimate = self.odds_ratio()?;
+        if method == IntervalMethod::Score {
+            let (nx, ny) = self.sizes_floored()?;
+            let (lower, upper) = odds_ratio_score_interval(
+                self.exposed_cases as f64,
+                nx,
+                self.unexposed_cases as f64,
+                ny,
+                self.sizes,
+                self.noise_variance,
+                z,
+            );
+            return Some(RatioInterval {
+                estimate,
+                lower,
+                upper,
+            });
+        }
+        if method == IntervalMethod::Bootstrap {
             return None;
         }
+        let (log_center, v) = self.woolf_log_variance(method != IntervalMethod::Plain);
+        let half_width = z * v.sqrt();
+        Some(RatioInterval {
+            estimate,
+            lower: (log_center - half_width).exp(),
+            upper: (log_center + half_width).exp(),
+        })
+    }
+
+    /// The paper's construction (Theorem Gaussian_Valid_CI: estimate ± z·standard error, on the
+    /// statistic's own scale) applied to the odds ratio: `OR ± z·OR·sqrt(V)`, lower end clamped
+    /// at 0, with Woolf's variance plus the noise's (the `V` of the conservative interval, all
+    /// cells floored at 1). Not offered in SQL: the reference the coverage study compares the
+    /// odds ratio's widths with (docs/coverage.md, part 2).
+    pub fn odds_ratio_paper_construction_at_z(&self, z: f64) -> Option<RatioInterval> {
         let estimate = self.odds_ratio()?;
+        let (log_center, v) = self.woolf_log_variance(true);
+        let center = log_center.exp();
+        let half_width = z * center * v.sqrt();
+        Some(RatioInterval {
+            estimate,
+            lower: (center - half_width).max(0.0),
+            upper: center + half_width,
+        })
+    }
+
+    /// `(ln(ad/bc), V)` with all cells floored at 1: Woolf's variance `1/a + 1/b + 1/c + 1/d`
+    /// plus, `with_noise`, the delta-method noise variance of `ln(ad/bc)`:
+    /// `s²(1/a² + 1/b² + 1/c² + 1/d²)` with private sizes (four independent noises),
+    /// `s²((1/a + 1/b)² + (1/c + 1/d)²)` with public sizes (`b = n_x − ã` carries `a`'s noise
+    /// with the opposite sign).
+    fn woolf_log_variance(&self, with_noise: bool) -> (f64, f64) {
         let [a, b, c, d] = self.cells().map(|v| v.max(1) as f64);
-        let log_center = (a * d / (b * c)).ln();
         let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
-        if method != IntervalMethod::Plain {
+        if with_noise {
             v += self.noise_variance
                 * match self.sizes {
                     GroupSizes::Private => {
@@ -50,13 +103,115 @@ impl ReleasedTable {
                     GroupSizes::Public => (1.0 / a + 1.0 / b).powi(2) + (1.0 / c + 1.0 / d).powi(2),
                 };
         }
-        let half_width = z * v.sqrt();
-        Some(RatioInterval {
-            estimate,
-            lower: (log_center - half_width).exp(),
-            upper: (log_center + half_width).exp(),
-        })
+        ((a * d / (b * c)).ln(), v)
     }
+}
+
+/// The unexposed risk `p̄_y` maximising the binomial likelihood under odds ratio `θ` when the
+/// two arms hold `m` cases in all (sizes `n_x`, `n_y`): the restricted maximum keeps the
+/// margin, `n_x p̄_x + n_y p̄_y = m`, so `p̄_y` is the root in `[0, 1]` of
+/// `n_y(θ − 1)q² + (n_x θ + n_y − m(θ − 1))q − m = 0` (Miettinen & Nurminen 1985, §3; the
+/// quadratic as in Agresti 2002, §3.1.4), computed without cancellation for every `θ > 0`
+/// (`2m/(B + √D)` when `B ≥ 0`, `(−B + √D)/2A` otherwise) and clamped to `[0, min(1, m/n_y)]`.
+fn odds_ratio_restricted_unexposed_risk(theta: f64, m: f64, n_x: f64, n_y: f64) -> f64 {
+    if m <= 0.0 {
+        return 0.0;
+    }
+    let a = n_y * (theta - 1.0);
+    let b = n_x * theta + n_y - m * (theta - 1.0);
+    let root_disc = (b * b + 4.0 * a * m).max(0.0).sqrt();
+    let root = if b >= 0.0 {
+        2.0 * m / (b + root_disc)
+    } else {
+        (root_disc - b) / (2.0 * a)
+    };
+    root.clamp(0.0, (m / n_y).min(1.0))
+}
+
+/// The binomial maximum-likelihood risks restricted to odds ratio `θ`, as
+/// `[(p̄_x, q̄_x), (p̄_y, q̄_y)]` with `q̄ = 1 − p̄`, for `x` cases of `n_x` and `y` of `n_y`
+/// (`0 ≤ x ≤ n_x`, `0 ≤ y ≤ n_y`; Miettinen & Nurminen 1985). `p̄_y` is the root of
+/// [`odds_ratio_restricted_unexposed_risk`] for the cases and `q̄_y` the same root for the
+/// non-cases (their odds ratio is `1/θ`), so both keep full relative precision near 0 and 1,
+/// where the interval's ends are decided; the exposed arm has odds `θ·p̄_y/q̄_y`.
+pub fn odds_ratio_restricted_risks(
+    theta: f64,
+    x: f64,
+    n_x: f64,
+    y: f64,
+    n_y: f64,
+) -> [(f64, f64); 2] {
+    let p_y = odds_ratio_restricted_unexposed_risk(theta, x + y, n_x, n_y);
+    let q_y = odds_ratio_restricted_unexposed_risk(1.0 / theta, (n_x - x) + (n_y - y), n_x, n_y);
+    let (odds_num, odds_den) = (theta * p_y, q_y);
+    let total = odds_num + odds_den;
+    [(odds_num / total, odds_den / total), (p_y, q_y)]
+}
+
+/// The noise-aware score statistic for `H₀: OR = θ` (docs/intervals.md §2):
+///
+/// ```text
+/// T(θ) = [(p̃_x − p̄_x)/(p̄_x q̄_x) − (p̃_y − p̄_y)/(p̄_y q̄_y)]
+///        / sqrt(v_x(p̄_x)/(p̄_x q̄_x)² + v_y(p̄_y)/(p̄_y q̄_y)²),
+/// ```
+///
+/// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
+/// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`)
+/// and `v` the variance of a released proportion including the exact noise variance `s²`
+/// ([`noisy_proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per arm).
+/// The numerator is the first-order change of `ln OR` between the restricted and the released
+/// risks (`d logit p = dp/pq`); under `H₀` it has mean 0 and, the arms and their noises being
+/// independent, the variance in the denominator. Without noise it is Miettinen & Nurminen's
+/// (1985) score statistic for the odds ratio (without their factor `N/(N − 1)`): the margin
+/// keeps `n_x(p̂_x − p̄_x) = −n_y(p̂_y − p̄_y) = Δ`, and `T² = Δ²(1/n_x p̄_x q̄_x + 1/n_y p̄_y q̄_y)`.
+/// Computed multiplied through by `p̄_x q̄_x p̄_y q̄_y`, so that it stays finite at the ends.
+#[allow(clippy::too_many_arguments)]
+pub fn odds_ratio_score_statistic(
+    theta: f64,
+    x: f64,
+    n_x: f64,
+    y: f64,
+    n_y: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+) -> f64 {
+    let [(p_x, q_x), (p_y, q_y)] =
+        odds_ratio_restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
+    let (g_x, g_y) = (p_x * q_x, p_y * q_y);
+    let num = (x / n_x - p_x) * g_y - (y / n_y - p_y) * g_x;
+    let v = noisy_proportion_variance(p_x, q_x, n_x, noise_variance, sizes) * g_y * g_y
+        + noisy_proportion_variance(p_y, q_y, n_y, noise_variance, sizes) * g_x * g_x;
+    if v > 0.0 {
+        num / v.sqrt()
+    } else if num == 0.0 {
+        0.0
+    } else {
+        num.signum() * f64::INFINITY
+    }
+}
+
+/// The noise-aware score interval `(lower, upper)` for the odds ratio from released cases `x`
+/// of size `n_x` and `y` of `n_y` (sizes floored at 1), per-cell noise variance `s²`, two-sided
+/// quantile `z`: [`invert_score_test`] of [`odds_ratio_score_statistic`], with the relative
+/// risk's error split. Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0` (when
+/// `X̃ + Ỹ ≤ ñ_y`) and `T → X̃/s`, or `p̄_y = 1` and `T → D̃/s`; so `lower = 0` when the
+/// release cannot exclude that zero cell. Likewise `upper = +∞` when it cannot exclude
+/// `C = 0` (`T → −Ỹ/s`, when `X̃ + Ỹ ≤ ñ_x`) or `B = 0` (`T → −B̃/s`).
+#[allow(clippy::too_many_arguments)]
+pub fn odds_ratio_score_interval(
+    x: f64,
+    n_x: f64,
+    y: f64,
+    n_y: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+    z: f64,
+) -> (f64, f64) {
+    let (n_x, n_y) = (n_x.max(1.0), n_y.max(1.0));
+    invert_score_test(
+        |theta| odds_ratio_score_statistic(theta, x, n_x, y, n_y, sizes, noise_variance),
+        z,
+    )
 }
 
 #[cfg(test)]
@@ -83,6 +238,176 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((cons.upper - (2.25f64.ln() + z * (v + noise).sqrt()).exp()).abs() < 1e-9);
+    }
+
+    const Z95: f64 = 1.959963984540054;
+
+    #[test]
+    fn restricted_risks_keep_the_margin_and_the_odds_ratio() {
+        for (theta, x, nx, y, ny) in [
+            (3.0, 40.0, 200.0, 20.0, 200.0),
+            (0.2, 12.0, 50.0, 30.0, 80.0),
+            (50.0, 90.0, 100.0, 95.0, 100.0),
+            (1.0, 5.0, 10.0, 7.0, 20.0),
+            (1e-12, 30.0, 100.0, 90.0, 100.0),
+            (1e12, 90.0, 100.0, 30.0, 100.0),
+        ] {
+            let [(px, qx), (py, qy)] = odds_ratio_restricted_risks(theta, x, nx, y, ny);
+            assert!((px + qx - 1.0).abs() < 1e-12 && (py + qy - 1.0).abs() < 1e-12);
+            assert!(
+                (nx * px + ny * py - (x + y)).abs() < 1e-8,
+                "{theta}: margin"
+            );
+            // The odds ratio, compared on px·qy against θ·py·qx (no division by ~0).
+            assert!(
+                (px * qy - theta * py * qx).abs() <= 1e-12 * (px * qy).max(theta * py * qx),
+                "{theta}: odds ratio"
+            );
+        }
+        // Independent value (docs/prototypes/or_score_check.py, by root-finding on the margin):
+        // θ = 3, 40/200 vs 20/200: p̄_x = 0.2159229, p̄_y = 0.0840771.
+        let [(px, _), (py, _)] = odds_ratio_restricted_risks(3.0, 40.0, 200.0, 20.0, 200.0);
+        assert!(
+            (px - 0.2159229153865298).abs() < 1e-12 && (py - 0.08407708461347022).abs() < 1e-12
+        );
+        // At the observed odds ratio the restricted risks are the observed ones.
+        let [(px, _), (py, _)] = odds_ratio_restricted_risks(2.25, 40.0, 200.0, 20.0, 200.0);
+        assert!((px - 0.2).abs() < 1e-12 && (py - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn odds_ratio_score_interval_matches_independent_computation() {
+        // Values from docs/prototypes/or_score_check.py (restricted MLE by root-finding, the
+        // statistic in Miettinen & Nurminen's Δ/sqrt(Var Δ) form, ends by brentq).
+        // Without noise and with equal tails the interval is Miettinen & Nurminen's (1985)
+        // classical one: 40/200 vs 20/200: [1.2693632, 3.9859758]; 7/34 vs 1/34:
+        // [1.2612876, 55.848283]; T equals ±z there.
+        for (x, nx, y, ny, lo, hi) in [
+            (
+                40.0,
+                200.0,
+                20.0,
+                200.0,
+                1.2693632152518959,
+                3.9859758059621555,
+            ),
+            (7.0, 34.0, 1.0, 34.0, 1.2612876033172202, 55.848283225321914),
+        ] {
+            let t = |th| odds_ratio_score_statistic(th, x, nx, y, ny, GroupSizes::Public, 0.0);
+            assert!(
+                (t(lo) - Z95).abs() < 1e-7 && (t(hi) + Z95).abs() < 1e-7,
+                "{x}/{nx}"
+            );
+        }
+        // The crate's 30/70 tail split, no noise, then s² = 8 for both size modes.
+        for (x, nx, y, ny, sizes, s2, lo, hi) in [
+            (
+                40.0,
+                200.0,
+                20.0,
+                200.0,
+                GroupSizes::Public,
+                0.0,
+                1.1952419500947042,
+                3.820352561375034,
+            ),
+            (
+                7.0,
+                34.0,
+                1.0,
+                34.0,
+                GroupSizes::Public,
+                0.0,
+                1.0693648568381964,
+                49.85684523822516,
+            ),
+            (
+                40.0,
+                200.0,
+                20.0,
+                200.0,
+                GroupSizes::Public,
+                8.0,
+                1.0919883572616582,
+                4.327543581447584,
+            ),
+            (
+                40.0,
+                200.0,
+                20.0,
+                200.0,
+                GroupSizes::Private,
+                8.0,
+                1.1159190699779222,
+                4.249519692073426,
+            ),
+        ] {
+            let (l, u) = odds_ratio_score_interval(x, nx, y, ny, sizes, s2, Z95);
+            assert!(
+                (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
+                "{x}/{nx} {sizes} {s2}: [{l}, {u}]"
+            );
+        }
+        // Through the released table (dp_or_ci's path): same interval, Woolf's estimate.
+        let t = released(40, 200, 20, 200, GroupSizes::Private, 8.0);
+        let ci = t
+            .odds_ratio_interval(0.95, IntervalMethod::Score)
+            .unwrap()
+            .unwrap();
+        assert!((ci.estimate - 2.25).abs() < 1e-12);
+        assert!((ci.lower / 1.1159190699779222 - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn odds_ratio_score_interval_is_open_where_the_release_cannot_exclude_a_zero_cell() {
+        // s = 10: a cell released below z_L·s = 21.7 (lower end) or z_U·s = 18.1 (upper end)
+        // cannot be told from 0.
+        let s2 = 100.0;
+        let ci = |x: f64, nx: f64, y: f64, ny: f64| {
+            odds_ratio_score_interval(x, nx, y, ny, GroupSizes::Public, s2, Z95)
+        };
+        // a = 15 (≤ 21.7) with X̃ + Ỹ ≤ n_y: lower 0; a = 30: lower > 0.
+        assert_eq!(ci(15.0, 200.0, 60.0, 200.0).0, 0.0);
+        assert!(ci(30.0, 200.0, 60.0, 200.0).0 > 0.0);
+        // d = n_y − Ỹ = 15 with X̃ + Ỹ > n_y: lower 0 as well.
+        assert_eq!(ci(100.0, 200.0, 185.0, 200.0).0, 0.0);
+        // c = Ỹ = 15 (≤ 18.1): upper +∞; Ỹ = 30: bounded.
+        assert_eq!(ci(60.0, 200.0, 15.0, 200.0).1, f64::INFINITY);
+        assert!(ci(60.0, 200.0, 30.0, 200.0).1.is_finite());
+        // b = n_x − X̃ = 15 with X̃ + Ỹ > n_x: upper +∞.
+        assert_eq!(ci(185.0, 200.0, 100.0, 200.0).1, f64::INFINITY);
+        // Noise pushed a count below 0: still an interval, with the corresponding end open.
+        let (l, u) = ci(-5.0, 200.0, 60.0, 200.0);
+        assert!(l == 0.0 && u.is_finite() && u > 0.0);
+        // The ends found are where T = z_L and T = −z_U.
+        let (zl, zu) = crate::stats::score::tail_quantiles(Z95);
+        for sizes in [GroupSizes::Public, GroupSizes::Private] {
+            let (l, u) = odds_ratio_score_interval(40.0, 200.0, 20.0, 200.0, sizes, s2, Z95);
+            let t = |th| odds_ratio_score_statistic(th, 40.0, 200.0, 20.0, 200.0, sizes, s2);
+            assert!(
+                (t(l) - zl).abs() < 1e-9 && (t(u) + zu).abs() < 1e-9,
+                "{sizes}"
+            );
+        }
+    }
+
+    #[test]
+    fn odds_ratio_paper_construction_is_symmetric() {
+        // OR ± z·OR·sqrt(V), V the conservative (Woolf + noise) variance, lower end at 0.
+        let t = released(40, 200, 20, 200, GroupSizes::Private, 8.0);
+        let v: f64 = 1.0 / 40.0
+            + 1.0 / 160.0
+            + 1.0 / 20.0
+            + 1.0 / 180.0
+            + 8.0 * (1.0 / 1600.0 + 1.0 / 25600.0 + 1.0 / 400.0 + 1.0 / 32400.0);
+        let ci = t.odds_ratio_paper_construction_at_z(Z95).unwrap();
+        assert!((ci.upper - 2.25 * (1.0 + Z95 * v.sqrt())).abs() < 1e-12);
+        assert!((ci.lower - 2.25 * (1.0 - Z95 * v.sqrt())).abs() < 1e-12);
+        let wide = released(3, 200, 2, 200, GroupSizes::Public, 50.0);
+        assert_eq!(
+            wide.odds_ratio_paper_construction_at_z(Z95).unwrap().lower,
+            0.0
+        );
     }
 
     #[test]

@@ -33,24 +33,48 @@ impl ReleasedTable {
         ) {
             return None;
         }
+        let adjusted = method == IntervalMethod::Conservative;
+        self.risk_difference_wald_at_z(z, adjusted, adjusted)
+    }
+
+    /// The paper's construction (Theorem Gaussian_Valid_CI: estimate ± z·standard error with
+    /// the noise variance added) applied to the risk difference: the Wald interval
+    /// `p̂_x − p̂_y ± z·sqrt(Σ p̂(1 − p̂)/ñ + s²·w/ñ²)`, not adjusted. Not offered in SQL: the
+    /// reference the coverage study compares the risk difference's widths with
+    /// (docs/coverage.md, part 2).
+    pub fn risk_difference_paper_construction_at_z(&self, z: f64) -> Option<RatioInterval> {
+        self.risk_difference_wald_at_z(z, false, true)
+    }
+
+    /// The Wald interval for `p_x − p_y`, with Agresti & Caffo's adjustment (`adjusted`) and
+    /// the noise variance (`with_noise`) or without (see
+    /// [`Self::risk_difference_interval_at_z`]).
+    fn risk_difference_wald_at_z(
+        &self,
+        z: f64,
+        adjusted: bool,
+        with_noise: bool,
+    ) -> Option<RatioInterval> {
         let (nx, ny) = self.sizes_floored()?;
         let estimate = self.risk_difference()?;
-        let adjusted = method == IntervalMethod::Conservative;
         // (centre, variance) of one arm.
         let arm = |cases: i64, n: f64| {
-            if !adjusted {
-                let p = (cases as f64 / n).clamp(0.0, 1.0);
-                return (p, p * (1.0 - p) / n);
-            }
-            let p = ((cases as f64 + 1.0) / (n + 2.0)).clamp(0.0, 1.0);
+            let (p, m) = if adjusted {
+                ((cases as f64 + 1.0) / (n + 2.0), n + 2.0)
+            } else {
+                (cases as f64 / n, n)
+            };
+            let p = p.clamp(0.0, 1.0);
             let w = match self.sizes {
                 GroupSizes::Public => 1.0,
                 GroupSizes::Private => p * p + (1.0 - p) * (1.0 - p),
             };
-            (
-                p,
-                p * (1.0 - p) / (n + 2.0) + self.noise_variance * w / (n * n),
-            )
+            let noise = if with_noise {
+                self.noise_variance * w / (n * n)
+            } else {
+                0.0
+            };
+            (p, p * (1.0 - p) / m + noise)
         };
         let (px, vx) = arm(self.exposed_cases, nx);
         let (py, vy) = arm(self.unexposed_cases, ny);

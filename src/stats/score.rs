@@ -1,7 +1,9 @@
-//! The noise-aware score interval for the relative risk (`ci_method=score`, the default of
-//! `dp_rr_ci`): test inversion in the manner of Koopman (1984) and Miettinen & Nurminen (1985),
-//! with the variance of each noisy proportion including the exact variance of the discrete
-//! noise added to its cells. Derivation, worked example and coverage: docs/intervals.md §5.
+//! Noise-aware score intervals: the test inversion every `ci_method=score` interval uses
+//! ([`invert_score_test`], with its error split) and the relative risk's statistic (the default
+//! of `dp_rr_ci`): test inversion in the manner of Koopman (1984) and Miettinen & Nurminen
+//! (1985), with the variance of each noisy proportion including the exact variance of the
+//! discrete noise added to its cells. Derivation, worked example and coverage:
+//! docs/intervals.md §5. The odds ratio's statistic is in [`super::odds_ratio`] (§2).
 //!
 //! For a candidate ratio `θ` the released table tests `H₀: p_x = θ·p_y` with
 //!
@@ -54,16 +56,23 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
     (theta * p_y, p_y)
 }
 
-/// The delta-method variance of a released proportion at risk `p` in an arm of size `n` with
-/// per-cell noise variance `s²`: `p(1 − p)/n + s²·w/n²`, `w = 1` for public sizes (only the
-/// cases are noised) and `p² + (1 − p)²` for private ones (the size's noise partly cancels
-/// that of its count; docs/intervals.md §1).
-pub fn noisy_proportion_variance(p: f64, n: f64, noise_variance: f64, sizes: GroupSizes) -> f64 {
+/// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`, passed apart so
+/// that callers near `p = 1` keep its precision) in an arm of size `n` with per-cell noise
+/// variance `s²`: `pq/n + s²·w/n²`, `w = 1` for public sizes (only the cases are noised) and
+/// `p² + q²` for private ones (the size's noise partly cancels that of its count;
+/// docs/intervals.md §1).
+pub fn noisy_proportion_variance(
+    p: f64,
+    q: f64,
+    n: f64,
+    noise_variance: f64,
+    sizes: GroupSizes,
+) -> f64 {
     let w = match sizes {
         GroupSizes::Public => 1.0,
-        GroupSizes::Private => p * p + (1.0 - p) * (1.0 - p),
+        GroupSizes::Private => p * p + q * q,
     };
-    p * (1.0 - p) / n + noise_variance * w / (n * n)
+    p * q / n + noise_variance * w / (n * n)
 }
 
 /// The score statistic `T(θ)` of the module docs for released cases `x` of size `n_x` and `y`
@@ -79,8 +88,8 @@ pub fn score_statistic(
     noise_variance: f64,
 ) -> f64 {
     let (p_x, p_y) = restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
-    let v = noisy_proportion_variance(p_x, n_x, noise_variance, sizes)
-        + theta * theta * noisy_proportion_variance(p_y, n_y, noise_variance, sizes);
+    let v = noisy_proportion_variance(p_x, 1.0 - p_x, n_x, noise_variance, sizes)
+        + theta * theta * noisy_proportion_variance(p_y, 1.0 - p_y, n_y, noise_variance, sizes);
     let num = x / n_x - theta * y / n_y;
     if v > 0.0 {
         num / v.sqrt()
@@ -102,27 +111,18 @@ pub fn tail_quantiles(z: f64) -> (f64, f64) {
     )
 }
 
-/// The score interval `(lower, upper)` for `p_x/p_y` from released cases `x` of size `n_x` and
-/// `y` of `n_y` (real-valued; sizes floored at 1, cases used as released, negative or above
-/// the size included), per-cell noise variance `s²`, two-sided quantile `z` (split into
-/// [`tail_quantiles`]). `T(θ)` decreases in `θ`; each end is found by bisection on `ln θ`.
-/// `lower` is 0 when `T` stays below `z_L` down to `θ = e^-28` (as `θ → 0`, `T → X̃/s`: the
-/// release cannot exclude `X = 0`), `upper` is `+∞` when `T` stays above `−z_U` up to
-/// `θ = e^28` (`T → −Ỹ/s`: it cannot exclude `Y = 0`); `[0, 0]` or `[+∞, +∞]` when every `θ`
-/// in range is rejected from above or from below.
-#[allow(clippy::too_many_arguments)]
-pub fn relative_risk_score_interval(
-    x: f64,
-    n_x: f64,
-    y: f64,
-    n_y: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-    z: f64,
-) -> (f64, f64) {
-    let (n_x, n_y) = (n_x.max(1.0), n_y.max(1.0));
-    let t =
-        |log_theta: f64| score_statistic(log_theta.exp(), x, n_x, y, n_y, sizes, noise_variance);
+/// Inverts a score test for a ratio `θ ≥ 0`: the interval `{θ : −z_U ≤ T(θ) ≤ z_L}` for a
+/// statistic `T` that decreases in `θ` (standardised, under `H₀: ratio = θ`), with the error
+/// split of [`tail_quantiles`] at the two-sided quantile `z`. Each end is one crossing, found by
+/// bisection on `ln θ` over `[e^-28, e^28]`. `lower` is 0 when `T` stays below `z_L` down to
+/// `e^-28` and `upper` is `+∞` when `T` stays above `−z_U` up to `e^28` (the release cannot
+/// exclude a zero count; the statistics' limits are in their docs); `[0, 0]` or `[+∞, +∞]`
+/// when every `θ` in range is rejected from above or from below. Where `T` is not monotone the
+/// search starts from the end values, so the result contains every accepted `θ`. The one
+/// inversion every score interval of the crate uses (relative risk: Koopman 1984, Miettinen &
+/// Nurminen 1985; odds ratio: Miettinen & Nurminen 1985).
+pub fn invert_score_test(t: impl Fn(f64) -> f64, z: f64) -> (f64, f64) {
+    let t = |log_theta: f64| t(log_theta.exp());
     // The largest ln θ at which `above(T)` still holds, by bisection over the range.
     let crossing = |above: &dyn Fn(f64) -> bool| {
         let (mut lo, mut hi) = (-LOG_THETA_RANGE, LOG_THETA_RANGE);
@@ -137,26 +137,50 @@ pub fn relative_risk_score_interval(
         (lo, hi)
     };
     let (z_lower, z_upper) = tail_quantiles(z);
-    // Every θ in range rejected from one side: the ratio is beyond every bound (possible only
-    // when the noise pushed `Ỹ` to or below 0 while `X̃ > z_L·s`), or below every bound
-    // (`X̃ < −z_U·s`). The interval is then the degenerate `[+∞, +∞]` or `[0, 0]`.
-    if t(LOG_THETA_RANGE) > z_lower {
+    let (t_low, t_high) = (t(-LOG_THETA_RANGE), t(LOG_THETA_RANGE));
+    // Every θ in range rejected from one side: the ratio is beyond every bound (for the
+    // relative risk possible only when the noise pushed `Ỹ` to or below 0 while `X̃ > z_L·s`),
+    // or below every bound. The interval is then the degenerate `[+∞, +∞]` or `[0, 0]`.
+    if t_high > z_lower {
         return (f64::INFINITY, f64::INFINITY);
     }
-    if t(-LOG_THETA_RANGE) < -z_upper {
+    if t_low < -z_upper {
         return (0.0, 0.0);
     }
-    let lower = if t(-LOG_THETA_RANGE) > z_lower {
+    let lower = if t_low > z_lower {
         crossing(&|v| v > z_lower).0.exp()
     } else {
         0.0
     };
-    let upper = if t(LOG_THETA_RANGE) >= -z_upper {
+    let upper = if t_high >= -z_upper {
         f64::INFINITY
     } else {
         crossing(&|v| v >= -z_upper).1.exp()
     };
     (lower, upper)
+}
+
+/// The score interval `(lower, upper)` for `p_x/p_y` from released cases `x` of size `n_x` and
+/// `y` of `n_y` (real-valued; sizes floored at 1, cases used as released, negative or above
+/// the size included), per-cell noise variance `s²`, two-sided quantile `z` (split into
+/// [`tail_quantiles`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
+/// `T → X̃/s`, so `lower` is 0 when the release cannot exclude `X = 0`; as `θ → ∞`,
+/// `T → −Ỹ/s`, so `upper` is `+∞` when it cannot exclude `Y = 0`.
+#[allow(clippy::too_many_arguments)]
+pub fn relative_risk_score_interval(
+    x: f64,
+    n_x: f64,
+    y: f64,
+    n_y: f64,
+    sizes: GroupSizes,
+    noise_variance: f64,
+    z: f64,
+) -> (f64, f64) {
+    let (n_x, n_y) = (n_x.max(1.0), n_y.max(1.0));
+    invert_score_test(
+        |theta| score_statistic(theta, x, n_x, y, n_y, sizes, noise_variance),
+        z,
+    )
 }
 
 #[cfg(test)]
@@ -195,8 +219,8 @@ mod tests {
         assert!((zl - 2.170090).abs() < 1e-6 && (zu - 1.811911).abs() < 1e-6);
         let (px, py) = restricted_risks(3.563643, 40.0, 200.0, 20.0, 200.0);
         assert!((py - 0.064360).abs() < 1e-6 && (px - 0.229355).abs() < 1e-6);
-        let vx = noisy_proportion_variance(px, 200.0, 8.0, GroupSizes::Public);
-        let vy = noisy_proportion_variance(py, 200.0, 8.0, GroupSizes::Public);
+        let vx = noisy_proportion_variance(px, 1.0 - px, 200.0, 8.0, GroupSizes::Public);
+        let vy = noisy_proportion_variance(py, 1.0 - py, 200.0, 8.0, GroupSizes::Public);
         assert!((vx - 0.00108376).abs() < 1e-8 && (vy - 0.00050109).abs() < 1e-8);
         let t = score_statistic(3.563643, 40.0, 200.0, 20.0, 200.0, GroupSizes::Public, 8.0);
         assert!((t + 1.811911).abs() < 1e-5, "{t}");

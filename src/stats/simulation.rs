@@ -7,6 +7,38 @@
 use super::ratio::{IntervalMethod, RatioStatistic, TableNoise, TwoByTwo};
 use rand::Rng;
 use rand_distr::{Binomial, Distribution};
+use std::fmt;
+
+/// An interval a coverage study measures: one of the crate's methods (through
+/// [`TableNoise::interval`], as the SQL functions compute it) or the paper's construction
+/// applied to the statistic ([`super::ratio::ReleasedTable::paper_construction_at_z`]), the
+/// reference widths are compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Construction {
+    Method(IntervalMethod),
+    Paper,
+}
+
+impl From<IntervalMethod> for Construction {
+    fn from(method: IntervalMethod) -> Self {
+        Self::Method(method)
+    }
+}
+
+impl PartialEq<IntervalMethod> for Construction {
+    fn eq(&self, other: &IntervalMethod) -> bool {
+        *self == Self::Method(*other)
+    }
+}
+
+impl fmt::Display for Construction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Method(method) => method.fmt(f),
+            Self::Paper => f.write_str("paper's construction"),
+        }
+    }
+}
 
 /// One simulated study design.
 #[derive(Clone, Copy, Debug)]
@@ -81,7 +113,7 @@ pub fn coverage<R: Rng + ?Sized>(
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MethodCoverage {
     pub statistic: RatioStatistic,
-    pub method: IntervalMethod,
+    pub method: Construction,
     /// Fraction of intervals containing the true value (a missing interval counts as a miss).
     pub coverage: f64,
     /// Median of `upper − lower` over the intervals that exist (`+∞` when more than half are
@@ -95,18 +127,27 @@ pub struct MethodCoverage {
 /// Coverage of several `(statistic, method)` intervals on the **same** simulated releases
 /// (common random numbers, so the methods' differences are not Monte Carlo noise): each of
 /// `simulations` tables is drawn from `design`, released once by `noise` and every interval is
-/// computed from that release through [`TableNoise::interval`], as the SQL functions do.
-pub fn coverage_study<R: Rng + ?Sized>(
+/// computed from that release through [`TableNoise::interval`], as the SQL functions do (or,
+/// for [`Construction::Paper`], by the paper's construction).
+pub fn coverage_study<R: Rng + ?Sized, M: Copy + Into<Construction>>(
     design: &Design,
     noise: &TableNoise,
     confidence: f64,
-    intervals: &[(RatioStatistic, IntervalMethod)],
+    intervals: &[(RatioStatistic, M)],
     simulations: usize,
     rng: &mut R,
 ) -> Result<Vec<MethodCoverage>, String> {
+    let intervals: Vec<(RatioStatistic, Construction)> =
+        intervals.iter().map(|&(s, m)| (s, m.into())).collect();
     let specs = intervals
         .iter()
-        .map(|&(_, method)| noise.interval_spec(confidence, method))
+        .map(|&(_, construction)| {
+            let method = match construction {
+                Construction::Method(method) => method,
+                Construction::Paper => IntervalMethod::Conservative,
+            };
+            noise.interval_spec(confidence, method)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let truths: Vec<f64> = intervals.iter().map(|&(s, _)| design.truth(s)).collect();
     let mut covered = vec![0usize; intervals.len()];
@@ -114,8 +155,12 @@ pub fn coverage_study<R: Rng + ?Sized>(
     for _ in 0..simulations {
         let table = design.draw(rng);
         let released = noise.release(&table, rng);
-        for (k, &(statistic, _)) in intervals.iter().enumerate() {
-            if let Some(ci) = noise.interval(&released, statistic, &specs[k]) {
+        for (k, &(statistic, construction)) in intervals.iter().enumerate() {
+            let ci = match construction {
+                Construction::Method(_) => noise.interval(&released, statistic, &specs[k]),
+                Construction::Paper => released.paper_construction_at_z(statistic, specs[k].z),
+            };
+            if let Some(ci) = ci {
                 if ci.lower <= truths[k] && truths[k] <= ci.upper {
                     covered[k] += 1;
                 }
