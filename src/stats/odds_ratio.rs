@@ -211,6 +211,7 @@ pub fn odds_ratio_score_interval(
     invert_score_test(
         |theta| odds_ratio_score_statistic(theta, x, n_x, y, n_y, sizes, noise_variance),
         z,
+        (x * (n_y - y)) / ((n_x - x) * y),
     )
 }
 
