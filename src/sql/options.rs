@@ -66,8 +66,8 @@ pub struct DpOptions {
     pub delta: Option<f64>,
     pub confidence: f64,
     /// The interval method; `None` (`default`): each statistic's own default
-    /// ([`IntervalMethod::default_for`]: `score` for the relative risk, `conservative` for the
-    /// odds ratio and the risk difference).
+    /// ([`IntervalMethod::default_for`]: `score` for the relative risk and the odds ratio,
+    /// `conservative` for the risk difference).
     pub ci_method: Option<IntervalMethod>,
     pub group_sizes: GroupSizes,
     pub gaussian_calibration: GaussianCalibration,
@@ -142,7 +142,7 @@ const KEYS: &[(&str, &str)] = &[
     ("mechanism", "noise mechanism: 'laplace' (pure epsilon-DP, default) or 'gaussian' (needs delta)"),
     ("delta", "delta in (0, 1) for the gaussian mechanism"),
     ("confidence", "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95"),
-    ("ci_method", "interval: 'default' (each statistic's own: 'score' for the relative risk, 'conservative' for the odds ratio and the risk difference), 'score' (ratios: noise-aware score test inversion), 'conservative' (the paper's, sampling + noise variance), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)"),
+    ("ci_method", "interval: 'default' (each statistic's own: 'score' for the relative risk and the odds ratio, 'conservative' for the risk difference), 'score' (ratios: noise-aware score test inversion), 'conservative' (the paper's, sampling + noise variance), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)"),
     ("group_sizes", "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)"),
     ("gaussian_calibration", "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)"),
     ("method", "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr"),

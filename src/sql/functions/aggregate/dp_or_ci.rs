@@ -1,6 +1,6 @@
-//! `dp_or_ci(outcome, exposed, epsilon [, options])`: the odds ratio with Woolf's log interval
-//! widened for the noise (the default) or, with `ci_method=score`, the noise-aware score
-//! interval after Miettinen & Nurminen 1985 ([`crate::stats::ReleasedTable::odds_ratio_interval`]),
+//! `dp_or_ci(outcome, exposed, epsilon [, options])`: the odds ratio with the noise-aware score
+//! interval after Miettinen & Nurminen 1985 (the default) or, with `ci_method=conservative`,
+//! Woolf's log interval widened for the noise ([`crate::stats::ReleasedTable::odds_ratio_interval`]),
 //! from one noisy table. Returns the same struct as `dp_rr_ci`, with `estimate` the odds ratio.
 
 use super::{DpAggregate, DpFunction};
