@@ -11,7 +11,7 @@
 //! measures the issue-12 targets: every cell of the 9x9 (p_x, p_y) grid at n = 200 and 100
 //! (ε = 0.5 and 1) and n = 50 (ε = 0.5), both mechanisms and size modes, for the relative risk
 //! (paper's conservative, `score` (the default), `log`), the odds ratio (Woolf + noise,
-//! `score`) and the risk difference (adjusted Wald + noise), and the bootstrap at n = 50
+//! `score` (the default)) and the risk difference (adjusted Wald + noise), and the bootstrap at n = 50
 //! (everywhere with a second argument `all`); each method's median width is compared with the
 //! paper's construction applied to the same statistic ([`ReleasedTable::paper_construction_at_z`]:
 //! the paper's conservative interval for the relative risk, `OR ± z·OR·√V` for the odds ratio,
@@ -333,9 +333,10 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
          Targets: n = 200: minimum coverage ≥ 0.945 with median width ≤ 1.05 × the paper's \
          conservative interval in the same cell; n = 100: ≥ 0.94; n = 50, ε = 0.5: ≥ 0.93 with \
          the small-sample method (the score intervals for the ratios, the bootstrap for \
-         all three). \"RR score\" is `dp_rr_ci`'s default interval, \"OR score\" the \
-         noise-aware score interval for the odds ratio (docs/intervals.md §2), \"OR \
-         conservative (Woolf)\" and \"RD conservative (adjusted Wald)\" the other defaults. \
+         all three). \"RR score\" is `dp_rr_ci`'s default interval, \"OR score\" \
+         `dp_or_ci`'s (the noise-aware score interval for the odds ratio, docs/intervals.md §2), \
+         \"OR conservative (Woolf)\" its `conservative` and \"RD conservative (adjusted Wald)\" \
+         `dp_rd_ci`'s default. \
          \"width ratio\" is, per cell, the method's median width over that of the paper's \
          construction applied to the same statistic (estimate ± z·standard error with the noise \
          variance, on the statistic's own scale): the paper's conservative interval for the \
@@ -390,7 +391,7 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
 }
 
 /// The odds ratio's score interval against Woolf's log interval with the noise (the
-/// conservative interval, `dp_or_ci`'s other candidate default) on the same releases.
+/// conservative interval, `dp_or_ci`'s `ci_method=conservative`) on the same releases.
 fn or_score_against_woolf(out: &mut String, grids: &[Grid]) {
     writeln!(
         out,
