@@ -40,7 +40,7 @@ const DATASETS: [(&str, u64, u64, u64); 6] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 10] = [
+const PAIRS: [(&str, &str, &str, &str); 11] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -87,6 +87,12 @@ const PAIRS: [(&str, &str, &str, &str); 10] = [
         "dp_rr_ci log vs conservative",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=log') FROM visits GROUP BY grp",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0, 'ci_method=conservative') FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_or_ci (score, default) vs 4 exact counts",
+        "SELECT grp, dp_or_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
         "",
     ),
     (
