@@ -84,6 +84,23 @@ fn dpsql(args: &[&str]) -> Output {
 
 /// Starts two `dp-executor` processes of the scheduler on `port` (Ballista's default, push
 /// scheduling); returns their logs.
+/// A `dp-scheduler` process (trusted, push scheduling) on a free loopback port, logging to
+/// `dir/scheduler.log`.
+fn start_scheduler(dir: &Path) -> (Cluster, u16) {
+    let port = free_port();
+    let scheduler = start(
+        env!("CARGO_BIN_EXE_dp-scheduler"),
+        &[
+            "--bind-host".into(),
+            "127.0.0.1".into(),
+            "--bind-port".into(),
+            port.to_string(),
+        ],
+        &dir.join("scheduler.log"),
+    );
+    (Cluster(vec![scheduler]), port)
+}
+
 fn start_executors(cluster: &mut Cluster, dir: &Path, port: u16) -> Vec<PathBuf> {
     let logs: Vec<PathBuf> = (0..2)
         .map(|i| dir.join(format!("executor-{i}.log")))
@@ -142,17 +159,7 @@ fn tasks_run(logs: &[PathBuf]) -> usize {
 fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
     let dir = std::env::temp_dir().join(format!("datafusion-dp-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let scheduler_port = free_port();
-    let mut cluster = Cluster(vec![start(
-        env!("CARGO_BIN_EXE_dp-scheduler"),
-        &[
-            "--bind-host".into(),
-            "127.0.0.1".into(),
-            "--bind-port".into(),
-            scheduler_port.to_string(),
-        ],
-        &dir.join("scheduler.log"),
-    )]);
+    let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let visits = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/visits.csv");
     let table = format!("visits={}", visits.display());
@@ -213,17 +220,7 @@ fn push_scheduling_runs_a_query_grouped_by_a_public_keys_table() {
     // result.
     let dir = std::env::temp_dir().join(format!("datafusion-dp-push-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let scheduler_port = free_port();
-    let mut cluster = Cluster(vec![start(
-        env!("CARGO_BIN_EXE_dp-scheduler"),
-        &[
-            "--bind-host".into(),
-            "127.0.0.1".into(),
-            "--bind-port".into(),
-            scheduler_port.to_string(),
-        ],
-        &dir.join("scheduler.log"),
-    )]);
+    let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
     let visits = format!("visits={}", data.join("visits.csv").display());
