@@ -25,7 +25,7 @@ async fn main() -> datafusion::error::Result<()> {
 
     println!("Differentially private relative risk of the outcome, exposed vs unexposed,");
     println!("per region: epsilon 1.0 for the count plus 1.0 for the 2x2 table (2.0 per region),");
-    println!("Laplace noise, 95% conservative intervals.\n");
+    println!("Laplace noise, 95% noise-aware score intervals (the default; docs/intervals.md).\n");
     ctx.sql(
         "SELECT region, patients,
                 round(ci['estimate'], 2) AS relative_risk,
