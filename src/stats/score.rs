@@ -16,7 +16,7 @@
 //! estimates restricted to `p_x = θ·p_y` (Miettinen & Nurminen's closed form, as given by
 //! Farrington & Manning 1990) and `v` the delta-method variance of a noisy proportion
 //! (docs/intervals.md §1, the paper's Theorem Gaussian_Valid_CI extended to private sizes).
-//! The interval is `{θ ≥ 0 : |T(θ)| ≤ z}`. Unlike `p̃ ± z·Ṽ` or its log-scale version, the
+//! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}` ([`tail_quantiles`]). Unlike `p̃ ± z·Ṽ` or its log-scale version, the
 //! variance is evaluated where each `θ` puts the risks, not at the noisy estimate: a noisy
 //! `Ỹ` that is too large no longer shrinks the interval's upper arm. The upper end is `+∞`
 //! when the released table cannot exclude `p_y` near 0 (`T` stays above `−z` as `θ → ∞`):
