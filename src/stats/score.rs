@@ -16,10 +16,11 @@
 //! estimates restricted to `p_x = θ·p_y` (Miettinen & Nurminen's closed form, as given by
 //! Farrington & Manning 1990) and `v` the delta-method variance of a noisy proportion
 //! (docs/intervals.md §1, the paper's Theorem Gaussian_Valid_CI extended to private sizes).
-//! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}` ([`tail_quantiles`]). Unlike `p̃ ± z·Ṽ` or its log-scale version, the
-//! variance is evaluated where each `θ` puts the risks, not at the noisy estimate: a noisy
-//! `Ỹ` that is too large no longer shrinks the interval's upper arm. The upper end is `+∞`
-//! when the released table cannot exclude `p_y` near 0 (`T` stays above `−z` as `θ → ∞`):
+//! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}` ([`tail_quantiles`]). Unlike `p̃ ± z·Ṽ` or
+//! its log-scale version, the variance is evaluated where each `θ` puts the risks, not at the
+//! noisy estimate: a noisy `Ỹ` that is too large no longer shrinks the interval's upper arm.
+//! The upper end is `+∞` when the released table cannot exclude `p_y` near 0 (`T` stays above
+//! `−z_U` as `θ → ∞`):
 //! an honest answer, since any interval with 95% coverage at every `(p_x, p_y)` must then be
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
