@@ -144,6 +144,16 @@ fn dpsql_on_cluster(args: &[&str]) -> Output {
 }
 
 /// How many tasks the executors ran, from their logs.
+/// Waits until the cluster at `url` answers `sql` over the `--table` argument `table`.
+fn wait_for_cluster(url: &str, table: &str, sql: &str) {
+    let ready = dpsql_on_cluster(&["--scheduler", url, "--table", table, "-c", sql]);
+    assert!(
+        ready.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ready.stderr)
+    );
+}
+
 fn tasks_run(logs: &[PathBuf]) -> usize {
     logs.iter()
         .map(|log| {
@@ -235,18 +245,10 @@ fn push_scheduling_runs_a_query_grouped_by_a_public_keys_table() {
     assert!(single.status.success(), "{single:?}");
     let url = format!("df://127.0.0.1:{scheduler_port}");
     // Wait for the cluster with a query without bounding, then run the query once.
-    let ready = dpsql_on_cluster(&[
-        "--scheduler",
+    wait_for_cluster(
         &url,
-        "--table",
         &regions,
-        "-c",
         "SET dp.public_tables = 'regions'; SELECT count(*) FROM regions",
-    ]);
-    assert!(
-        ready.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ready.stderr)
     );
     let distributed = dpsql(&[&["--scheduler", url.as_str()][..], &args[..]].concat());
     assert!(
@@ -308,19 +310,7 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     let regions = format!("regions={}", data.join("regions.csv").display());
     let url = format!("df://127.0.0.1:{clients}");
     // Wait for the cluster with a query of the public table (no charge), then charge once.
-    let ready = dpsql_on_cluster(&[
-        "--scheduler",
-        &url,
-        "--table",
-        &regions,
-        "-c",
-        "SELECT count(*) FROM regions",
-    ]);
-    assert!(
-        ready.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ready.stderr)
-    );
+    wait_for_cluster(&url, &regions, "SELECT count(*) FROM regions");
     let out = dpsql(&[
         "--scheduler",
         &url,

@@ -3,7 +3,7 @@
 //! Miettinen & Nurminen (1985) (`ci_method=score`); docs/intervals.md §2.
 
 use super::ratio::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
-use super::score::{invert_score_test, noisy_proportion_variance};
+use super::score::{invert_score_test, noisy_proportion_variance, standardised};
 
 impl ReleasedTable {
     /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
@@ -181,13 +181,7 @@ pub fn odds_ratio_score_statistic(
     let num = (x / n_x - p_x) * g_y - (y / n_y - p_y) * g_x;
     let v = noisy_proportion_variance(p_x, q_x, n_x, noise_variance, sizes) * g_y * g_y
         + noisy_proportion_variance(p_y, q_y, n_y, noise_variance, sizes) * g_x * g_x;
-    if v > 0.0 {
-        num / v.sqrt()
-    } else if num == 0.0 {
-        0.0
-    } else {
-        num.signum() * f64::INFINITY
-    }
+    standardised(num, v)
 }
 
 /// The noise-aware score interval `(lower, upper)` for the odds ratio from released cases `x`

@@ -64,6 +64,18 @@ impl GroupSizes {
             )),
         }
     }
+
+    /// The factor `w` in the noise's share `s²·w/n²` of the variance of a released proportion
+    /// `X̃/ñ` at risk `p` (`q = 1 − p`, passed apart so that callers near `p = 1` keep its
+    /// precision): 1 with public sizes (only the count is noised), `p² + q²` with private
+    /// ones, whose size `ñ = X̃ + B̃` carries the count's noise too, partly cancelling it (the
+    /// delta method, docs/intervals.md §1; the paper's Theorem Gaussian_Valid_CI has `w = 1`).
+    pub fn noise_weight(self, p: f64, q: f64) -> f64 {
+        match self {
+            Self::Public => 1.0,
+            Self::Private => p * p + q * q,
+        }
+    }
 }
 
 impl fmt::Display for GroupSizes {
@@ -428,12 +440,9 @@ pub fn relative_risk_relative_variance(
 ) -> f64 {
     let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
     if with_noise {
-        let weight = |cases: f64, total: f64| match sizes {
-            GroupSizes::Public => 1.0,
-            GroupSizes::Private => {
-                let p = (cases / total).clamp(0.0, 1.0);
-                p * p + (1.0 - p) * (1.0 - p)
-            }
+        let weight = |cases: f64, total: f64| {
+            let p = (cases / total).clamp(0.0, 1.0);
+            sizes.noise_weight(p, 1.0 - p)
         };
         v2 += noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
     }

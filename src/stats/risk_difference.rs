@@ -1,7 +1,7 @@
 //! The risk difference `p_x − p_y` of a released 2x2 table and its intervals: the adjusted Wald
 //! interval of Agresti & Caffo (2000) with the noise variance added (docs/intervals.md §3).
 
-use super::ratio::{GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
+use super::ratio::{IntervalMethod, RatioInterval, ReleasedTable};
 
 impl ReleasedTable {
     /// The risk difference `p̃_x − p̃_y = X̃/ñ_x − Ỹ/ñ_y`, sizes floored at 1 as for the
@@ -65,12 +65,8 @@ impl ReleasedTable {
                 (cases as f64 / n, n)
             };
             let p = p.clamp(0.0, 1.0);
-            let w = match self.sizes {
-                GroupSizes::Public => 1.0,
-                GroupSizes::Private => p * p + (1.0 - p) * (1.0 - p),
-            };
             let noise = if with_noise {
-                self.noise_variance * w / (n * n)
+                self.noise_variance * self.sizes.noise_weight(p, 1.0 - p) / (n * n)
             } else {
                 0.0
             };
@@ -90,7 +86,7 @@ impl ReleasedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::{released, RatioStatistic};
+    use crate::stats::ratio::{released, GroupSizes, RatioStatistic};
 
     #[test]
     fn risk_difference_matches_hand_computation() {

@@ -57,11 +57,9 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
     (theta * p_y, p_y)
 }
 
-/// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`, passed apart so
-/// that callers near `p = 1` keep its precision) in an arm of size `n` with per-cell noise
-/// variance `s²`: `pq/n + s²·w/n²`, `w = 1` for public sizes (only the cases are noised) and
-/// `p² + q²` for private ones (the size's noise partly cancels that of its count;
-/// docs/intervals.md §1).
+/// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`) in an arm of
+/// size `n` with per-cell noise variance `s²`: `pq/n + s²·w/n²`, `w` the size mode's
+/// [`GroupSizes::noise_weight`] (docs/intervals.md §1).
 pub fn noisy_proportion_variance(
     p: f64,
     q: f64,
@@ -69,11 +67,19 @@ pub fn noisy_proportion_variance(
     noise_variance: f64,
     sizes: GroupSizes,
 ) -> f64 {
-    let w = match sizes {
-        GroupSizes::Public => 1.0,
-        GroupSizes::Private => p * p + q * q,
-    };
-    p * q / n + noise_variance * w / (n * n)
+    p * q / n + noise_variance * sizes.noise_weight(p, q) / (n * n)
+}
+
+/// A score statistic's numerator over the square root of its variance; `±∞` (or 0, for a zero
+/// numerator) where the variance vanishes at the ends of the `θ` range.
+pub(super) fn standardised(numerator: f64, variance: f64) -> f64 {
+    if variance > 0.0 {
+        numerator / variance.sqrt()
+    } else if numerator == 0.0 {
+        0.0
+    } else {
+        numerator.signum() * f64::INFINITY
+    }
 }
 
 /// The score statistic `T(θ)` of the module docs for released cases `x` of size `n_x` and `y`
@@ -91,14 +97,7 @@ pub fn score_statistic(
     let (p_x, p_y) = restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
     let v = noisy_proportion_variance(p_x, 1.0 - p_x, n_x, noise_variance, sizes)
         + theta * theta * noisy_proportion_variance(p_y, 1.0 - p_y, n_y, noise_variance, sizes);
-    let num = x / n_x - theta * y / n_y;
-    if v > 0.0 {
-        num / v.sqrt()
-    } else if num == 0.0 {
-        0.0
-    } else {
-        num.signum() * f64::INFINITY
-    }
+    standardised(x / n_x - theta * y / n_y, v)
 }
 
 /// The one-sided quantiles `(z_L, z_U)` of the score interval at the two-sided quantile `z`:
