@@ -3,7 +3,7 @@
 //! Miettinen & Nurminen (1985) (`ci_method=score`); docs/intervals.md §2.
 
 use super::ratio::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
-use super::score::{invert_score_test, noisy_proportion_variance, standardised};
+use super::score::{invert_score_test, noisy_proportion_variance, skew, standardised, ScoreAt};
 
 impl ReleasedTable {
     /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
@@ -165,6 +165,8 @@ pub fn odds_ratio_restricted_risks(
 /// (1985) score statistic for the odds ratio (without their factor `N/(N − 1)`): the margin
 /// keeps `n_x(p̂_x − p̄_x) = −n_y(p̂_y − p̄_y) = Δ`, and `T² = Δ²(1/n_x p̄_x q̄_x + 1/n_y p̄_y q̄_y)`.
 /// Computed multiplied through by `p̄_x q̄_x p̄_y q̄_y`, so that it stays finite at the ends.
+/// Its skew `c_D²/s` ([`ScoreAt`]): `OR = p_x q_y/(q_x p_y)` has denominator factors `q_x` and
+/// `p_y`, so `c_D² = v_x/q̄_x² + v_y/p̄_y²`, and `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`.
 #[allow(clippy::too_many_arguments)]
 pub fn odds_ratio_score_statistic(
     theta: f64,
@@ -174,20 +176,26 @@ pub fn odds_ratio_score_statistic(
     n_y: f64,
     sizes: GroupSizes,
     noise_variance: f64,
-) -> f64 {
+) -> ScoreAt {
     let [(p_x, q_x), (p_y, q_y)] =
         odds_ratio_restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
     let (g_x, g_y) = (p_x * q_x, p_y * q_y);
     let num = (x / n_x - p_x) * g_y - (y / n_y - p_y) * g_x;
-    let v = noisy_proportion_variance(p_x, q_x, n_x, noise_variance, sizes) * g_y * g_y
-        + noisy_proportion_variance(p_y, q_y, n_y, noise_variance, sizes) * g_x * g_x;
-    standardised(num, v)
+    let v_x = noisy_proportion_variance(p_x, q_x, n_x, noise_variance, sizes);
+    let v_y = noisy_proportion_variance(p_y, q_y, n_y, noise_variance, sizes);
+    ScoreAt {
+        statistic: standardised(num, v_x * g_y * g_y + v_y * g_x * g_x),
+        skew: skew(
+            v_x / (q_x * q_x) + v_y / (p_y * p_y),
+            v_x / (g_x * g_x) + v_y / (g_y * g_y),
+        ),
+    }
 }
 
 /// The noise-aware score interval `(lower, upper)` for the odds ratio from released cases `x`
 /// of size `n_x` and `y` of `n_y` (sizes floored at 1), per-cell noise variance `s²`, two-sided
 /// quantile `z`: [`invert_score_test`] of [`odds_ratio_score_statistic`], with the relative
-/// risk's error split. Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0` (when
+/// risk's error rule ([`super::score::TailSplit`]). Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0` (when
 /// `X̃ + Ỹ ≤ ñ_y`) and `T → X̃/s`, or `p̄_y = 1` and `T → D̃/s`; so `lower = 0` when the
 /// release cannot exclude that zero cell. Likewise `upper = +∞` when it cannot exclude
 /// `C = 0` (`T → −Ỹ/s`, when `X̃ + Ỹ ≤ ñ_x`) or `B = 0` (`T → −B̃/s`).
@@ -288,13 +296,17 @@ mod tests {
             ),
             (7.0, 34.0, 1.0, 34.0, 1.2612876033172202, 55.848283225321914),
         ] {
-            let t = |th| odds_ratio_score_statistic(th, x, nx, y, ny, GroupSizes::Public, 0.0);
+            let t = |th| {
+                odds_ratio_score_statistic(th, x, nx, y, ny, GroupSizes::Public, 0.0).statistic
+            };
             assert!(
                 (t(lo) - Z95).abs() < 1e-7 && (t(hi) + Z95).abs() < 1e-7,
                 "{x}/{nx}"
             );
         }
-        // The crate's 30/70 tail split, no noise, then s² = 8 for both size modes.
+        // The crate's split (score::TailSplit), no noise, then s² = 8 for both size modes:
+        // docs/prototypes/adaptive_split.py check (z_c solved exactly at every θ, ends by
+        // brentq on the statistic of or_score_check.py's model).
         for (x, nx, y, ny, sizes, s2, lo, hi) in [
             (
                 40.0,
@@ -303,8 +315,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 0.0,
-                1.1952419500947042,
-                3.820352561375034,
+                1.1732947678741608,
+                3.705203184283813,
             ),
             (
                 7.0,
@@ -313,8 +325,8 @@ mod tests {
                 34.0,
                 GroupSizes::Public,
                 0.0,
-                1.0693648568381964,
-                49.85684523822516,
+                0.7290500310723883,
+                43.6158426756789,
             ),
             (
                 40.0,
@@ -323,8 +335,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 8.0,
-                1.0919883572616582,
-                4.327543581447584,
+                1.0588505733152687,
+                4.102614018302928,
             ),
             (
                 40.0,
@@ -333,8 +345,8 @@ mod tests {
                 200.0,
                 GroupSizes::Private,
                 8.0,
-                1.1159190699779222,
-                4.249519692073426,
+                1.0850808005117578,
+                4.038587997130773,
             ),
         ] {
             let (l, u) = odds_ratio_score_interval(x, nx, y, ny, sizes, s2, Z95);
@@ -350,13 +362,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((ci.estimate - 2.25).abs() < 1e-12);
-        assert!((ci.lower / 1.1159190699779222 - 1.0).abs() < 1e-9);
+        assert!((ci.lower / 1.0850808005117578 - 1.0).abs() < 1e-9);
     }
 
     #[test]
     fn odds_ratio_score_interval_is_open_where_the_release_cannot_exclude_a_zero_cell() {
-        // s = 10: a cell released below z_L·s = 21.7 (lower end) or z_U·s = 18.1 (upper end)
-        // cannot be told from 0.
+        // s = 10: a cell released below z_L·s = 21.7 (lower end; the least uneven split, as
+        // θ → 0) or Φ⁻¹(0.95)·s = 16.4 (upper end; all the error there, as θ → ∞) cannot be
+        // told from 0.
         let s2 = 100.0;
         let ci = |x: f64, nx: f64, y: f64, ny: f64| {
             odds_ratio_score_interval(x, nx, y, ny, GroupSizes::Public, s2, Z95)
@@ -366,21 +379,23 @@ mod tests {
         assert!(ci(30.0, 200.0, 60.0, 200.0).0 > 0.0);
         // d = n_y − Ỹ = 15 with X̃ + Ỹ > n_y: lower 0 as well.
         assert_eq!(ci(100.0, 200.0, 185.0, 200.0).0, 0.0);
-        // c = Ỹ = 15 (≤ 18.1): upper +∞; Ỹ = 30: bounded.
+        // c = Ỹ = 15 (≤ 16.4): upper +∞; Ỹ = 18: bounded (the fixed 30/70 split left it open).
         assert_eq!(ci(60.0, 200.0, 15.0, 200.0).1, f64::INFINITY);
-        assert!(ci(60.0, 200.0, 30.0, 200.0).1.is_finite());
+        assert!(ci(60.0, 200.0, 18.0, 200.0).1.is_finite());
         // b = n_x − X̃ = 15 with X̃ + Ỹ > n_x: upper +∞.
         assert_eq!(ci(185.0, 200.0, 100.0, 200.0).1, f64::INFINITY);
         // Noise pushed a count below 0: still an interval, with the corresponding end open.
         let (l, u) = ci(-5.0, 200.0, 60.0, 200.0);
         assert!(l == 0.0 && u.is_finite() && u > 0.0);
-        // The ends found are where T = z_L and T = −z_U.
-        let (zl, zu) = crate::stats::score::tail_quantiles(Z95);
+        // The ends found are where T = z_L and T = −z_U, at the split of their own θ.
+        let split = crate::stats::score::TailSplit::at(Z95);
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
             let (l, u) = odds_ratio_score_interval(40.0, 200.0, 20.0, 200.0, sizes, s2, Z95);
             let t = |th| odds_ratio_score_statistic(th, 40.0, 200.0, 20.0, 200.0, sizes, s2);
+            let (zl, _) = split.quantiles(t(l).skew);
+            let (_, zu) = split.quantiles(t(u).skew);
             assert!(
-                (t(l) - zl).abs() < 1e-9 && (t(u) + zu).abs() < 1e-9,
+                (t(l).statistic - zl).abs() < 1e-9 && (t(u).statistic + zu).abs() < 1e-9,
                 "{sizes}"
             );
         }

@@ -16,7 +16,8 @@
 //! estimates restricted to `p_x = θ·p_y` (Miettinen & Nurminen's closed form, as given by
 //! Farrington & Manning 1990) and `v` the delta-method variance of a noisy proportion
 //! (docs/intervals.md §1, the paper's Theorem Gaussian_Valid_CI extended to private sizes).
-//! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}` ([`tail_quantiles`]). Unlike `p̃ ± z·Ṽ` or
+//! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}`, the error split between the ends at each `θ`
+//! by the ratio's skew there ([`TailSplit`]). Unlike `p̃ ± z·Ṽ` or
 //! its log-scale version, the variance is evaluated where each `θ` puts the risks, not at the
 //! noisy estimate: a noisy `Ỹ` that is too large no longer shrinks the interval's upper arm.
 //! The upper end is `+∞` when the released table cannot exclude `p_y` near 0 (`T` stays above
@@ -25,17 +26,25 @@
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
 use super::ratio::GroupSizes;
-use statrs::distribution::{ContinuousCDF, Normal};
+use statrs::distribution::{Continuous, ContinuousCDF, Normal};
 
-/// The share of the error `α` given to the upper end. A ratio's interval is long above and
-/// short below (the estimate is right-skewed); moving error from the short arm to the long one
-/// shortens the interval, while the two one-sided tests still have sizes adding to `α`, so the
-/// level stays `1 − α`. The price where the estimate is symmetric (large counts) is
-/// `(z_{0.985} + z_{0.965})/(2 z_{0.975}) = 1.016` (1.6% wider at 95%); the gain where it is
-/// skewed is larger, e.g. at n = 200, Laplace ε = 0.5, private sizes the largest per-cell ratio
-/// to the paper's median width falls from 1.47 (equal tails) to 1.31 and the cells above 1.05
-/// from 18 to 9 (docs/intervals.md §5).
+/// The least uneven split of the error `α`: at least this share goes to the upper end. A
+/// ratio's interval is long above and short below (the estimate is right-skewed); moving error
+/// from the short arm to the long one shortens the interval, while the two one-sided tests
+/// still have sizes adding to `α`, so the level stays `1 − α`. The split used at each `θ` is
+/// [`TailSplit::quantiles`], never more even than this one (docs/intervals.md §5).
 pub const UPPER_TAIL_SHARE: f64 = 0.7;
+
+/// `K` of the split rule `z_L − z_U = K·c_D²/s` ([`TailSplit`]): the width-minimising value
+/// for the ends of a ratio whose skew comes from its denominator (docs/intervals.md §5).
+const SKEW_FACTOR: f64 = 4.0;
+
+/// Largest `z_L − z_U` of the split (then `α_L < 10⁻¹⁰`: all the error is on the upper end).
+const SPLIT_MAX: f64 = 12.0;
+
+/// Step of the table of [`TailSplit`] in `z_L − z_U` (cubic Hermite interpolation: error
+/// below 10⁻¹¹ in `z`).
+const SPLIT_STEP: f64 = 0.005;
 
 /// `ln θ` range searched: ends below `e^-28 ≈ 7e-13` are reported as 0, above `e^28 ≈ 1.4e12`
 /// as `+∞` (no table of fewer than ~10¹² rows can tell such ratios from 0 or ∞).
@@ -82,8 +91,36 @@ pub(super) fn standardised(numerator: f64, variance: f64) -> f64 {
     }
 }
 
+/// A score statistic at a candidate `θ`: its value `T(θ)` and the skew measure `c_D²/s` that
+/// sets the error split there ([`TailSplit::quantiles`]), both at the restricted estimates.
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreAt {
+    /// `T(θ)`, standardised under `H₀: ratio = θ`.
+    pub statistic: f64,
+    /// `c_D²/s`: `c_D` the coefficient of variation of the ratio's denominator factors and `s`
+    /// the delta-method standard error of the log ratio, at the restricted estimates; `+∞`
+    /// where the denominator's restricted risk is 0.
+    pub skew: f64,
+}
+
+/// `c_D²/s` from the squared coefficient of variation of a ratio's denominator factors and the
+/// variance `s²` of the log ratio: `+∞` where `c_D²` is not finite (a restricted risk of 0 in
+/// the denominator), 0 where `s` vanishes or is infinite.
+pub(super) fn skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
+    if !cv2_denominator.is_finite() {
+        return f64::INFINITY;
+    }
+    let s = log_ratio_variance.sqrt();
+    if s > 0.0 {
+        cv2_denominator / s
+    } else {
+        0.0
+    }
+}
+
 /// The score statistic `T(θ)` of the module docs for released cases `x` of size `n_x` and `y`
-/// of `n_y` (sizes already floored at 1).
+/// of `n_y` (sizes already floored at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D`
+/// the unexposed arm's, `s² = c_x² + c_y²` (the log ratio's delta-method variance).
 #[allow(clippy::too_many_arguments)]
 pub fn score_statistic(
     theta: f64,
@@ -93,15 +130,20 @@ pub fn score_statistic(
     n_y: f64,
     sizes: GroupSizes,
     noise_variance: f64,
-) -> f64 {
+) -> ScoreAt {
     let (p_x, p_y) = restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
-    let v = noisy_proportion_variance(p_x, 1.0 - p_x, n_x, noise_variance, sizes)
-        + theta * theta * noisy_proportion_variance(p_y, 1.0 - p_y, n_y, noise_variance, sizes);
-    standardised(x / n_x - theta * y / n_y, v)
+    let v_x = noisy_proportion_variance(p_x, 1.0 - p_x, n_x, noise_variance, sizes);
+    let v_y = noisy_proportion_variance(p_y, 1.0 - p_y, n_y, noise_variance, sizes);
+    let (cv2_x, cv2_y) = (v_x / (p_x * p_x), v_y / (p_y * p_y));
+    ScoreAt {
+        statistic: standardised(x / n_x - theta * y / n_y, v_x + theta * theta * v_y),
+        skew: skew(cv2_y, cv2_x + cv2_y),
+    }
 }
 
-/// The one-sided quantiles `(z_L, z_U)` of the score interval at the two-sided quantile `z`:
-/// `α = 2(1 − Φ(z))`, `z_L = Φ⁻¹(1 − (1 − UPPER_TAIL_SHARE)α)`, `z_U = Φ⁻¹(1 − UPPER_TAIL_SHARE·α)`.
+/// The one-sided quantiles `(z_L, z_U)` of the least uneven split ([`UPPER_TAIL_SHARE`]) at
+/// the two-sided quantile `z`: `α = 2(1 − Φ(z))`, `z_L = Φ⁻¹(1 − (1 − UPPER_TAIL_SHARE)α)`,
+/// `z_U = Φ⁻¹(1 − UPPER_TAIL_SHARE·α)`.
 pub fn tail_quantiles(z: f64) -> (f64, f64) {
     let normal = Normal::new(0.0, 1.0).expect("standard normal");
     let alpha = 2.0 * normal.cdf(-z);
@@ -111,28 +153,139 @@ pub fn tail_quantiles(z: f64) -> (f64, f64) {
     )
 }
 
-/// Inverts a score test for a ratio `θ ≥ 0`: the interval `{θ : −z_U ≤ T(θ) ≤ z_L}` for a
-/// statistic `T` that decreases in `θ` (standardised, under `H₀: ratio = θ`), with the error
-/// split of [`tail_quantiles`] at the two-sided quantile `z`. Each end is one crossing on
-/// `ln θ` over `[e^-28, e^28]`, searched from the point `estimate` ([`crossing`]). `lower` is 0 when `T` stays below `z_L` down to
-/// `e^-28` and `upper` is `+∞` when `T` stays above `−z_U` up to `e^28` (the release cannot
-/// exclude a zero count; the statistics' limits are in their docs); `[0, 0]` or `[+∞, +∞]`
-/// when every `θ` in range is rejected from above or from below. Where `T` is not monotone
-/// (Fieller's case: it dips below `−z_U` and comes back), the end values decide first, so such
-/// an upper end is `+∞`. The one
-/// inversion every score interval of the crate uses (relative risk: Koopman 1984, Miettinen &
-/// Nurminen 1985; odds ratio: Miettinen & Nurminen 1985).
-pub fn invert_score_test(t: impl Fn(f64) -> f64, z: f64, estimate: f64) -> (f64, f64) {
-    let t = |log_theta: f64| t(log_theta.exp());
-    let (z_lower, z_upper) = tail_quantiles(z);
-    let (t_low, t_high) = (t(-LOG_THETA_RANGE), t(LOG_THETA_RANGE));
+/// The error split of the score intervals at one level: at a candidate `θ` whose statistic
+/// reports skew `c_D²/s` ([`ScoreAt`]), the ends' quantiles are `z_L = z_c + d/2`,
+/// `z_U = z_c − d/2` with `d = max(K·c_D²/s, d₀)`, `K = 4`, `d₀` the gap of the
+/// [`tail_quantiles`] split, and `z_c` solving `Φ(−z_L) + Φ(−z_U) = α`, so the two one-sided
+/// tests always spend `α` together. Why `K·c_D²/s`: the ends of a ratio `N/D` with relative
+/// errors `c_N`, `c_D` move as `θ̂(1 + z·s + z²·c_D² + …)` (Fieller), and
+/// `z_L − z_U = 4·c_D²/s` minimises the length for that shape under the level constraint
+/// (Lagrange): only the denominator skews a ratio. The split is read at the restricted
+/// estimates, which under `H₀` are asymptotically independent of the score statistic, so the
+/// level stays `1 − α` to first order (a studentised critical value); coverage is measured in
+/// docs/coverage.md (docs/intervals.md §5, docs/prototypes/adaptive_split.py).
+#[derive(Debug)]
+pub struct TailSplit {
+    /// `α` of the table.
+    alpha: f64,
+    /// `d₀`, the least `z_L − z_U`.
+    gap_min: f64,
+    /// `(z_c, dz_c/dd)` at `d = d₀ + i·SPLIT_STEP`.
+    centre: Vec<(f64, f64)>,
+}
+
+impl TailSplit {
+    /// The table for two-sided quantile `z` (`α = 2(1 − Φ(z))`), by Newton's method on `z_c`
+    /// at each tabulated gap.
+    pub fn new(z: f64) -> Self {
+        let normal = Normal::new(0.0, 1.0).expect("standard normal");
+        let alpha = 2.0 * normal.cdf(-z);
+        let (z_lower, z_upper) = tail_quantiles(z);
+        let gap_min = z_lower - z_upper;
+        let steps = ((SPLIT_MAX - gap_min).max(0.0) / SPLIT_STEP).ceil() as usize + 1;
+        let mut centre = Vec::with_capacity(steps);
+        let mut zc = 0.5 * (z_lower + z_upper);
+        for i in 0..steps {
+            let half = 0.5 * (gap_min + i as f64 * SPLIT_STEP);
+            for _ in 0..50 {
+                let excess = normal.cdf(-zc - half) + normal.cdf(-zc + half) - alpha;
+                let slope = normal.pdf(zc + half) + normal.pdf(zc - half);
+                let step = excess / slope;
+                zc += step;
+                if step.abs() < 1e-14 {
+                    break;
+                }
+            }
+            // Implicit derivative of Φ(−z_c − d/2) + Φ(−z_c + d/2) = α in d.
+            let (f_lower, f_upper) = (normal.pdf(zc + half), normal.pdf(zc - half));
+            centre.push((zc, (f_upper - f_lower) / (2.0 * (f_lower + f_upper))));
+        }
+        Self {
+            alpha,
+            gap_min,
+            centre,
+        }
+    }
+
+    /// The table for `z`, kept per thread for the last `z` asked (every group of a query, and
+    /// every table of a simulation, uses the same level).
+    pub fn at(z: f64) -> std::rc::Rc<Self> {
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<(u64, std::rc::Rc<TailSplit>)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((bits, split)) if *bits == z.to_bits() => split.clone(),
+                _ => {
+                    let split = std::rc::Rc::new(Self::new(z));
+                    *last = Some((z.to_bits(), split.clone()));
+                    split
+                }
+            }
+        })
+    }
+
+    /// `α` of the split.
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+
+    /// `(z_L, z_U)` at skew `c_D²/s` (NaN read as 0: the least uneven split).
+    pub fn quantiles(&self, skew: f64) -> (f64, f64) {
+        let gap = if skew.is_nan() {
+            self.gap_min
+        } else {
+            (SKEW_FACTOR * skew).clamp(self.gap_min, SPLIT_MAX.max(self.gap_min))
+        };
+        let at = (gap - self.gap_min) / SPLIT_STEP;
+        let i = (at.floor() as usize).min(self.centre.len() - 1);
+        let (z0, slope0) = self.centre[i];
+        let zc = match self.centre.get(i + 1) {
+            // Cubic Hermite between the nodes i and i + 1 (t ∈ [0, 1]).
+            Some(&(z1, slope1)) => {
+                let t = at - i as f64;
+                let (t2, t3) = (t * t, t * t * t);
+                (2.0 * t3 - 3.0 * t2 + 1.0) * z0
+                    + (t3 - 2.0 * t2 + t) * SPLIT_STEP * slope0
+                    + (-2.0 * t3 + 3.0 * t2) * z1
+                    + (t3 - t2) * SPLIT_STEP * slope1
+            }
+            None => z0,
+        };
+        (zc + 0.5 * gap, zc - 0.5 * gap)
+    }
+}
+
+/// Inverts a score test for a ratio `θ ≥ 0`: the interval `{θ : −z_U(θ) ≤ T(θ) ≤ z_L(θ)}`
+/// for a statistic `T` that decreases in `θ` (standardised, under `H₀: ratio = θ`), with the
+/// error split of [`TailSplit`] at the two-sided quantile `z`, read at each `θ` from the skew
+/// the statistic reports ([`ScoreAt`]). Each end is one crossing on `ln θ` over
+/// `[e^-28, e^28]`, searched from the point `estimate` ([`crossing`]). `lower` is 0 when `T`
+/// stays below `z_L` down to `e^-28` and `upper` is `+∞` when `T` stays above `−z_U` up to
+/// `e^28` (the release cannot exclude a zero count; the statistics' limits are in their docs);
+/// `[0, 0]` or `[+∞, +∞]` when every `θ` in range is rejected from above or from below. Where
+/// `T` is not monotone (Fieller's case: it dips below `−z_U` and comes back), the end values
+/// decide first, so such an upper end is `+∞`. The one inversion every score interval of the
+/// crate uses (relative risk: Koopman 1984, Miettinen & Nurminen 1985; odds ratio: Miettinen &
+/// Nurminen 1985).
+pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (f64, f64) {
+    let split = TailSplit::at(z);
+    // T − z_L and T + z_U at ln θ.
+    let ends = |log_theta: f64| {
+        let at = t(log_theta.exp());
+        let (z_lower, z_upper) = split.quantiles(at.skew);
+        (at.statistic - z_lower, at.statistic + z_upper)
+    };
+    let (low, high) = (ends(-LOG_THETA_RANGE), ends(LOG_THETA_RANGE));
     // Every θ in range rejected from one side: the ratio is beyond every bound (for the
     // relative risk possible only when the noise pushed `Ỹ` to or below 0 while `X̃ > z_L·s`),
     // or below every bound. The interval is then the degenerate `[+∞, +∞]` or `[0, 0]`.
-    if t_high > z_lower {
+    if high.0 > 0.0 {
         return (f64::INFINITY, f64::INFINITY);
     }
-    if t_low < -z_upper {
+    if low.1 < 0.0 {
         return (0.0, 0.0);
     }
     let start = if estimate > 0.0 && estimate.is_finite() {
@@ -140,15 +293,15 @@ pub fn invert_score_test(t: impl Fn(f64) -> f64, z: f64, estimate: f64) -> (f64,
     } else {
         0.0
     };
-    let lower = if t_low > z_lower {
-        crossing(&|u| t(u) - z_lower, start).exp()
+    let lower = if low.0 > 0.0 {
+        crossing(&|u| ends(u).0, start).exp()
     } else {
         0.0
     };
-    let upper = if t_high >= -z_upper {
+    let upper = if high.1 >= 0.0 {
         f64::INFINITY
     } else {
-        crossing(&|u| t(u) + z_upper, start).exp()
+        crossing(&|u| ends(u).1, start).exp()
     };
     (lower, upper)
 }
@@ -215,10 +368,11 @@ fn bisect_crossing(g: &dyn Fn(f64) -> f64, mut lo: f64, mut hi: f64) -> f64 {
 
 /// The score interval `(lower, upper)` for `p_x/p_y` from released cases `x` of size `n_x` and
 /// `y` of `n_y` (real-valued; sizes floored at 1, cases used as released, negative or above
-/// the size included), per-cell noise variance `s²`, two-sided quantile `z` (split into
-/// [`tail_quantiles`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
-/// `T → X̃/s`, so `lower` is 0 when the release cannot exclude `X = 0`; as `θ → ∞`,
-/// `T → −Ỹ/s`, so `upper` is `+∞` when it cannot exclude `Y = 0`.
+/// the size included), per-cell noise variance `s²`, two-sided quantile `z` (split by
+/// [`TailSplit`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
+/// `T → X̃/s` and the split is the least uneven, so `lower` is 0 when `X̃ ≤ z_L·s` (the release
+/// cannot exclude `X = 0`); as `θ → ∞`, `T → −Ỹ/s` and all the error goes to the upper end, so
+/// `upper` is `+∞` when `Ỹ ≤ Φ⁻¹(1 − α)·s` (it cannot exclude `Y = 0`).
 #[allow(clippy::too_many_arguments)]
 pub fn relative_risk_score_interval(
     x: f64,
@@ -244,27 +398,73 @@ mod tests {
     const Z95: f64 = 1.959963984540054;
 
     /// The interval of the first version: each end by 60 bisections of the whole range.
-    fn bisection_interval(t: impl Fn(f64) -> f64, z: f64) -> (f64, f64) {
-        let g = |u: f64| t(u.exp());
-        let (zl, zu) = tail_quantiles(z);
+    fn bisection_interval(t: impl Fn(f64) -> ScoreAt, z: f64) -> (f64, f64) {
+        let split = TailSplit::at(z);
+        let g = |u: f64| {
+            let at = t(u.exp());
+            let (zl, zu) = split.quantiles(at.skew);
+            (at.statistic - zl, at.statistic + zu)
+        };
         let r = LOG_THETA_RANGE;
-        if g(r) > zl {
+        if g(r).0 > 0.0 {
             return (f64::INFINITY, f64::INFINITY);
         }
-        if g(-r) < -zu {
+        if g(-r).1 < 0.0 {
             return (0.0, 0.0);
         }
-        let lower = if g(-r) > zl {
-            bisect_crossing(&|u| g(u) - zl, -r, r).exp()
+        let lower = if g(-r).0 > 0.0 {
+            bisect_crossing(&|u| g(u).0, -r, r).exp()
         } else {
             0.0
         };
-        let upper = if g(r) >= -zu {
+        let upper = if g(r).1 >= 0.0 {
             f64::INFINITY
         } else {
-            bisect_crossing(&|u| g(u) + zu, -r, r).exp()
+            bisect_crossing(&|u| g(u).1, -r, r).exp()
         };
         (lower, upper)
+    }
+
+    #[test]
+    fn tail_split_spends_alpha_and_follows_the_skew() {
+        // Every split spends α = 0.05 in all: Φ(−z_L) + Φ(−z_U) = α; skew 0 (or NaN) is the
+        // least uneven split (tail_quantiles: 2.170090 / 1.811911); z_L − z_U = 4·skew above
+        // it; an infinite skew puts (nearly) all the error on the upper end: z_U → Φ⁻¹(0.95).
+        let split = TailSplit::new(Z95);
+        let normal = Normal::new(0.0, 1.0).unwrap();
+        // (statrs' Φ is accurate to ~1e-11 relative here.)
+        assert!((split.alpha() - 0.05).abs() < 1e-10, "{}", split.alpha());
+        let (l0, u0) = tail_quantiles(Z95);
+        for skew in [
+            0.0,
+            f64::NAN,
+            0.05,
+            0.0895,
+            0.1,
+            0.3333,
+            1.0,
+            2.9,
+            50.0,
+            f64::INFINITY,
+        ] {
+            let (zl, zu) = split.quantiles(skew);
+            assert!(
+                (normal.cdf(-zl) + normal.cdf(-zu) - split.alpha()).abs() < 1e-12,
+                "{skew}: {zl} {zu}"
+            );
+            let gap = if skew.is_nan() {
+                0.0
+            } else {
+                (4.0 * skew).min(12.0)
+            };
+            assert!(((zl - zu) - gap.max(l0 - u0)).abs() < 1e-12, "{skew}");
+        }
+        assert_eq!(split.quantiles(0.0), split.quantiles(f64::NAN));
+        let (zl, zu) = split.quantiles(0.0);
+        // (tail_quantiles inverts Φ, the table solves Φ(·) = α: equal to statrs' accuracy.)
+        assert!((zl - l0).abs() < 1e-9 && (zu - u0).abs() < 1e-9);
+        let (_, zu) = split.quantiles(f64::INFINITY);
+        assert!((zu - 1.644854).abs() < 1e-6, "{zu}");
     }
 
     #[test]
@@ -343,8 +543,8 @@ mod tests {
     #[test]
     fn score_interval_matches_hand_computation() {
         // docs/intervals.md §5, worked example: X̃ = 40 of 200, Ỹ = 20 of 200, s² = 8, 95%:
-        // z_L = Φ⁻¹(0.985) = 2.170090, z_U = Φ⁻¹(0.965) = 1.811911. Public sizes, upper end
-        // θ = 3.563643: restricted p̄_y = 0.064360, p̄_x = θ p̄_y = 0.229355;
+        // the least uneven split z_L = Φ⁻¹(0.985) = 2.170090, z_U = Φ⁻¹(0.965) = 1.811911.
+        // Public sizes, the statistic at θ = 3.563643: restricted p̄_y = 0.064360, p̄_x = θ p̄_y = 0.229355;
         // v_x = 0.229355·0.770645/200 + 8/200² = 0.00108376, v_y = 0.06436·0.93564/200 + 0.0002
         // = 0.00050109, V = v_x + θ² v_y = 0.0074474, T = (0.2 − 0.3563643)/√V = −1.811911.
         let (zl, zu) = tail_quantiles(Z95);
@@ -355,31 +555,50 @@ mod tests {
         let vy = noisy_proportion_variance(py, 1.0 - py, 200.0, 8.0, GroupSizes::Public);
         assert!((vx - 0.00108376).abs() < 1e-8 && (vy - 0.00050109).abs() < 1e-8);
         let t = score_statistic(3.563643, 40.0, 200.0, 20.0, 200.0, GroupSizes::Public, 8.0);
-        assert!((t + 1.811911).abs() < 1e-5, "{t}");
-        // The ends: public [1.077238, 3.563643], private [1.097192, 3.507391] (private sizes
-        // weight the noise by w = p² + (1 − p)² < 1, so the interval is shorter).
+        assert!((t.statistic + 1.811911).abs() < 1e-5, "{t:?}");
+        // The ends with the split of TailSplit, against an independent computation
+        // (docs/prototypes/adaptive_split.py check: z_c solved exactly at every θ, ends by
+        // brentq): public [1.0359355, 3.3878499], private [1.0582949, 3.3412853] (private sizes
+        // weight the noise by w = p² + (1 − p)² < 1, so the interval is shorter). The fixed
+        // 30/70 split gave [1.077238, 3.563643] (public): the skew at the upper end moves
+        // error there and shortens both arms' sum.
         for (sizes, lo, hi) in [
-            (GroupSizes::Public, 1.077238, 3.563643),
-            (GroupSizes::Private, 1.097192, 3.507391),
+            (GroupSizes::Public, 1.0359355342819265, 3.3878499473115573),
+            (GroupSizes::Private, 1.058294894885206, 3.3412853045733746),
         ] {
             let (l, u) = relative_risk_score_interval(40.0, 200.0, 20.0, 200.0, sizes, 8.0, Z95);
             assert!(
-                (l - lo).abs() < 1e-6 && (u - hi).abs() < 1e-6,
+                (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
                 "{sizes}: {l} {u}"
+            );
+        }
+        // Without noise: 40/200 vs 20/200 and 7/34 vs 1/34.
+        for (x, n, y, lo, hi) in [
+            (40.0, 200.0, 20.0, 1.1328767646473195, 3.0775770369097653),
+            (7.0, 34.0, 1.0, 0.7260678912140907, 33.447661221033606),
+        ] {
+            let (l, u) = relative_risk_score_interval(x, n, y, n, GroupSizes::Public, 0.0, Z95);
+            assert!(
+                (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
+                "{x}/{n}: {l} {u}"
             );
         }
     }
 
     #[test]
     fn ends_are_where_the_statistic_equals_z() {
+        let split = TailSplit::at(Z95);
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
             let (lo, hi) = relative_risk_score_interval(40.0, 200.0, 20.0, 200.0, sizes, 8.0, Z95);
             let t = |th: f64| score_statistic(th, 40.0, 200.0, 20.0, 200.0, sizes, 8.0);
-            let (zl, zu) = tail_quantiles(Z95);
+            let (zl, _) = split.quantiles(t(lo).skew);
+            let (_, zu) = split.quantiles(t(hi).skew);
             assert!(
-                (t(lo) - zl).abs() < 1e-9 && (t(hi) + zu).abs() < 1e-9,
+                (t(lo).statistic - zl).abs() < 1e-9 && (t(hi).statistic + zu).abs() < 1e-9,
                 "{sizes}"
             );
+            // Ỹ = 20 against noise s = 2.8: both ends' splits more uneven than 30/70.
+            assert!(zu < 1.8119 && zl > 2.1701, "{zl} {zu}");
             assert!(lo < 2.0 && 2.0 < hi);
         }
         // No noise, x ≤ 0: the lower end is 0; a released Ỹ indistinguishable from 0: +∞.
