@@ -34,7 +34,8 @@ def or_T(theta, x, nx, y, ny, s2, private):
         return p * q / n + s2 * w / n**2
     v = av(px, qx, nx) * gy * gy + av(py, qy, ny) * gx * gx
     with np.errstate(divide='ignore', invalid='ignore'):
-        return np.where(v > 0, num / np.sqrt(v), np.sign(num) * np.inf)
+        # as the crate's score::standardised: 0 where both vanish (no cases left after clamping)
+        return np.where(v > 0, num / np.sqrt(v), np.where(num == 0, 0.0, np.sign(num) * np.inf))
 
 def or_score(x, nx, y, ny, s2, private):
     nx, ny = np.maximum(nx, 1), np.maximum(ny, 1)
