@@ -465,6 +465,26 @@ mod tests {
         assert!((zl - l0).abs() < 1e-9 && (zu - u0).abs() < 1e-9);
         let (_, zu) = split.quantiles(f64::INFINITY);
         assert!((zu - 1.644854).abs() < 1e-6, "{zu}");
+        // Other levels (50% to 99.99%): the same two properties across the whole table.
+        for z in [
+            0.674489750196,
+            1.644853626951,
+            2.575829303549,
+            3.890591886413,
+        ] {
+            let split = TailSplit::new(z);
+            let (l0, u0) = tail_quantiles(z);
+            for i in 0..=2400 {
+                let skew = i as f64 * 0.00125;
+                let (zl, zu) = split.quantiles(skew);
+                assert!(
+                    (normal.cdf(-zl) + normal.cdf(-zu) - split.alpha()).abs() < 1e-11,
+                    "{z} {skew}: {zl} {zu}"
+                );
+                let gap = (4.0 * skew).min(12.0).max(l0 - u0);
+                assert!(((zl - zu) - gap).abs() < 1e-9, "{z} {skew}");
+            }
+        }
     }
 
     #[test]
