@@ -59,6 +59,11 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
     // executor decoding a plan) resolves them by name.
     ctx.register_udf(privacy::bounding::keyed_hash::udf().as_ref().clone());
     ctx.register_udwf(privacy::bounding::unit_sample::udwf().as_ref().clone());
+    ctx.register_udwf(
+        privacy::bounding::unit_sample::udwf_ordered()
+            .as_ref()
+            .clone(),
+    );
     // One accountant per session, shared by the planner rule (which charges) and dp_budget()
     // (which reports). Registering twice keeps the first rule: a second would charge twice.
     let registered = ctx

@@ -18,7 +18,9 @@
 //! Each unit's groups are ordered by a keyed hash of (unit, keys) with a fresh random salt per
 //! query, or one derived from `dp.seed` ([`keyed_hash`]), then by the keys, so distinct groups
 //! never tie; [`unit_sample`] keeps the first `max_groups_per_unit` groups of each unit and a
-//! random sample of rows in each. Every choice depends only on the unit's own rows and the
+//! random sample of rows in each (under `dp.seed`, the first rows by a keyed hash of each row's
+//! values, so that the sample too is reproducible whatever order the rows arrive in). Every
+//! choice depends only on the unit's own rows and the
 //! salt, so the bounds hold whatever the data. The calibration then uses sensitivity
 //! `max_rows_per_unit` and `ε/max_groups_per_unit` per group
 //! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The window is partitioned by a
@@ -44,12 +46,13 @@ use std::sync::Arc;
 const BUCKET: &str = "__dp_unit_bucket";
 const GROUP_ORDER: &str = "__dp_group_order";
 const KEEP: &str = "__dp_unit_sample";
+const ROW_ORDER: &str = "__dp_row_order";
 /// Buckets of units, the window's partitions: many more than any cluster's partitions (so
 /// they balance), few enough that DataFusion's per-partition cost is negligible.
 const BUCKETS: u64 = 1024;
 
 /// `input` with every privacy unit's contribution bounded (see the module docs). `seed` (the
-/// non-private `dp.seed`) makes the choice of groups reproducible.
+/// non-private `dp.seed`) makes the choice of groups and of rows reproducible.
 pub fn bound_contributions(
     input: Arc<LogicalPlan>,
     unit_column: Expr,
@@ -80,10 +83,21 @@ pub fn bound_contributions(
         order.push(col(GROUP_ORDER).sort(true, false));
         order.extend(keys.iter().map(|k| k.clone().sort(true, false)));
     }
+    // Seeded (non-private, reproducible) mode: rows arrive in no fixed order, so each group's
+    // rows are ordered by a keyed hash of all their values and the first `max_rows` kept
+    // (identical rows are interchangeable), instead of a random sample by position.
+    let sample = match seed {
+        Some(_) => {
+            with_order.push(keyed_hash(salt, original.clone()).alias(ROW_ORDER));
+            order.push(col(ROW_ORDER).sort(true, false));
+            unit_sample::udwf_ordered()
+        }
+        None => unit_sample::udwf(),
+    };
     let bounds = [max_rows, if keys.is_empty() { 1 } else { max_groups }];
     let mut args = unit_and_keys;
     args.extend(bounds.map(|b| lit(ScalarValue::UInt64(Some(u64::from(b))))));
-    let keep = unit_sample::udwf()
+    let keep = sample
         .call(args)
         .partition_by(vec![col(BUCKET)])
         .order_by(order)

@@ -6,7 +6,9 @@
 //! its groups runs of equal (unit, keys) inside it. The function is `true` on the rows kept:
 //! in the first `max_groups` groups of each unit run, a uniformly random sample of
 //! `max_rows` rows (all of them if the group has fewer), drawn from the operating system's
-//! random source. Each row's value depends only on the rows of its own run, so the
+//! random source, or, in the seeded (non-private, reproducible) mode, the first `max_rows` rows
+//! of the run in the window's order, which the rewrite then makes a keyed hash of each row's
+//! values (`dp_unit_sample_ordered`). Each row's value depends only on the rows of its own run, so the
 //! bound holds whatever the other rows are (the plan analysis accepts it as a window over one
 //! unit: [`crate::sql::privacy::analysis`]). The window's `ORDER BY unit, <group order>, keys`
 //! makes each group one run (the bounding rewrite sets it). One window over few
@@ -27,27 +29,40 @@ use rand::seq::index::sample;
 use std::sync::{Arc, LazyLock};
 
 pub const NAME: &str = "dp_unit_sample";
+/// The seeded mode's variant: the first rows in the window's order instead of a random sample.
+pub const ORDERED_NAME: &str = "dp_unit_sample_ordered";
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct UnitSample {
     signature: Signature,
+    /// Keep the first `max_rows` rows of a group (in the window's order) instead of a random
+    /// sample of them.
+    ordered: bool,
 }
 
-impl Default for UnitSample {
-    fn default() -> Self {
+impl UnitSample {
+    fn new(ordered: bool) -> Self {
         Self {
-            // Volatile: the row sample is random.
+            // Volatile: the row sample is random (or, ordered, as random as the row order).
             signature: Signature::variadic_any(Volatility::Volatile),
+            ordered,
         }
     }
 }
 
 static UDWF: LazyLock<Arc<WindowUDF>> =
-    LazyLock::new(|| Arc::new(WindowUDF::new_from_impl(UnitSample::default())));
+    LazyLock::new(|| Arc::new(WindowUDF::new_from_impl(UnitSample::new(false))));
+static UDWF_ORDERED: LazyLock<Arc<WindowUDF>> =
+    LazyLock::new(|| Arc::new(WindowUDF::new_from_impl(UnitSample::new(true))));
 
 /// The `dp_unit_sample` window function.
 pub fn udwf() -> Arc<WindowUDF> {
     Arc::clone(&UDWF)
+}
+
+/// The `dp_unit_sample_ordered` window function (the seeded mode's).
+pub fn udwf_ordered() -> Arc<WindowUDF> {
+    Arc::clone(&UDWF_ORDERED)
 }
 
 /// Whether `udwf` is `dp_unit_sample`.
@@ -57,7 +72,11 @@ pub fn is_unit_sample(udwf: &WindowUDF) -> bool {
 
 impl WindowUDFImpl for UnitSample {
     fn name(&self) -> &str {
-        NAME
+        if self.ordered {
+            ORDERED_NAME
+        } else {
+            NAME
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -69,7 +88,9 @@ impl WindowUDFImpl for UnitSample {
         args: PartitionEvaluatorArgs,
     ) -> Result<Box<dyn PartitionEvaluator>> {
         check_types(args.input_fields())?;
-        Ok(Box::new(UnitSampleEvaluator))
+        Ok(Box::new(UnitSampleEvaluator {
+            ordered: self.ordered,
+        }))
     }
 
     fn field(&self, field_args: WindowUDFFieldArgs) -> Result<FieldRef> {
@@ -103,7 +124,9 @@ fn check_types(fields: &[FieldRef]) -> Result<()> {
 }
 
 #[derive(Debug)]
-struct UnitSampleEvaluator;
+struct UnitSampleEvaluator {
+    ordered: bool,
+}
 
 /// A bound argument (constant, so its first value), at least 1.
 fn bound(values: &ArrayRef, name: &str) -> Result<usize> {
@@ -141,6 +164,8 @@ impl PartitionEvaluator for UnitSampleEvaluator {
             let len = group.len();
             if len <= max_rows {
                 keep[group].fill(true);
+            } else if self.ordered {
+                keep[group.start..group.start + max_rows].fill(true);
             } else {
                 let rng = match &mut rng {
                     Some(rng) => rng,
@@ -163,6 +188,16 @@ mod tests {
     use arrow::array::{Int64Array, StringArray, UInt64Array};
 
     fn run(units: Vec<Option<&str>>, keys: Vec<i64>, rows: u64, groups: u64) -> Vec<bool> {
+        run_with(false, units, keys, rows, groups)
+    }
+
+    fn run_with(
+        ordered: bool,
+        units: Vec<Option<&str>>,
+        keys: Vec<i64>,
+        rows: u64,
+        groups: u64,
+    ) -> Vec<bool> {
         let n = units.len();
         let values: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(units)),
@@ -170,7 +205,9 @@ mod tests {
             Arc::new(UInt64Array::from(vec![rows; n])),
             Arc::new(UInt64Array::from(vec![groups; n])),
         ];
-        let out = UnitSampleEvaluator.evaluate_all(&values, n).unwrap();
+        let out = UnitSampleEvaluator { ordered }
+            .evaluate_all(&values, n)
+            .unwrap();
         out.as_boolean().iter().map(|v| v.unwrap()).collect()
     }
 
@@ -191,9 +228,12 @@ mod tests {
         let kept = run(units.clone(), keys.clone(), 2, 2);
         assert_eq!(kept[..3].iter().filter(|k| **k).count(), 2);
         assert_eq!(&kept[3..], &[true, false, true, true, true]);
-        let kept = run(units, keys, 1, 1);
+        let kept = run(units.clone(), keys.clone(), 1, 1);
         assert_eq!(kept[..3].iter().filter(|k| **k).count(), 1);
         assert_eq!(&kept[3..], &[false, false, true, false, true]);
+        // The seeded mode's variant keeps the first rows of each group, the same groups.
+        let kept = run_with(true, units, keys, 2, 2);
+        assert_eq!(kept, [true, true, false, true, false, true, true, true]);
     }
 
     #[test]
@@ -219,7 +259,9 @@ mod tests {
             Arc::new(UInt64Array::from(vec![0])),
             Arc::new(UInt64Array::from(vec![1])),
         ];
-        let err = UnitSampleEvaluator.evaluate_all(&values, 1).unwrap_err();
+        let err = UnitSampleEvaluator { ordered: false }
+            .evaluate_all(&values, 1)
+            .unwrap_err();
         assert!(
             err.to_string()
                 .contains("'max_rows' must be an integer >= 1"),
