@@ -98,6 +98,10 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(region, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
     ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
     ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY patient_id) AS k FROM visits) WHERE k", Answered),
+    // The seeded mode's variant (first rows in the window's order) is held to the same rule:
+    // ordered by another column first, a person's rows are not one run.
+    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample_ordered(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample_ordered(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY patient_id, region) AS k FROM visits) WHERE k", Answered),
     ("SELECT dp_keyed_hash(arrow_cast(1, 'UInt64'), x) FROM t", Refused("would output rows of protected table 't'")),
     // Joins.
     ("SELECT dp_count(a.x, 1.0) FROM t AS a JOIN t AS b ON a.x = b.x", Refused("join of protected relations")),

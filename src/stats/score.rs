@@ -42,6 +42,9 @@ const SKEW_FACTOR: f64 = 4.0;
 /// Largest `z_L − z_U` of the split (then `α_L < 10⁻¹⁰`: all the error is on the upper end).
 const SPLIT_MAX: f64 = 12.0;
 
+/// Levels whose [`TailSplit`] table each thread keeps.
+const SPLIT_LEVELS: usize = 4;
+
 /// Step of the table of [`TailSplit`] in `z_L − z_U` (cubic Hermite interpolation: error
 /// below 10⁻¹¹ in `z`).
 const SPLIT_STEP: f64 = 0.005;
@@ -207,23 +210,25 @@ impl TailSplit {
         }
     }
 
-    /// The table for `z`, kept per thread for the last `z` asked (every group of a query, and
-    /// every table of a simulation, uses the same level).
+    /// The table for `z`, kept per thread for the last [`SPLIT_LEVELS`] levels asked: every
+    /// group of a query and every table of a simulation reuses it, and a query with a few
+    /// confidence levels (one per `dp_rr_ci` call) does not rebuild it group after group.
     pub fn at(z: f64) -> std::rc::Rc<Self> {
         thread_local! {
-            static LAST: std::cell::RefCell<Option<(u64, std::rc::Rc<TailSplit>)>> =
-                const { std::cell::RefCell::new(None) };
+            static RECENT: std::cell::RefCell<Vec<(u64, std::rc::Rc<TailSplit>)>> =
+                const { std::cell::RefCell::new(Vec::new()) };
         }
-        LAST.with(|last| {
-            let mut last = last.borrow_mut();
-            match &*last {
-                Some((bits, split)) if *bits == z.to_bits() => split.clone(),
-                _ => {
-                    let split = std::rc::Rc::new(Self::new(z));
-                    *last = Some((z.to_bits(), split.clone()));
-                    split
-                }
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if let Some((_, split)) = recent.iter().find(|(bits, _)| *bits == z.to_bits()) {
+                return split.clone();
             }
+            let split = std::rc::Rc::new(Self::new(z));
+            if recent.len() == SPLIT_LEVELS {
+                recent.remove(0);
+            }
+            recent.push((z.to_bits(), split.clone()));
+            split
         })
     }
 
@@ -465,6 +470,10 @@ mod tests {
         assert!((zl - l0).abs() < 1e-9 && (zu - u0).abs() < 1e-9);
         let (_, zu) = split.quantiles(f64::INFINITY);
         assert!((zu - 1.644854).abs() < 1e-6, "{zu}");
+        // Per thread, a query's few levels keep their tables: alternating levels reuse them.
+        let (a, b) = (TailSplit::at(Z95), TailSplit::at(2.575829303549));
+        assert!(std::rc::Rc::ptr_eq(&TailSplit::at(Z95), &a));
+        assert!(std::rc::Rc::ptr_eq(&TailSplit::at(2.575829303549), &b));
         // Other levels (50% to 99.99%): the same two properties across the whole table.
         for z in [
             0.674489750196,
