@@ -2,8 +2,10 @@
 //! widened for the noise by the delta method, and the noise-aware score interval after
 //! Miettinen & Nurminen (1985) (`ci_method=score`); docs/intervals.md §2.
 
-use super::ratio::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
-use super::score::{invert_score_test, noisy_proportion_variance, skew, standardised, ScoreAt};
+use super::ratio::{
+    two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedCounts, ReleasedTable,
+};
+use super::score::{invert_score_test, skew, standardised, ScoreAt};
 
 impl ReleasedTable {
     /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
@@ -41,16 +43,7 @@ impl ReleasedTable {
     ) -> Option<RatioInterval> {
         let estimate = self.odds_ratio()?;
         if method == IntervalMethod::Score {
-            let (nx, ny) = self.sizes_floored()?;
-            let (lower, upper) = odds_ratio_score_interval(
-                self.exposed_cases as f64,
-                nx,
-                self.unexposed_cases as f64,
-                ny,
-                self.sizes,
-                self.noise_variance,
-                z,
-            );
+            let (lower, upper) = odds_ratio_score_interval(self.counts()?, z);
             return Some(RatioInterval {
                 estimate,
                 lower,
@@ -158,7 +151,7 @@ pub fn odds_ratio_restricted_risks(
 /// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
 /// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`)
 /// and `v` the variance of a released proportion including the exact noise variance `s²`
-/// ([`noisy_proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per arm).
+/// ([`ReleasedCounts::proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per arm).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`); under `H₀` it has mean 0 and, the arms and their noises being
 /// independent, the variance in the denominator. Without noise it is Miettinen & Nurminen's
@@ -167,22 +160,14 @@ pub fn odds_ratio_restricted_risks(
 /// Computed multiplied through by `p̄_x q̄_x p̄_y q̄_y`, so that it stays finite at the ends.
 /// Its skew `c_D²/s` ([`ScoreAt`]): `OR = p_x q_y/(q_x p_y)` has denominator factors `q_x` and
 /// `p_y`, so `c_D² = v_x/q̄_x² + v_y/p̄_y²`, and `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`.
-#[allow(clippy::too_many_arguments)]
-pub fn odds_ratio_score_statistic(
-    theta: f64,
-    x: f64,
-    n_x: f64,
-    y: f64,
-    n_y: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-) -> ScoreAt {
+pub fn odds_ratio_score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
+    let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
     let [(p_x, q_x), (p_y, q_y)] =
         odds_ratio_restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
     let (g_x, g_y) = (p_x * q_x, p_y * q_y);
     let num = (x / n_x - p_x) * g_y - (y / n_y - p_y) * g_x;
-    let v_x = noisy_proportion_variance(p_x, q_x, n_x, noise_variance, sizes);
-    let v_y = noisy_proportion_variance(p_y, q_y, n_y, noise_variance, sizes);
+    let v_x = counts.proportion_variance(p_x, q_x, n_x);
+    let v_y = counts.proportion_variance(p_y, q_y, n_y);
     ScoreAt {
         statistic: standardised(num, v_x * g_y * g_y + v_y * g_x * g_x),
         skew: skew(
@@ -192,26 +177,17 @@ pub fn odds_ratio_score_statistic(
     }
 }
 
-/// The noise-aware score interval `(lower, upper)` for the odds ratio from released cases `x`
-/// of size `n_x` and `y` of `n_y` (sizes floored at 1), per-cell noise variance `s²`, two-sided
-/// quantile `z`: [`invert_score_test`] of [`odds_ratio_score_statistic`], with the relative
+/// The noise-aware score interval `(lower, upper)` for the odds ratio from released counts
+/// (sizes floored at 1) at the two-sided quantile `z`: [`invert_score_test`] of [`odds_ratio_score_statistic`], with the relative
 /// risk's error rule ([`super::score::TailSplit`]). Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0` (when
 /// `X̃ + Ỹ ≤ ñ_y`) and `T → X̃/s`, or `p̄_y = 1` and `T → D̃/s`; so `lower = 0` when the
 /// release cannot exclude that zero cell. Likewise `upper = +∞` when it cannot exclude
 /// `C = 0` (`T → −Ỹ/s`, when `X̃ + Ỹ ≤ ñ_x`) or `B = 0` (`T → −B̃/s`).
-#[allow(clippy::too_many_arguments)]
-pub fn odds_ratio_score_interval(
-    x: f64,
-    n_x: f64,
-    y: f64,
-    n_y: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-    z: f64,
-) -> (f64, f64) {
-    let (n_x, n_y) = (n_x.max(1.0), n_y.max(1.0));
+pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
+    let counts = counts.sizes_floored();
+    let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
     invert_score_test(
-        |theta| odds_ratio_score_statistic(theta, x, n_x, y, n_y, sizes, noise_variance),
+        |theta| odds_ratio_score_statistic(theta, &counts),
         z,
         (x * (n_y - y)) / ((n_x - x) * y),
     )
@@ -297,7 +273,11 @@ mod tests {
             (7.0, 34.0, 1.0, 34.0, 1.2612876033172202, 55.848283225321914),
         ] {
             let t = |th| {
-                odds_ratio_score_statistic(th, x, nx, y, ny, GroupSizes::Public, 0.0).statistic
+                odds_ratio_score_statistic(
+                    th,
+                    &ReleasedCounts::new(x, nx, y, ny, GroupSizes::Public, 0.0),
+                )
+                .statistic
             };
             assert!(
                 (t(lo) - Z95).abs() < 1e-7 && (t(hi) + Z95).abs() < 1e-7,
@@ -349,7 +329,8 @@ mod tests {
                 4.038587997130773,
             ),
         ] {
-            let (l, u) = odds_ratio_score_interval(x, nx, y, ny, sizes, s2, Z95);
+            let (l, u) =
+                odds_ratio_score_interval(ReleasedCounts::new(x, nx, y, ny, sizes, s2), Z95);
             assert!(
                 (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
                 "{x}/{nx} {sizes} {s2}: [{l}, {u}]"
@@ -372,7 +353,10 @@ mod tests {
         // told from 0.
         let s2 = 100.0;
         let ci = |x: f64, nx: f64, y: f64, ny: f64| {
-            odds_ratio_score_interval(x, nx, y, ny, GroupSizes::Public, s2, Z95)
+            odds_ratio_score_interval(
+                ReleasedCounts::new(x, nx, y, ny, GroupSizes::Public, s2),
+                Z95,
+            )
         };
         // a = 15 (≤ 21.7) with X̃ + Ỹ ≤ n_y: lower 0; a = 30: lower > 0.
         assert_eq!(ci(15.0, 200.0, 60.0, 200.0).0, 0.0);
@@ -390,8 +374,16 @@ mod tests {
         // The ends found are where T = z_L and T = −z_U, at the split of their own θ.
         let split = crate::stats::score::TailSplit::at(Z95);
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
-            let (l, u) = odds_ratio_score_interval(40.0, 200.0, 20.0, 200.0, sizes, s2, Z95);
-            let t = |th| odds_ratio_score_statistic(th, 40.0, 200.0, 20.0, 200.0, sizes, s2);
+            let (l, u) = odds_ratio_score_interval(
+                ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, s2),
+                Z95,
+            );
+            let t = |th| {
+                odds_ratio_score_statistic(
+                    th,
+                    &ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, s2),
+                )
+            };
             let (zl, _) = split.quantiles(t(l).skew);
             let (_, zu) = split.quantiles(t(u).skew);
             assert!(

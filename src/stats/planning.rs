@@ -7,7 +7,7 @@ use super::accuracy::check_positive;
 use super::mechanism::{GaussianCalibration, Mechanism};
 use super::ratio::{
     relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
-    IntervalMethod, TableNoise,
+    IntervalMethod, ReleasedCounts, TableNoise,
 };
 use super::score::relative_risk_score_interval;
 
@@ -97,18 +97,17 @@ pub fn epsilon_for_half_width(
             Err(e) if e.contains("needs Gaussian noise with sigma") => return Ok(f64::INFINITY),
             Err(e) => return Err(e),
         };
+        let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, noise.cell.variance);
         Ok(match method {
             IntervalMethod::Score => {
-                let (lower, upper) =
-                    relative_risk_score_interval(x, n_x, y, n_y, sizes, noise.cell.variance, z);
+                let (lower, upper) = relative_risk_score_interval(counts, z);
                 0.5 * (upper - lower)
             }
             IntervalMethod::Log => {
-                let (center, h) =
-                    relative_risk_log_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, z);
+                let (center, h) = relative_risk_log_interval_at(counts, z);
                 center.exp() * h.sinh()
             }
-            _ => relative_risk_interval_at(x, n_x, y, n_y, sizes, noise.cell.variance, method, z).1,
+            _ => relative_risk_interval_at(counts, method, z).1,
         })
     };
     if width_at(PLANNING_EPSILON_MAX)? > half_width {
@@ -198,12 +197,7 @@ mod tests {
                 let z = two_sided_z(conf).unwrap();
                 let target = 1.2
                     * relative_risk_interval_at(
-                        nx * px,
-                        nx,
-                        ny * py,
-                        ny,
-                        sizes,
-                        0.0,
+                        ReleasedCounts::new(nx * px, nx, ny * py, ny, sizes, 0.0),
                         IntervalMethod::Conservative,
                         z,
                     )
@@ -306,8 +300,10 @@ mod tests {
             for sizes in [GroupSizes::Public, GroupSizes::Private] {
                 let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
                 let z = two_sided_z(conf).unwrap();
-                let (lo, hi) =
-                    relative_risk_score_interval(nx * px, nx, ny * py, ny, sizes, 0.0, z);
+                let (lo, hi) = relative_risk_score_interval(
+                    ReleasedCounts::new(nx * px, nx, ny * py, ny, sizes, 0.0),
+                    z,
+                );
                 let target = 1.3 * (hi - lo) / 2.0;
                 let eps = epsilon_for_half_width(
                     nx,
@@ -368,7 +364,10 @@ mod tests {
         let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
             let z = two_sided_z(conf).unwrap();
-            let (c, h) = relative_risk_log_interval_at(nx * px, nx, ny * py, ny, sizes, 0.0, z);
+            let (c, h) = relative_risk_log_interval_at(
+                ReleasedCounts::new(nx * px, nx, ny * py, ny, sizes, 0.0),
+                z,
+            );
             let target = 1.3 * c.exp() * h.sinh();
             let eps = epsilon_for_half_width(
                 nx,

@@ -310,6 +310,55 @@ pub struct ReleasedTable {
     pub noise_variance: f64,
 }
 
+/// A released table's counts as real numbers with its size mode and per-cell noise variance:
+/// what every interval formula reads. Real-valued so that the planning functions can pass the
+/// expected counts `n·p`; [`ReleasedTable::counts`] gives a release's own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReleasedCounts {
+    /// `X̃`, exposed cases.
+    pub x: f64,
+    /// `ñ_x`, exposed rows.
+    pub n_x: f64,
+    /// `Ỹ`, unexposed cases.
+    pub y: f64,
+    /// `ñ_y`, unexposed rows.
+    pub n_y: f64,
+    pub sizes: GroupSizes,
+    /// Variance `s²` of the noise on each noised cell.
+    pub noise_variance: f64,
+}
+
+impl ReleasedCounts {
+    pub fn new(x: f64, n_x: f64, y: f64, n_y: f64, sizes: GroupSizes, noise_variance: f64) -> Self {
+        Self {
+            x,
+            n_x,
+            y,
+            n_y,
+            sizes,
+            noise_variance,
+        }
+    }
+
+    /// The group sizes floored at 1 (a noisy size can be 0 or below).
+    pub fn sizes_floored(self) -> Self {
+        Self {
+            n_x: self.n_x.max(1.0),
+            n_y: self.n_y.max(1.0),
+            ..self
+        }
+    }
+
+    /// Cases and sizes floored at 1, as the paper's coverage study computes its interval.
+    fn floored(self) -> Self {
+        Self {
+            x: self.x.max(1.0),
+            y: self.y.max(1.0),
+            ..self.sizes_floored()
+        }
+    }
+}
+
 /// An estimate with its interval.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RatioInterval {
@@ -349,6 +398,20 @@ impl ReleasedTable {
         ))
     }
 
+    /// The released counts with the sizes floored at 1 ([`Self::sizes_floored`]); `None`
+    /// where that is `None`.
+    pub fn counts(&self) -> Option<ReleasedCounts> {
+        let (n_x, n_y) = self.sizes_floored()?;
+        Some(ReleasedCounts::new(
+            self.exposed_cases as f64,
+            n_x,
+            self.unexposed_cases as f64,
+            n_y,
+            self.sizes,
+            self.noise_variance,
+        ))
+    }
+
     /// The normal-approximation interval for `p_x/p_y` (paper, Theorems Valid_CI and
     /// Gaussian_Valid_CI), computed as the paper's coverage study does: all counts floored at
     /// 1, `p̃ ± z·Ṽ` with
@@ -372,79 +435,45 @@ impl ReleasedTable {
     /// `IntervalMethod::Bootstrap` needs the noise law and is computed by
     /// [`TableNoise::interval`], so here it gives `None`.
     pub fn interval_at_z(&self, z: f64, method: IntervalMethod) -> Option<RatioInterval> {
-        let (nx, ny) = self.sizes_floored()?;
+        let counts = self.counts()?;
         let estimate = self.relative_risk().expect("sizes are valid");
-        let (x, y) = (self.exposed_cases as f64, self.unexposed_cases as f64);
-        match method {
-            IntervalMethod::Bootstrap => None,
-            IntervalMethod::Score => {
-                let (lower, upper) = super::score::relative_risk_score_interval(
-                    x,
-                    nx,
-                    y,
-                    ny,
-                    self.sizes,
-                    self.noise_variance,
-                    z,
-                );
-                Some(RatioInterval {
-                    estimate,
-                    lower,
-                    upper,
-                })
-            }
+        let (lower, upper) = match method {
+            IntervalMethod::Bootstrap => return None,
+            IntervalMethod::Score => super::score::relative_risk_score_interval(counts, z),
             IntervalMethod::Log => {
-                let (log_center, half_width) =
-                    relative_risk_log_interval_at(x, nx, y, ny, self.sizes, self.noise_variance, z);
-                Some(RatioInterval {
-                    estimate,
-                    lower: (log_center - half_width).exp(),
-                    upper: (log_center + half_width).exp(),
-                })
+                let (log_center, half_width) = relative_risk_log_interval_at(counts, z);
+                (
+                    (log_center - half_width).exp(),
+                    (log_center + half_width).exp(),
+                )
             }
             IntervalMethod::Conservative | IntervalMethod::Plain => {
-                let (center, half_width) = relative_risk_interval_at(
-                    x,
-                    nx,
-                    y,
-                    ny,
-                    self.sizes,
-                    self.noise_variance,
-                    method,
-                    z,
-                );
-                Some(RatioInterval {
-                    estimate,
-                    lower: (center - half_width).max(0.0),
-                    upper: center + half_width,
-                })
+                let (center, half_width) = relative_risk_interval_at(counts, method, z);
+                ((center - half_width).max(0.0), center + half_width)
             }
-        }
+        };
+        Some(RatioInterval {
+            estimate,
+            lower,
+            upper,
+        })
     }
 }
 
 /// `Ṽ²/p̃²` of the paper's interval (Theorems Valid_CI and Gaussian_Valid_CI) at counts
-/// floored at 1: `(1/X − 1/n_x) + (1/Y − 1/n_y)` (negative terms at 0), plus for
+/// already floored at 1: `(1/X − 1/n_x) + (1/Y − 1/n_y)` (negative terms at 0), plus for
 /// `with_noise` the noise term `s²(w_x/X² + w_y/Y²)`, `w = 1` for public sizes and
 /// `p̂² + (1 − p̂)²` for private ones (see [`ReleasedTable::interval`]). By the delta method it
 /// is also the variance of `ln p̃` (docs/intervals.md), which the log interval uses.
-#[allow(clippy::too_many_arguments)]
-pub fn relative_risk_relative_variance(
-    x: f64,
-    nx: f64,
-    y: f64,
-    ny: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-    with_noise: bool,
-) -> f64 {
-    let mut v2 = (1.0 / x - 1.0 / nx).max(0.0) + (1.0 / y - 1.0 / ny).max(0.0);
+pub fn relative_risk_relative_variance(counts: ReleasedCounts, with_noise: bool) -> f64 {
+    let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
+    let mut v2 = (1.0 / x - 1.0 / n_x).max(0.0) + (1.0 / y - 1.0 / n_y).max(0.0);
     if with_noise {
         let weight = |cases: f64, total: f64| {
             let p = (cases / total).clamp(0.0, 1.0);
-            sizes.noise_weight(p, 1.0 - p)
+            counts.sizes.noise_weight(p, 1.0 - p)
         };
-        v2 += noise_variance * (weight(x, nx) / (x * x) + weight(y, ny) / (y * y));
+        v2 += counts.noise_variance * (weight(x, n_x) / (x * x) + weight(y, n_y) / (y * y));
     }
     v2
 }
@@ -452,30 +481,14 @@ pub fn relative_risk_relative_variance(
 /// The centre and half-width of the relative-risk interval at (possibly real-valued) counts:
 /// the formula of [`ReleasedTable::interval`] (counts floored at 1), shared with the planning
 /// function [`crate::stats::planning::epsilon_for_half_width`].
-#[allow(clippy::too_many_arguments)]
 pub fn relative_risk_interval_at(
-    exposed_cases: f64,
-    exposed_total: f64,
-    unexposed_cases: f64,
-    unexposed_total: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
+    counts: ReleasedCounts,
     method: IntervalMethod,
     z: f64,
 ) -> (f64, f64) {
-    let (nx, ny) = (exposed_total.max(1.0), unexposed_total.max(1.0));
-    let x = exposed_cases.max(1.0);
-    let y = unexposed_cases.max(1.0);
-    let center = (x / nx) / (y / ny);
-    let v2 = relative_risk_relative_variance(
-        x,
-        nx,
-        y,
-        ny,
-        sizes,
-        noise_variance,
-        method != IntervalMethod::Plain,
-    );
+    let counts = counts.floored();
+    let center = (counts.x / counts.n_x) / (counts.y / counts.n_y);
+    let v2 = relative_risk_relative_variance(counts, method != IntervalMethod::Plain);
     (center, z * center * v2.sqrt())
 }
 
@@ -485,21 +498,13 @@ pub fn relative_risk_interval_at(
 /// noise ([`relative_risk_relative_variance`], extending Theorem Gaussian_Valid_CI's variance
 /// to the log scale; for private sizes the noise of a size partly cancels that of its count).
 /// All counts floored at 1, as for the paper's interval. Derivation: docs/intervals.md.
-#[allow(clippy::too_many_arguments)]
-pub fn relative_risk_log_interval_at(
-    exposed_cases: f64,
-    exposed_total: f64,
-    unexposed_cases: f64,
-    unexposed_total: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-    z: f64,
-) -> (f64, f64) {
-    let (nx, ny) = (exposed_total.max(1.0), unexposed_total.max(1.0));
-    let x = exposed_cases.max(1.0);
-    let y = unexposed_cases.max(1.0);
-    let v = relative_risk_relative_variance(x, nx, y, ny, sizes, noise_variance, true);
-    (((x / nx) / (y / ny)).ln(), z * v.sqrt())
+pub fn relative_risk_log_interval_at(counts: ReleasedCounts, z: f64) -> (f64, f64) {
+    let counts = counts.floored();
+    let v = relative_risk_relative_variance(counts, true);
+    (
+        ((counts.x / counts.n_x) / (counts.y / counts.n_y)).ln(),
+        z * v.sqrt(),
+    )
 }
 
 /// The statistics of a 2x2 table: two ratios and the risk difference.

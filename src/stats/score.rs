@@ -25,7 +25,7 @@
 //! an honest answer, since any interval with 95% coverage at every `(p_x, p_y)` must then be
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
-use super::ratio::GroupSizes;
+use super::ratio::ReleasedCounts;
 use statrs::distribution::{Continuous, ContinuousCDF, Normal};
 
 /// The least uneven split of the error `α`: at least this share goes to the upper end. A
@@ -69,17 +69,13 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
     (theta * p_y, p_y)
 }
 
-/// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`) in an arm of
-/// size `n` with per-cell noise variance `s²`: `pq/n + s²·w/n²`, `w` the size mode's
-/// [`GroupSizes::noise_weight`] (docs/intervals.md §1).
-pub fn noisy_proportion_variance(
-    p: f64,
-    q: f64,
-    n: f64,
-    noise_variance: f64,
-    sizes: GroupSizes,
-) -> f64 {
-    p * q / n + noise_variance * sizes.noise_weight(p, q) / (n * n)
+impl ReleasedCounts {
+    /// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`) in an arm
+    /// of size `n`, with this release's per-cell noise variance `s²`: `pq/n + s²·w/n²`, `w` the
+    /// size mode's [`super::ratio::GroupSizes::noise_weight`] (docs/intervals.md §1).
+    pub fn proportion_variance(&self, p: f64, q: f64, n: f64) -> f64 {
+        p * q / n + self.noise_variance * self.sizes.noise_weight(p, q) / (n * n)
+    }
 }
 
 /// A score statistic's numerator over the square root of its variance; `±∞` (or 0, for a zero
@@ -121,22 +117,14 @@ pub(super) fn skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
     }
 }
 
-/// The score statistic `T(θ)` of the module docs for released cases `x` of size `n_x` and `y`
-/// of `n_y` (sizes already floored at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D`
+/// The score statistic `T(θ)` of the module docs for released counts (sizes already floored
+/// at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D`
 /// the unexposed arm's, `s² = c_x² + c_y²` (the log ratio's delta-method variance).
-#[allow(clippy::too_many_arguments)]
-pub fn score_statistic(
-    theta: f64,
-    x: f64,
-    n_x: f64,
-    y: f64,
-    n_y: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-) -> ScoreAt {
+pub fn score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
+    let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
     let (p_x, p_y) = restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
-    let v_x = noisy_proportion_variance(p_x, 1.0 - p_x, n_x, noise_variance, sizes);
-    let v_y = noisy_proportion_variance(p_y, 1.0 - p_y, n_y, noise_variance, sizes);
+    let v_x = counts.proportion_variance(p_x, 1.0 - p_x, n_x);
+    let v_y = counts.proportion_variance(p_y, 1.0 - p_y, n_y);
     let (cv2_x, cv2_y) = (v_x / (p_x * p_x), v_y / (p_y * p_y));
     ScoreAt {
         statistic: standardised(x / n_x - theta * y / n_y, v_x + theta * theta * v_y),
@@ -371,34 +359,26 @@ fn bisect_crossing(g: &dyn Fn(f64) -> f64, mut lo: f64, mut hi: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// The score interval `(lower, upper)` for `p_x/p_y` from released cases `x` of size `n_x` and
-/// `y` of `n_y` (real-valued; sizes floored at 1, cases used as released, negative or above
-/// the size included), per-cell noise variance `s²`, two-sided quantile `z` (split by
+/// The score interval `(lower, upper)` for `p_x/p_y` from released counts (real-valued; sizes
+/// floored at 1, cases used as released, negative or above the size included) at the two-sided
+/// quantile `z` (split by
 /// [`TailSplit`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
 /// `T → X̃/s` and the split is the least uneven, so `lower` is 0 when `X̃ ≤ z_L·s` (the release
 /// cannot exclude `X = 0`); as `θ → ∞`, `T → −Ỹ/s` and all the error goes to the upper end, so
 /// `upper` is `+∞` when `Ỹ ≤ Φ⁻¹(1 − α)·s` (it cannot exclude `Y = 0`).
-#[allow(clippy::too_many_arguments)]
-pub fn relative_risk_score_interval(
-    x: f64,
-    n_x: f64,
-    y: f64,
-    n_y: f64,
-    sizes: GroupSizes,
-    noise_variance: f64,
-    z: f64,
-) -> (f64, f64) {
-    let (n_x, n_y) = (n_x.max(1.0), n_y.max(1.0));
+pub fn relative_risk_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
+    let counts = counts.sizes_floored();
     invert_score_test(
-        |theta| score_statistic(theta, x, n_x, y, n_y, sizes, noise_variance),
+        |theta| score_statistic(theta, &counts),
         z,
-        (x / n_x) / (y / n_y),
+        (counts.x / counts.n_x) / (counts.y / counts.n_y),
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::ratio::GroupSizes;
 
     const Z95: f64 = 1.959963984540054;
 
@@ -515,20 +495,27 @@ mod tests {
         ] {
             for s2 in [0.0, 2.0, 8.0, 136.0, 2000.0] {
                 for sizes in [GroupSizes::Public, GroupSizes::Private] {
-                    let rr = |th: f64| score_statistic(th, x, nx, y, ny, sizes, s2);
+                    let rr = |th: f64| {
+                        score_statistic(th, &ReleasedCounts::new(x, nx, y, ny, sizes, s2))
+                    };
                     let or = |th: f64| {
                         crate::stats::odds_ratio::odds_ratio_score_statistic(
-                            th, x, nx, y, ny, sizes, s2,
+                            th,
+                            &ReleasedCounts::new(x, nx, y, ny, sizes, s2),
                         )
                     };
                     let pairs = [
                         (
-                            relative_risk_score_interval(x, nx, y, ny, sizes, s2, Z95),
+                            relative_risk_score_interval(
+                                ReleasedCounts::new(x, nx, y, ny, sizes, s2),
+                                Z95,
+                            ),
                             bisection_interval(rr, Z95),
                         ),
                         (
                             crate::stats::odds_ratio::odds_ratio_score_interval(
-                                x, nx, y, ny, sizes, s2, Z95,
+                                ReleasedCounts::new(x, nx, y, ny, sizes, s2),
+                                Z95,
                             ),
                             bisection_interval(or, Z95),
                         ),
@@ -580,10 +567,11 @@ mod tests {
         assert!((zl - 2.170090).abs() < 1e-6 && (zu - 1.811911).abs() < 1e-6);
         let (px, py) = restricted_risks(3.563643, 40.0, 200.0, 20.0, 200.0);
         assert!((py - 0.064360).abs() < 1e-6 && (px - 0.229355).abs() < 1e-6);
-        let vx = noisy_proportion_variance(px, 1.0 - px, 200.0, 8.0, GroupSizes::Public);
-        let vy = noisy_proportion_variance(py, 1.0 - py, 200.0, 8.0, GroupSizes::Public);
+        let counts = ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, GroupSizes::Public, 8.0);
+        let vx = counts.proportion_variance(px, 1.0 - px, 200.0);
+        let vy = counts.proportion_variance(py, 1.0 - py, 200.0);
         assert!((vx - 0.00108376).abs() < 1e-8 && (vy - 0.00050109).abs() < 1e-8);
-        let t = score_statistic(3.563643, 40.0, 200.0, 20.0, 200.0, GroupSizes::Public, 8.0);
+        let t = score_statistic(3.563643, &counts);
         assert!((t.statistic + 1.811911).abs() < 1e-5, "{t:?}");
         // The ends with the split of TailSplit, against an independent computation
         // (docs/prototypes/adaptive_split.py check: z_c solved exactly at every θ, ends by
@@ -595,7 +583,10 @@ mod tests {
             (GroupSizes::Public, 1.0359355342819265, 3.3878499473115573),
             (GroupSizes::Private, 1.058294894885206, 3.3412853045733746),
         ] {
-            let (l, u) = relative_risk_score_interval(40.0, 200.0, 20.0, 200.0, sizes, 8.0, Z95);
+            let (l, u) = relative_risk_score_interval(
+                ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, 8.0),
+                Z95,
+            );
             assert!(
                 (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
                 "{sizes}: {l} {u}"
@@ -606,7 +597,10 @@ mod tests {
             (40.0, 200.0, 20.0, 1.1328767646473195, 3.0775770369097653),
             (7.0, 34.0, 1.0, 0.7260678912140907, 33.447661221033606),
         ] {
-            let (l, u) = relative_risk_score_interval(x, n, y, n, GroupSizes::Public, 0.0, Z95);
+            let (l, u) = relative_risk_score_interval(
+                ReleasedCounts::new(x, n, y, n, GroupSizes::Public, 0.0),
+                Z95,
+            );
             assert!(
                 (l / lo - 1.0).abs() < 1e-9 && (u / hi - 1.0).abs() < 1e-9,
                 "{x}/{n}: {l} {u}"
@@ -618,8 +612,16 @@ mod tests {
     fn ends_are_where_the_statistic_equals_z() {
         let split = TailSplit::at(Z95);
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
-            let (lo, hi) = relative_risk_score_interval(40.0, 200.0, 20.0, 200.0, sizes, 8.0, Z95);
-            let t = |th: f64| score_statistic(th, 40.0, 200.0, 20.0, 200.0, sizes, 8.0);
+            let (lo, hi) = relative_risk_score_interval(
+                ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, 8.0),
+                Z95,
+            );
+            let t = |th: f64| {
+                score_statistic(
+                    th,
+                    &ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, 8.0),
+                )
+            };
             let (zl, _) = split.quantiles(t(lo).skew);
             let (_, zu) = split.quantiles(t(hi).skew);
             assert!(
@@ -631,11 +633,15 @@ mod tests {
             assert!(lo < 2.0 && 2.0 < hi);
         }
         // No noise, x ≤ 0: the lower end is 0; a released Ỹ indistinguishable from 0: +∞.
-        let (lo, _) =
-            relative_risk_score_interval(-3.0, 200.0, 20.0, 200.0, GroupSizes::Public, 0.0, Z95);
+        let (lo, _) = relative_risk_score_interval(
+            ReleasedCounts::new(-3.0, 200.0, 20.0, 200.0, GroupSizes::Public, 0.0),
+            Z95,
+        );
         assert_eq!(lo, 0.0);
-        let (_, hi) =
-            relative_risk_score_interval(40.0, 200.0, 10.0, 200.0, GroupSizes::Public, 200.0, Z95);
+        let (_, hi) = relative_risk_score_interval(
+            ReleasedCounts::new(40.0, 200.0, 10.0, 200.0, GroupSizes::Public, 200.0),
+            Z95,
+        );
         assert_eq!(hi, f64::INFINITY);
     }
 }
