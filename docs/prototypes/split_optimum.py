@@ -1,56 +1,57 @@
 """Prototype (not used by the crate or CI; numpy + scipy): how short can a score interval for the
-relative risk be in the p_y = 0.1 column, and is there a better tail-split rule than the crate's
-"denf:4" (adaptive_split.py)?
+relative risk be in the p_y = 0.1 column at n = 200, and is there a better tail-split rule than
+the crate's "denf:4" (adaptive_split.py)?
 
 Reduced model. Public sizes n_x = n_y = n = 200; the exposed risk p_x = 0.5 is KNOWN, only the
-unexposed arm is random: Y~ = Y + L, Y ~ Bin(n, p0), L the exact discrete noise law of
-score_prototype.Noise (two-sided geometric for Laplace; discrete Gaussian for Gaussian, delta =
-1e-4), truncated as width_bound.noise_pmf (tail < e^-25 / 7 sigma). theta = p_x / p. A split
-procedure is a function d(p) >= 0: at a candidate p, with sigma(p)^2 = n p (1 - p) + s2
-(s2 = Var L) and t(p) = (Y~ - n p) / sigma(p), p is accepted iff -z_L(p) <= t(p) <= z_U(p),
-z_L - z_U = d, Phi(-z_L) + Phi(-z_U) = alpha = 0.05 (normal approximation, as the crate; z_c(d)
-from adaptive_split.D_GRID/ZC_GRID). z_U fixes the upper end of theta (small p), z_L the lower.
-The p-interval is the hull of the accepted set on a log grid of 40,001 candidates in [1e-6, 1]
-(first p with n p + z_U sigma >= Y~, last p with n p - z_L sigma <= Y~; linear interpolation);
-theta = [p_x/p_hi, p_x/p_lo], unbounded if p -> 0 is accepted. Everything below about the
-reduced model is EXACT over the law of Y~ (pmf = binomial * noise pmf): coverage
-sum_k f(k) 1[p0 in interval(k)], median width = the lower weighted median of width(k).
+unexposed arm is random: Y~ = Y + L, Y ~ Bin(n, p0), L the exact discrete noise of
+score_prototype.Noise (two-sided geometric for Laplace; discrete Gaussian, delta = 1e-4), pmf
+truncated as width_bound.noise_pmf (tail < e^-25 resp. 7 sigma). theta = p_x / p. A split
+procedure is a function d(p) >= 0: with sigma(p)^2 = n p (1 - p) + s2 (s2 = Var L) and
+t(p) = (Y~ - n p) / sigma(p), p is accepted iff -z_L(p) <= t(p) <= z_U(p), z_L - z_U = d,
+Phi(-z_L) + Phi(-z_U) = alpha = 0.05 (normal approximation as in the crate; z_c(d) from
+adaptive_split.D_GRID/ZC_GRID, d capped at 12 as adaptive_split.critical). z_U sets the upper
+end of theta (small p), z_L the lower. The p-interval is the hull of the accepted set on a log
+grid of 40,001 candidates in [1e-6, 1]; theta in [p_x/p_hi, p_x/p_lo], unbounded if p -> 0 is
+accepted. No simulation: coverage is exact over the integer law of Y~ (binomial * noise pmf);
+the median width is exact for Y~ + U, U ~ Uniform(-1/2, 1/2) (J = 40 sub-points per integer;
+JITTER=0 gives the lower median of the integer law, whose ratio to a smooth reference has a
+sawtooth of several % in p0: the median of Y~ moves in unit steps).
 
-Rules. With r(p) = n p / sigma(p) (= 1/c_D: c_D^2 = v_y/p^2) and c_x^2 = v_x(p_x)/p_x^2,
-  crate  "denf:4":  d = max(4 c_D^2/s, d0),  s^2 = c_x^2 + c_D^2,  d0 = z_.015 - z_.035 = 0.358
-                    i.e. d = max(4 / (r sqrt(1 + c_x^2 r^2)), d0)   (c_x at the true p_x = 0.5)
-  "den0:4"          the same with c_x = 0 (X known: s = c_D), d = max(4/r, d0)
-  "knots"           d piecewise linear in ln r on fixed knots, constant outside, d >= 0
-  "gamed@p0"        one-sided tests tailored to one p0: z_U = z_.05, z_L = inf for p < p0 and
-                    z_L = z_.05, z_U = inf for p >= p0 (coverage 1 at p0, 1 - alpha elsewhere).
+Rules, with r = n p / sigma(p) = 1/c_D (c_D^2 = v_y/p^2) and c_x^2 = v_x(p_x)/p_x^2:
+  crate "denf:4":  d = max(4 c_D^2/s, d0), s^2 = c_x^2 + c_D^2, d0 = z_.015 - z_.035 (c_x at p_x)
+  family fam:K:a:  d = max(K c_D^(1+a)/s, d0) (K = 4, a = 1 is the crate's)
+  knots:           d piecewise linear in ln r at KNOTS_R, constant outside, non-increasing, 0..12
+  gamed@p0:        z_U = z_.05, z_L = inf for p < p0; z_L = z_.05, z_U = inf for p >= p0 (tailored
+                   one-sided tests: coverage 1 at p0, 1 - alpha elsewhere). Within this class of
+                   normal-approximation split tests no rule has a shorter width at p0.
+References: the paper's interval (score_prototype.paper, public sizes), median width exact from
+  the pmfs. "full": X~ noisy too (p_x = 0.5), 2-D pmf, checked against 20k tables of
+  score_prototype.release (`ref`); "reduced": X known (x = n p_x, no c_x term). Reduced-model
+  widths / the "reduced" reference reproduce the crate's 2-D ratios (docs/coverage.md), so the
+  optimisation uses that reference; ratios to "full" are printed as "alt".
+Lower bound, any procedure (`gamed`, `curve`): one-arm Neyman-Pearson as joint_width_bound.py:
+  median width >= p_x/p_U - p_x/p_L for p_U < p0 < p_L with beta(p_U) + beta(p_L) <= 1/2.
+Continuum optimisation (`minimax`, knots rule, p0 on 60 points of [0.06, 0.5] plus 0.1/0.2/0.3,
+  coverage >= the crate's own minimum on 400 p in [0.02, 0.9], Powell then Nelder-Mead on a
+  log-sum-exp soft max, 2-3 starts): (a) max ratio on [0.06, 0.5]; (a') on [0.1, 0.5];
+  (b) max ratio / gamed bound; (c) ratio at 0.1 s.t. ratio <= max(1.05, crate + 0.002) at every
+  p0; (d) the same with ratio <= crate + 0.002 (no p0 worse than the crate). Not a proof of
+  optimality: a 12-knot monotone family and local searches.
+2-D check (`check2d`): adaptive_split.invert(rr_stat, ...) with the crate's critical and the
+  candidates (r = 1/c_D with c_D^2 = s * sr[1] at the restricted estimates), public and private
+  sizes, seeds as adaptive_split.run_setting; coverage and median-width ratio to paper per cell.
 
-References (per p0): the paper's conservative interval (score_prototype.paper, public sizes),
-  "full":    X noisy too, p_x = 0.5: median width EXACT over the 2-D pmf of (X~, Y~); `ref`
-             also checks it against the 20k-table simulation with score_prototype.release;
-  "reduced": X known (x = n p_x, no c_x term): the paper's width from Y~ alone, exact.
-Ratios are reduced-model widths / reference widths.
-
-Lower bound (any procedure, randomised or tailored): Neyman-Pearson as in joint_width_bound.py,
-one arm: with p_U < p0 < p_L and beta(q) the most powerful level-alpha test's power at p0 of
-q against p0 (width_bound.np_power on the exact pmfs), any interval valid at every p has median
-width >= p_x/p_U - p_x/p_L whenever beta(p_U) + beta(p_L) <= 1/2 (best pair on a grid).
-
-Minimax. The knots rule minimises max over p0 in a grid on [0.06, 0.5] (60 points) of the
-median-width ratio to the full reference, subject to coverage >= min(0.945, crate's min) on a
-grid of 400 p in [0.02, 0.9] (penalty); log-sum-exp soft max (temperature lowered in stages),
-Powell then Nelder-Mead, several starts. Also the variant "p0 = 0.1 focus": minimise the ratio at
-p0 = 0.1 subject to the ratio <= max(1.05, crate's ratio) elsewhere.
-
-Full 2-D check (`check2d`): adaptive_split.invert with rr_stat and a critical() built from a rule
-of r = 1/c_D (c_D^2 = s * sr[1] at the restricted estimates), on cells of the p_y = 0.1 and 0.2
-columns and a few others, public and private sizes, coverage and median-width ratio to paper.
-
-Usage, from docs/prototypes:
-    python3 split_optimum.py validate        # crate rule in the reduced model vs 2-D figures
-    python3 split_optimum.py ref             # exact reference vs 20k simulated tables
-    python3 split_optimum.py gamed           # tailored bound and NP lower bound at 0.1/0.2/0.3
-    python3 split_optimum.py minimax [starts]  # continuum optimum, both settings
-    python3 split_optimum.py check2d [tables] [knots-file]  # 2-D check of a proposed rule
+Usage, from docs/prototypes (each run < 6 min on one core):
+    python3 split_optimum.py validate        # crate rule: reduced-model ratios, exact coverage
+    python3 split_optimum.py ref             # exact paper reference vs 20k simulated tables
+    python3 split_optimum.py gamed           # crate / best constant / tailored / NP at 0.1-0.3
+    python3 split_optimum.py curve           # the same along p0 in [0.06, 0.5]
+    python3 split_optimum.py family          # screen of fam:K:a
+    python3 split_optimum.py floor2d 4000    # 2-D split-class floor, RR and OR, 81 cells x 8
+    python3 split_optimum.py minimax reduced 800 max01,focus,pareto   # objectives (a') (c) (d)
+    python3 split_optimum.py check2d 4000 fam:8:2 '{"name": {"laplace:0.5": [12 knots],
+                                                            "gaussian:1": [12 knots]}}'
+    CELLS=0:2,4:2 python3 split_optimum.py check2d 4000 fam:8:2   # chosen cells (indices 0..8)
 """
 import json
 import os
@@ -236,7 +237,7 @@ def objective_factory(m, ref, cov_floor, mode="max", cap=None, tau=0.01, gam=Non
             return 1e3
         pen = 1e4 * np.sum(np.maximum(cov_floor - cov, 0) ** 2)
         if mode == "focus":
-            return ratio[i01] + 1e3 * np.sum(np.maximum(ratio - cap, 0) ** 2) + pen
+            return ratio[i01] + 1e5 * np.sum(np.maximum(ratio - cap, 0) ** 2) + pen
         q = ratio / gam if mode == "rel" else ratio
         if mode == "max01":  # the raw ratio on p0 >= 0.1 only
             q = q[p0s >= 0.1 - 1e-12]
@@ -369,7 +370,35 @@ def mode_curve():
                   f"gamed {g / ref:.3f}/{g / ref_red:.3f} | NP {lb / ref:.3f}/{lb / ref_red:.3f}", flush=True)
 
 
-def mode_minimax(ref_kind="reduced", fev=3000):
+def d_family(m, K, a, cx=True):
+    """d = max(K c_D^(1+a) / s, d0): the crate's denf:4 at K = 4, a = 1; with c_x = 0, K / r^a."""
+    cd2 = 1 / m.r**2
+    s = np.sqrt(cd2 + (m.cx2 if cx else 0.0))
+    return np.maximum(K * cd2 ** ((1 + a) / 2) / s, D0)
+
+
+def mode_family(ref_kind="reduced"):
+    """Screen of d = max(K c_D^(1+a)/s, d0): ratio at 0.1, worst excess over max(1.05, crate)."""
+    Ks, As = [2, 3, 4, 5, 6, 8, 12, 16], [0.5, 1.0, 1.5, 2.0, 3.0]
+    for mech, eps in SETTINGS:
+        m = Reduced(mech, eps)
+        ref = m.refs(P0_GRID, ref_kind)
+        crate = m.evaluate(*m.z_of_d(m.d_crate(True)))[0] / ref
+        cap = np.maximum(1.05, crate + 0.002)
+        i01 = int(np.argmin(np.abs(P0_GRID - 0.1)))
+        print(f"{mech} eps={eps:g}: ratio at 0.1 [worst excess over max(1.05, crate+0.002) on p0 in (0.1, 0.5] | "
+              f"min coverage]; crate {crate[i01]:.3f}")
+        for a in As:
+            line = []
+            for K in Ks:
+                med, cov, _ = m.evaluate(*m.z_of_d(d_family(m, K, a)))
+                r = med / ref
+                ex = np.max((r - cap)[P0_GRID > 0.1 + 1e-9])
+                line.append(f"K={K:<2g} {r[i01]:.3f} [{ex:+.3f}|{cov.min():.4f}]")
+            print(f"  a={a:<3g} " + "  ".join(line), flush=True)
+
+
+def mode_minimax(ref_kind="reduced", fev=3000, modes=("max", "max01", "rel", "focus")):
     """Three continuum objectives over P0_GRID (61 + 0.1/0.2/0.3 points on [0.06, 0.5])."""
     out = {}
     for mech, eps in SETTINGS:
@@ -389,13 +418,20 @@ def mode_minimax(ref_kind="reduced", fev=3000):
         starts = [v_crate, fit_knots(m, 2 * m.d_crate(False)), fit_knots(m, np.full(m.p.shape, 1.0))]
         rows = {"crate denf:4": knot_d(v_crate), "4/r": np.minimum(4 / KNOTS_R, 12)}
         params = {}
-        cap = np.maximum(1.05, r_crate + 0.002)
-        for lab, mode in (("(a) minimax ratio", "max"), ("(a') same, p0 >= 0.1", "max01"),
-                          ("(b) minimax ratio/gamed", "rel"), ("(c) 0.1, rest<=crate", "focus")):
+        objectives = (("(a) minimax ratio", "max"), ("(a') same, p0 >= 0.1", "max01"),
+                      ("(b) minimax ratio/gamed", "rel"), ("(c) 0.1, rest<=crate", "focus"),
+                      ("(d) 0.1, Pareto", "pareto"))
+        for lab, mode in [o for o in objectives if o[1] in modes]:
+            if mode == "pareto":  # no p0 worse than the crate (+0.002): spends none of the 1.05 slack
+                cap, mode = r_crate + 0.002, "focus"
+            else:
+                cap = np.maximum(1.05, r_crate + 0.002)
             print(f" {lab} (coverage floor {floor:.4f}):", flush=True)
-            st = starts if mode != "focus" else [v_crate, params["(b) minimax ratio/gamed"]]
+            st = starts if mode != "focus" else [v_crate, fit_knots(m, d_family(m, 8, 2))] + list(params.values())
             val, v = optimise(m, ref, floor, st, mode, cap, gam, fev)
-            report_rule(m, lab, *m.z_of_d(m.d_knots(v)), ref, alt, gam)
+            rr, _ = report_rule(m, lab, *m.z_of_d(m.d_knots(v)), ref, alt, gam)
+            print(f"     worst excess over the cap: {np.max(rr - cap):+.4f} at p0 = "
+                  f"{P0_GRID[np.argmax(rr - cap)]:.3f}")
             rows[lab], params[lab] = knot_d(v), v
         print("  d at knots r:           " + " ".join(f"{r:6.2f}" for r in KNOTS_R))
         for lab, vals in rows.items():
@@ -423,6 +459,8 @@ def mode_check2d(tables, rules, cells=None):
     """2-D check: coverage / median-width ratio to score_prototype.paper per cell, rules as
     name -> (setting -> knot values) or the crate's "denf:4"; seeds as adaptive_split.run_setting."""
     grid = [round(p, 1) for p in sp.GRID]
+    if os.environ.get("CELLS"):  # e.g. CELLS=0:2,4:2 (indices 0..8 of p_x, p_y)
+        cells = [tuple(int(v) for v in c.split(":")) for c in os.environ["CELLS"].split(",")]
     cells = cells or [(i, 0) for i in range(9)] + [(i, 1) for i in range(9)] + [(4, 2), (4, 4), (0, 8), (8, 8)]
     for mech, eps in SETTINGS:
         noise = sp.Noise(mech, eps)
@@ -430,7 +468,12 @@ def mode_check2d(tables, rules, cells=None):
             lab = f"{mech} eps={eps:g} {'private' if private else 'public'}"
             meth = {"crate denf:4": lambda sr: ad.critical(sr, 4.0, 0.0, "denf")}
             for name, per in rules.items():
-                meth[name] = knots_critical(per[f"{mech}:{eps:g}"])
+                if name.startswith("fam:"):  # d = max(K c_D^(1+a)/s, d0), c_D^2 = s sr[1]
+                    K, a = (float(v) for v in name.split(":")[1:])
+                    meth[name] = lambda sr, K=K, a=a: Reduced.z_of_d(np.maximum(
+                        K * np.nan_to_num(sr[0] * sr[1], nan=np.inf) ** ((1 + a) / 2) / sr[0], D0))
+                else:
+                    meth[name] = knots_critical(per[f"{mech}:{eps:g}"])
             res = {nm: {} for nm in meth}
             for (i, j) in cells:
                 px, py = grid[i], grid[j]
@@ -450,6 +493,40 @@ def mode_check2d(tables, rules, cells=None):
                 print(f"  {nm:24s} " + " ".join(f"({grid[i]},{grid[j]}) {c:.3f}/{w:.3f}" for (i, j), (c, w) in r.items()),
                       flush=True)
 
+def mode_floor2d(tables=4000, settings=None):
+    """Split-class floor in 2-D, every cell: any split has z_L, z_U >= z_alpha (both tails of
+    Phi(-z_L) + Phi(-z_U) = alpha are at most alpha), so its interval contains
+    {theta: |T(theta)| <= z_alpha} at every outcome (for the crate's search from the estimate:
+    a rejection by T > z_L or T < -z_U is one at z_alpha too). The median width of that set over
+    the paper's is therefore a floor for every rule of the class, tuned to the cell or not. RR
+    and OR, the 8 settings at n = 200, seeds as adaptive_split.run_setting (seed 0)."""
+    from or_width_bound import paper_or
+    grid = [round(p, 1) for p in sp.GRID]
+    floor = lambda sr: (np.full(np.shape(sr[0]), Z1), np.full(np.shape(sr[0]), Z1))
+    settings = settings or [(m, e) for e in (0.5, 1.0) for m in ("laplace", "gaussian")]
+    for mech, eps in settings:
+        noise = sp.Noise(mech, eps)
+        for private in (True, False):
+            lab = f"n={N} eps={eps:g} {mech} {'private' if private else 'public'}"
+            out = {"rr": np.zeros((9, 9)), "or": np.zeros((9, 9))}
+            for i, px in enumerate(grid):
+                for j, py in enumerate(grid):
+                    rng = np.random.default_rng(i * 9 + j)
+                    x, nx, y, ny = sp.release(rng, N, px, py, noise, private, tables)
+                    for kind, stat, est, paper in (
+                            ("rr", ad.rr_stat, ad.rr_estimate, lambda *a: sp.paper(*a)[:2]),
+                            ("or", ad.or_stat, ad.or_estimate, paper_or)):
+                        lo, hi = paper(x, nx, y, ny, noise.var, private)
+                        ref = np.median(hi - lo)
+                        lo, hi = ad.invert(stat, floor, x, nx, y, ny, noise.var, private,
+                                           estimate=est(x, nx, y, ny))
+                        out[kind][i, j] = np.median(np.where(np.isinf(hi), np.inf, hi - lo)) / ref
+            for kind, r in out.items():
+                over = [(grid[i], grid[j]) for i in range(9) for j in range(9) if r[i, j] > 1.05]
+                print(f"{lab:34s} {kind.upper()} floor: max {r.max():.3f} median {np.median(r):.3f}, "
+                      f"{len(over)} cells > 1.05: {' '.join(f'({a},{b}) {r[grid.index(a), grid.index(b)]:.3f}' for a, b in over)}",
+                      flush=True)
+
 
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "validate"
@@ -458,11 +535,19 @@ if __name__ == "__main__":
     elif mode == "ref":
         mode_ref(int(sys.argv[2]) if len(sys.argv) > 2 else 20000)
     elif mode == "check2d":
-        rules = json.loads(open(sys.argv[3]).read()) if len(sys.argv) > 3 else {}
+        # rule specs: fam:K:a, or a JSON {name: {"laplace:0.5": knots, "gaussian:1": knots}}
+        rules = {}
+        for spec in sys.argv[3:]:
+            rules.update({spec: None} if spec.startswith("fam:") else json.loads(spec))
         mode_check2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000, rules)
+    elif mode == "floor2d":
+        mode_floor2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000)
+    elif mode == "family":
+        mode_family(sys.argv[2] if len(sys.argv) > 2 else "reduced")
     elif mode == "curve":
         mode_curve()
     elif mode == "gamed":
         mode_gamed()
     elif mode == "minimax":
-        mode_minimax(sys.argv[2] if len(sys.argv) > 2 else "reduced", int(sys.argv[3]) if len(sys.argv) > 3 else 3000)
+        mode_minimax(sys.argv[2] if len(sys.argv) > 2 else "reduced", int(sys.argv[3]) if len(sys.argv) > 3 else 3000,
+                     sys.argv[4].split(",") if len(sys.argv) > 4 else ("max", "max01", "rel", "focus", "pareto"))
