@@ -48,6 +48,7 @@ Usage, from docs/prototypes (each run < 6 min on one core):
     python3 split_optimum.py curve           # the same along p0 in [0.06, 0.5]
     python3 split_optimum.py family          # screen of fam:K:a
     python3 split_optimum.py floor2d 4000    # 2-D split-class floor, RR and OR, 81 cells x 8
+    python3 split_optimum.py corner 10000    # the OR's corner (0.1, 0.9): constant splits
     python3 split_optimum.py minimax reduced 800 max01,focus,pareto   # objectives (a') (c) (d)
     python3 split_optimum.py check2d 4000 fam:8:2 '{"name": {"laplace:0.5": [12 knots],
                                                             "gaussian:1": [12 knots]}}'
@@ -528,6 +529,33 @@ def mode_floor2d(tables=4000, settings=None):
                       flush=True)
 
 
+def mode_corner(tables=10000):
+    """The odds ratio's corners (0.1, 0.9), (0.2, 0.9), (0.1, 0.8) with constant splits
+    d = z_L - z_U against the crate's rule: coverage / median-width ratio to paper_or, seeds as
+    adaptive_split.run_setting (seed 0)."""
+    from or_width_bound import paper_or
+
+    def const(d):
+        zc = np.interp(abs(d), ad.D_GRID, ad.ZC_GRID)
+        return lambda sr: (np.full(np.shape(sr[0]), zc + d / 2), np.full(np.shape(sr[0]), zc - d / 2))
+    for mech, eps in SETTINGS:
+        noise = sp.Noise(mech, eps)
+        for private in (False, True):
+            for px, py in [(0.1, 0.9), (0.2, 0.9), (0.1, 0.8)]:
+                i, j = round(px * 10) - 1, round(py * 10) - 1
+                x, nx, y, ny = sp.release(np.random.default_rng(i * 9 + j), N, px, py, noise, private, tables)
+                lo, hi = paper_or(x, nx, y, ny, noise.var, private)
+                ref, truth = np.median(hi - lo), px * (1 - py) / ((1 - px) * py)
+                est = ad.or_estimate(x, nx, y, ny)
+                out = []
+                for name, crit in [("rule", lambda sr: ad.critical(sr, 4.0, 0.0, "denf"))] + \
+                        [(f"d={d}", const(d)) for d in (-0.5, 0.0, 0.36, 0.8, 1.4, 2.0)]:
+                    lo, hi = ad.invert(ad.or_stat, crit, x, nx, y, ny, noise.var, private, estimate=est)
+                    cov = np.mean((lo <= truth) & (truth <= hi))
+                    out.append(f"{name} {cov:.3f}/{np.median(np.where(np.isinf(hi), np.inf, hi - lo)) / ref:.3f}")
+                print(f"{mech} eps={eps:g} {'private' if private else 'public'} ({px},{py}) " + " | ".join(out), flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "validate"
     if mode == "validate":
@@ -540,6 +568,8 @@ if __name__ == "__main__":
         for spec in sys.argv[3:]:
             rules.update({spec: None} if spec.startswith("fam:") else json.loads(spec))
         mode_check2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000, rules)
+    elif mode == "corner":
+        mode_corner(int(sys.argv[2]) if len(sys.argv) > 2 else 10000)
     elif mode == "floor2d":
         mode_floor2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000)
     elif mode == "family":
