@@ -8,7 +8,7 @@ use datafusion::prelude::SessionContext;
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
 use datafusion_dp::stats::rng::{group_stream, seeded_rng};
 use datafusion_dp::stats::sampler::{DiscreteGaussian, Rational};
-use datafusion_dp::stats::simulation::{coverage, coverage_study, Design};
+use datafusion_dp::stats::simulation::{coverage, coverage_study, Construction, Design};
 use datafusion_dp::stats::{
     CountNoise, GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic,
     TableNoise, TwoByTwo,
@@ -809,4 +809,94 @@ fn bootstrap_meets_the_small_sample_target() {
         &mut failures,
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn score_intervals_meet_the_width_target_with_laplace_noise_at_epsilon_1() {
+    // Issue 12's width target where docs/coverage.md shows it met: n = 200, Laplace ε = 1,
+    // the score intervals' median width at most 1.05 × the paper's construction in the same
+    // cell (conservative interval for the RR, `OR ± z·OR·√V` for the OR), on the p_y = 0.1
+    // column and the p_x = 0.9 row, where a ratio is most skewed and where the first version's
+    // fixed 30/70 split missed (docs/intervals.md §6). Both size modes. With that split
+    // restored (SKEW_FACTOR = 0 in src/stats/score.rs) this test fails in over 30 of its 52
+    // pairs (RR 1.053-1.057, OR 1.058-1.093 against limits of 1.051-1.063).
+    //
+    // Tolerance. Each cell is simulated in B = 10 batches of 1,000 tables, both intervals on
+    // the same releases; the estimate is the mean of the batch ratios r_b = median(ours) /
+    // median(paper), whose Monte Carlo SE is sd(r_b)/√B (batches independent; the median's
+    // bias at 1,000 draws is O(1/1000), negligible against the SE). A cell fails when the
+    // mean exceeds 1.05 + t·SE with t = 4.3 (Student t with 9 df, one-sided 0.1%): a pair at
+    // exactly 1.05 fails with probability 0.1%, and the 52 cell-statistic pairs checked are at
+    // 0.99-1.04 in docs/coverage.md, several SE below the limit.
+    const BATCHES: usize = 10;
+    const TABLES: usize = 1000;
+    const T_9DF: f64 = 4.3;
+    let cells: Vec<(usize, usize)> = (0..9)
+        .map(|i| (i, 0))
+        .chain((1..9).step_by(2).map(|j| (8, j)))
+        .collect();
+    let intervals = [
+        (
+            RatioStatistic::RelativeRisk,
+            Construction::Method(IntervalMethod::Score),
+        ),
+        (RatioStatistic::RelativeRisk, Construction::Paper),
+        (
+            RatioStatistic::OddsRatio,
+            Construction::Method(IntervalMethod::Score),
+        ),
+        (RatioStatistic::OddsRatio, Construction::Paper),
+    ];
+    let mut failures = Vec::new();
+    let mut largest = 0.0f64;
+    for (l, sizes) in [GroupSizes::Private, GroupSizes::Public]
+        .into_iter()
+        .enumerate()
+    {
+        let noise = TableNoise::calibrate(
+            Mechanism::Laplace,
+            1.0,
+            None,
+            GaussianCalibration::Analytic,
+            sizes,
+        )
+        .unwrap();
+        for (c, &(i, j)) in cells.iter().enumerate() {
+            let design = Design {
+                exposed_size: 200,
+                unexposed_size: 200,
+                exposed_risk: (i + 1) as f64 / 10.0,
+                unexposed_risk: (j + 1) as f64 / 10.0,
+            };
+            let mut rng = ChaCha20Rng::seed_from_u64(110_000 + (l * 100 + c) as u64);
+            let mut ratios = [[0.0; BATCHES]; 2];
+            for b in 0..BATCHES {
+                let r =
+                    coverage_study(&design, &noise, 0.95, &intervals, TABLES, &mut rng).unwrap();
+                for (s, ratio) in ratios.iter_mut().enumerate() {
+                    ratio[b] = r[2 * s].median_width / r[2 * s + 1].median_width;
+                }
+            }
+            for (s, ratio) in ratios.iter().enumerate() {
+                let mean = ratio.iter().sum::<f64>() / BATCHES as f64;
+                let var =
+                    ratio.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (BATCHES - 1) as f64;
+                let limit = 1.05 + T_9DF * (var / BATCHES as f64).sqrt();
+                largest = largest.max(mean);
+                if !(mean <= limit) {
+                    failures.push(format!(
+                        "{sizes} {:?} p_x={} p_y={}: median width ratio {mean:.4} > {limit:.4}",
+                        intervals[2 * s].0,
+                        design.exposed_risk,
+                        design.unexposed_risk
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nlargest: {largest:.4}",
+        failures.join("\n")
+    );
 }
