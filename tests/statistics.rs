@@ -853,21 +853,9 @@ fn score_intervals_meet_the_width_target_with_laplace_noise_at_epsilon_1() {
         .into_iter()
         .enumerate()
     {
-        let noise = TableNoise::calibrate(
-            Mechanism::Laplace,
-            1.0,
-            None,
-            GaussianCalibration::Analytic,
-            sizes,
-        )
-        .unwrap();
+        let noise = table_noise(Mechanism::Laplace, sizes);
         for (c, &(i, j)) in cells.iter().enumerate() {
-            let design = Design {
-                exposed_size: 200,
-                unexposed_size: 200,
-                exposed_risk: (i + 1) as f64 / 10.0,
-                unexposed_risk: (j + 1) as f64 / 10.0,
-            };
+            let design = design(i, j);
             let mut rng = ChaCha20Rng::seed_from_u64(110_000 + (l * 100 + c) as u64);
             let mut ratios = [[0.0; BATCHES]; 2];
             for b in 0..BATCHES {
