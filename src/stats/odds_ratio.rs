@@ -79,25 +79,32 @@ impl ReleasedTable {
         })
     }
 
-    /// `(ln(ad/bc), V)` with all cells floored at 1: Woolf's variance `1/a + 1/b + 1/c + 1/d`
-    /// plus, `with_noise`, the delta-method noise variance of `ln(ad/bc)`:
-    /// `s²(1/a² + 1/b² + 1/c² + 1/d²)` with private sizes (four independent noises),
-    /// `s²((1/a + 1/b)² + (1/c + 1/d)²)` with public sizes (`b = n_x − ã` carries `a`'s noise
-    /// with the opposite sign).
+    /// [`woolf_log_variance`] of the released cells.
     fn woolf_log_variance(&self, with_noise: bool) -> (f64, f64) {
-        let [a, b, c, d] = self.cells().map(|v| v.max(1) as f64);
-        let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
-        if with_noise {
-            v += self.noise_variance
-                * match self.sizes {
-                    GroupSizes::Private => {
-                        1.0 / (a * a) + 1.0 / (b * b) + 1.0 / (c * c) + 1.0 / (d * d)
-                    }
-                    GroupSizes::Public => (1.0 / a + 1.0 / b).powi(2) + (1.0 / c + 1.0 / d).powi(2),
-                };
-        }
-        ((a * d / (b * c)).ln(), v)
+        let noise_variance = if with_noise { self.noise_variance } else { 0.0 };
+        woolf_log_variance(self.cells().map(|v| v as f64), self.sizes, noise_variance)
     }
+}
+
+/// `(ln(ad/bc), V)` for cells `[a, b, c, d]` (real-valued, so that planning can pass expected
+/// cells), all floored at 1: Woolf's (1955) variance `1/a + 1/b + 1/c + 1/d` plus the
+/// delta-method variance of the noise on `ln(ad/bc)` (0 for `noise_variance = 0`):
+/// `s²(1/a² + 1/b² + 1/c² + 1/d²)` with private sizes (four independent noises),
+/// `s²((1/a + 1/b)² + (1/c + 1/d)²)` with public sizes (`b = n_x − ã` carries `a`'s noise
+/// with the opposite sign). The paper's Theorem Gaussian_Valid_CI variance, on the log scale.
+pub fn woolf_log_variance(cells: [f64; 4], sizes: GroupSizes, noise_variance: f64) -> (f64, f64) {
+    let [a, b, c, d] = cells.map(|v| v.max(1.0));
+    let mut v = 1.0 / a + 1.0 / b + 1.0 / c + 1.0 / d;
+    if noise_variance > 0.0 {
+        v += noise_variance
+            * match sizes {
+                GroupSizes::Private => {
+                    1.0 / (a * a) + 1.0 / (b * b) + 1.0 / (c * c) + 1.0 / (d * d)
+                }
+                GroupSizes::Public => (1.0 / a + 1.0 / b).powi(2) + (1.0 / c + 1.0 / d).powi(2),
+            };
+    }
+    ((a * d / (b * c)).ln(), v)
 }
 
 /// The unexposed risk `p̄_y` maximising the binomial likelihood under odds ratio `θ` when the

@@ -5,10 +5,12 @@
 
 use super::accuracy::check_positive;
 use super::mechanism::{GaussianCalibration, Mechanism};
+use super::odds_ratio::{odds_ratio_score_interval, woolf_log_variance};
 use super::ratio::{
     relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
-    IntervalMethod, ReleasedCounts, TableNoise,
+    IntervalMethod, RatioStatistic, ReleasedCounts, TableNoise,
 };
+use super::risk_difference::risk_difference_wald_at;
 use super::score::relative_risk_score_interval;
 
 /// Smallest `ε` searched by [`epsilon_for_half_width`].
@@ -16,8 +18,9 @@ pub const PLANNING_EPSILON_MIN: f64 = 1e-6;
 /// Largest `ε` searched by [`epsilon_for_half_width`] (practically no noise).
 pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 
-/// The smallest total `ε` at which the relative-risk interval of `method` has half-width
-/// `half_width` when the counts equal their expectations `X = n_x p_x`, `Y = n_y p_y`:
+/// The smallest total `ε` at which the interval of `method` for `statistic` has half-width
+/// `half_width` when the counts equal their expectations `X = n_x p_x`, `Y = n_y p_y` (and the
+/// non-cases `n − X`, `n − Y`). For the relative risk:
 /// * `IntervalMethod::Conservative`: `z·Ṽ` of the paper's interval (Theorem
 ///   `Gaussian_Valid_CI`, as `ReleasedTable::interval` computes it);
 /// * `IntervalMethod::Log`: half the width of the log interval,
@@ -26,9 +29,16 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 /// * `IntervalMethod::Score` (`dp_rr_ci`'s default): half the width of the score interval
 ///   ([`relative_risk_score_interval`]), infinite while its upper end is unbounded.
 ///
+/// For the odds ratio (`dp_or_ci`): `Score` (its default), half the width of
+/// [`odds_ratio_score_interval`]; `Conservative` or `Log`, half the width of Woolf's log
+/// interval with the noise variance ([`woolf_log_variance`]). For the risk difference
+/// (`dp_rd_ci`): `Conservative` (its default and only noise-aware closed form), the adjusted
+/// Wald half-width ([`risk_difference_wald_at`]).
+///
 /// `plain` ignores the noise and `bootstrap` has no closed form, so neither can be planned
-/// for (`Err`). The SQL function passes the session's (default) interval method, so planning
-/// follows the interval `dp_rr_ci` releases.
+/// for (`Err`), nor can a method the statistic does not have. The SQL function passes the
+/// statistic's default interval unless `ci_method` is given, so planning follows the interval
+/// the release function returns.
 ///
 /// The per-cell noise variance `s²` is that of `TableNoise::calibrate` (the table's own
 /// calibration); below the smallest ε whose discrete Gaussian can be calibrated exactly
@@ -52,14 +62,22 @@ pub fn epsilon_for_half_width(
     mechanism: Mechanism,
     delta: Option<f64>,
     sizes: GroupSizes,
+    statistic: RatioStatistic,
     method: IntervalMethod,
 ) -> Result<Option<f64>, String> {
-    if !matches!(
-        method,
-        IntervalMethod::Conservative | IntervalMethod::Log | IntervalMethod::Score
-    ) {
+    let planned: &[IntervalMethod] = match statistic {
+        RatioStatistic::RiskDifference => &[IntervalMethod::Conservative],
+        _ => &[
+            IntervalMethod::Score,
+            IntervalMethod::Conservative,
+            IntervalMethod::Log,
+        ],
+    };
+    if !planned.contains(&method) {
+        let names: Vec<String> = planned.iter().map(|m| format!("'{m}'")).collect();
         return Err(format!(
-            "ci_method '{method}' cannot be planned for (it has no closed-form width that depends on epsilon); use 'score', 'conservative' or 'log'"
+            "ci_method '{method}' cannot be planned for the {statistic} (it has no closed-form width that depends on epsilon there); use {}",
+            names.join(" or ")
         ));
     }
     check_positive("n_x", n_x)?;
@@ -98,16 +116,25 @@ pub fn epsilon_for_half_width(
             Err(e) => return Err(e),
         };
         let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, noise.cell.variance);
-        Ok(match method {
-            IntervalMethod::Score => {
-                let (lower, upper) = relative_risk_score_interval(counts, z);
-                0.5 * (upper - lower)
+        let half = |(lower, upper): (f64, f64)| 0.5 * (upper - lower);
+        Ok(match (statistic, method) {
+            (RatioStatistic::RelativeRisk, IntervalMethod::Score) => {
+                half(relative_risk_score_interval(counts, z))
             }
-            IntervalMethod::Log => {
+            (RatioStatistic::RelativeRisk, IntervalMethod::Log) => {
                 let (center, h) = relative_risk_log_interval_at(counts, z);
                 center.exp() * h.sinh()
             }
-            _ => relative_risk_interval_at(counts, method, z).1,
+            (RatioStatistic::RelativeRisk, _) => relative_risk_interval_at(counts, method, z).1,
+            (RatioStatistic::OddsRatio, IntervalMethod::Score) => {
+                half(odds_ratio_score_interval(counts, z))
+            }
+            (RatioStatistic::OddsRatio, _) => {
+                let cells = [x, n_x - x, y, n_y - y];
+                let (center, v) = woolf_log_variance(cells, sizes, noise.cell.variance);
+                center.exp() * (z * v.sqrt()).sinh()
+            }
+            (RatioStatistic::RiskDifference, _) => risk_difference_wald_at(counts, z, true).1,
         })
     };
     if width_at(PLANNING_EPSILON_MAX)? > half_width {
@@ -167,6 +194,7 @@ mod tests {
                 Mechanism::Laplace,
                 None,
                 GroupSizes::Public,
+                RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
             )
             .unwrap()
@@ -184,6 +212,7 @@ mod tests {
             Mechanism::Laplace,
             None,
             GroupSizes::Public,
+            RatioStatistic::RelativeRisk,
             IntervalMethod::Conservative,
         );
         assert_eq!(none.unwrap(), None);
@@ -212,6 +241,7 @@ mod tests {
                     mechanism,
                     delta,
                     sizes,
+                    RatioStatistic::RelativeRisk,
                     IntervalMethod::Conservative,
                 )
                 .unwrap()
@@ -255,6 +285,7 @@ mod tests {
                         mechanism,
                         delta,
                         GroupSizes::Public,
+                        RatioStatistic::RelativeRisk,
                         IntervalMethod::Conservative,
                     )
                     .unwrap()
@@ -278,6 +309,7 @@ mod tests {
                 m,
                 d,
                 GroupSizes::Public,
+                RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
             )
         };
@@ -315,12 +347,21 @@ mod tests {
                     mechanism,
                     delta,
                     sizes,
+                    RatioStatistic::RelativeRisk,
                     IntervalMethod::Score,
                 )
                 .unwrap()
                 .unwrap();
-                let half =
-                    |e: f64| half_width_at(mechanism, e, delta, sizes, conf, IntervalMethod::Score);
+                let half = |e: f64| {
+                    half_width_at(
+                        mechanism,
+                        e,
+                        delta,
+                        sizes,
+                        conf,
+                        (RatioStatistic::RelativeRisk, IntervalMethod::Score),
+                    )
+                };
                 assert!(half(eps) <= target * (1.0 + 1e-9), "{mechanism} {sizes}");
                 assert!(half(eps * (1.0 - 1e-6)) > target, "{mechanism} {sizes}");
             }
@@ -335,7 +376,7 @@ mod tests {
         delta: Option<f64>,
         sizes: GroupSizes,
         conf: f64,
-        method: IntervalMethod,
+        (statistic, method): (RatioStatistic, IntervalMethod),
     ) -> f64 {
         let noise = TableNoise::calibrate(
             mechanism,
@@ -353,7 +394,10 @@ mod tests {
             sizes,
             noise_variance: noise.cell.variance,
         };
-        let ci = table.interval(conf, method).unwrap().unwrap();
+        let ci = table
+            .estimate_with_interval(statistic, conf, method)
+            .unwrap()
+            .unwrap();
         (ci.upper - ci.lower) / 2.0
     }
 
@@ -379,6 +423,7 @@ mod tests {
                 Mechanism::Laplace,
                 None,
                 sizes,
+                RatioStatistic::RelativeRisk,
                 IntervalMethod::Log,
             )
             .unwrap()
@@ -390,7 +435,7 @@ mod tests {
                     None,
                     sizes,
                     conf,
-                    IntervalMethod::Log,
+                    (RatioStatistic::RelativeRisk, IntervalMethod::Log),
                 )
             };
             assert!(half(eps) <= target * (1.0 + 1e-12), "{sizes}");
@@ -407,6 +452,7 @@ mod tests {
                 Mechanism::Laplace,
                 None,
                 sizes,
+                RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
             )
             .unwrap()
@@ -424,10 +470,78 @@ mod tests {
                 Mechanism::Laplace,
                 None,
                 GroupSizes::Public,
+                RatioStatistic::RelativeRisk,
                 method,
             )
             .unwrap_err();
             assert!(err.contains("cannot be planned"), "{err}");
+        }
+    }
+
+    #[test]
+    fn epsilon_for_half_width_follows_the_odds_ratio_and_risk_difference_intervals() {
+        // dp_or_ci's intervals (score, its default, and Woolf's) and dp_rd_ci's (adjusted
+        // Wald): at the ε found, the released table's own interval at the expected counts
+        // (120 of 400, 60 of 300) has half its width equal to the target, 1.3 times the
+        // sampling-only half-width; slightly less ε misses.
+        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
+        for interval in [
+            (RatioStatistic::OddsRatio, IntervalMethod::Score),
+            (RatioStatistic::OddsRatio, IntervalMethod::Conservative),
+            (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
+        ] {
+            for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
+                for sizes in [GroupSizes::Public, GroupSizes::Private] {
+                    let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
+                    let exact = ReleasedTable {
+                        exposed_cases: 120,
+                        exposed_total: 400,
+                        unexposed_cases: 60,
+                        unexposed_total: 300,
+                        sizes,
+                        noise_variance: 0.0,
+                    };
+                    let ci = exact
+                        .estimate_with_interval(interval.0, conf, interval.1)
+                        .unwrap()
+                        .unwrap();
+                    let target = 1.3 * (ci.upper - ci.lower) / 2.0;
+                    let eps = epsilon_for_half_width(
+                        nx, ny, px, py, target, conf, mechanism, delta, sizes, interval.0,
+                        interval.1,
+                    )
+                    .unwrap()
+                    .unwrap();
+                    let half = |e: f64| half_width_at(mechanism, e, delta, sizes, conf, interval);
+                    let what = format!("{interval:?} {mechanism} {sizes}");
+                    assert!(half(eps) <= target * (1.0 + 1e-9), "{what}");
+                    assert!(half(eps * (1.0 - 1e-6)) > target, "{what}");
+                }
+            }
+        }
+        for (statistic, method) in [
+            (RatioStatistic::RiskDifference, IntervalMethod::Score),
+            (RatioStatistic::RiskDifference, IntervalMethod::Log),
+            (RatioStatistic::OddsRatio, IntervalMethod::Plain),
+        ] {
+            let err = epsilon_for_half_width(
+                nx,
+                ny,
+                px,
+                py,
+                0.05,
+                conf,
+                Mechanism::Laplace,
+                None,
+                GroupSizes::Public,
+                statistic,
+                method,
+            )
+            .unwrap_err();
+            assert!(
+                err.contains(&format!("cannot be planned for the {statistic}")),
+                "{err}"
+            );
         }
     }
 }

@@ -518,6 +518,30 @@ pub enum RatioStatistic {
     RiskDifference,
 }
 
+impl RatioStatistic {
+    /// The statistic named as in SQL options (`statistic=odds_ratio`).
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "relative_risk" => Ok(Self::RelativeRisk),
+            "odds_ratio" => Ok(Self::OddsRatio),
+            "risk_difference" => Ok(Self::RiskDifference),
+            other => Err(format!(
+                "unknown statistic '{other}' (expected 'relative_risk', 'odds_ratio' or 'risk_difference')"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RatioStatistic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::RelativeRisk => "relative risk",
+            Self::OddsRatio => "odds ratio",
+            Self::RiskDifference => "risk difference",
+        })
+    }
+}
+
 impl ReleasedTable {
     /// The released cells `(a, b, c, d)`: cases and non-cases (size minus cases) per arm.
     pub fn cells(&self) -> [i64; 4] {

@@ -1,7 +1,7 @@
 //! The risk difference `p_x − p_y` of a released 2x2 table and its intervals: the adjusted Wald
 //! interval of Agresti & Caffo (2000) with the noise variance added (docs/intervals.md §3).
 
-use super::ratio::{IntervalMethod, RatioInterval, ReleasedTable};
+use super::ratio::{IntervalMethod, RatioInterval, ReleasedCounts, ReleasedTable};
 
 impl ReleasedTable {
     /// The risk difference `p̃_x − p̃_y = X̃/ñ_x − Ỹ/ñ_y`, sizes floored at 1 as for the
@@ -55,32 +55,39 @@ impl ReleasedTable {
         adjusted: bool,
         with_noise: bool,
     ) -> Option<RatioInterval> {
-        let (nx, ny) = self.sizes_floored()?;
         let estimate = self.risk_difference()?;
-        // (centre, variance) of one arm.
-        let arm = |cases: i64, n: f64| {
-            let (p, m) = if adjusted {
-                ((cases as f64 + 1.0) / (n + 2.0), n + 2.0)
-            } else {
-                (cases as f64 / n, n)
-            };
-            let p = p.clamp(0.0, 1.0);
-            let noise = if with_noise {
-                self.noise_variance * self.sizes.noise_weight(p, 1.0 - p) / (n * n)
-            } else {
-                0.0
-            };
-            (p, p * (1.0 - p) / m + noise)
-        };
-        let (px, vx) = arm(self.exposed_cases, nx);
-        let (py, vy) = arm(self.unexposed_cases, ny);
-        let (center, half_width) = (px - py, z * (vx + vy).sqrt());
+        let mut counts = self.counts()?;
+        if !with_noise {
+            counts.noise_variance = 0.0;
+        }
+        let (center, half_width) = risk_difference_wald_at(counts, z, adjusted);
         Some(RatioInterval {
             estimate,
             lower: (center - half_width).max(-1.0),
             upper: (center + half_width).min(1.0),
         })
     }
+}
+
+/// `(centre, half-width)` of the Wald interval for `p_x − p_y` at (possibly real-valued)
+/// counts, sizes already floored at 1, with Agresti & Caffo's (2000) adjustment (`adjusted`:
+/// `p̄ = (X̃ + 1)/(ñ + 2)`) and the noise variance `s²·w/ñ²` per arm (none for `s² = 0`);
+/// proportions clamped to `[0, 1]` (see [`ReleasedTable::risk_difference_interval_at_z`]).
+pub fn risk_difference_wald_at(counts: ReleasedCounts, z: f64, adjusted: bool) -> (f64, f64) {
+    // (centre, variance) of one arm.
+    let arm = |cases: f64, n: f64| {
+        let (p, m) = if adjusted {
+            ((cases + 1.0) / (n + 2.0), n + 2.0)
+        } else {
+            (cases / n, n)
+        };
+        let p = p.clamp(0.0, 1.0);
+        let noise = counts.noise_variance * counts.sizes.noise_weight(p, 1.0 - p) / (n * n);
+        (p, p * (1.0 - p) / m + noise)
+    };
+    let (px, vx) = arm(counts.x, counts.n_x);
+    let (py, vy) = arm(counts.y, counts.n_y);
+    (px - py, z * (vx + vy).sqrt())
 }
 
 #[cfg(test)]
