@@ -37,6 +37,11 @@ Continuum optimisation (`minimax`, knots rule, p0 on 60 points of [0.06, 0.5] pl
   (b) max ratio / gamed bound; (c) ratio at 0.1 s.t. ratio <= max(1.05, crate + 0.002) at every
   p0; (d) the same with ratio <= crate + 0.002 (no p0 worse than the crate). Not a proof of
   optimality: a 12-knot monotone family and local searches.
+2-D split-class floor (`floor2d`, the lead's addition): every split has z_L, z_U >= z_alpha, so
+  every score interval contains {theta: |T(theta)| <= 1.645} at every outcome; the median width
+  of that set over the paper's, per cell, RR and OR, 8 settings at n = 200, is a floor for the
+  whole class (split rules tuned to the cell included). Result in docs/intervals.md section 6.
+  `corner`: constant splits at the OR's corner (0.1, 0.9), the one OR miss the floor leaves.
 2-D check (`check2d`): adaptive_split.invert(rr_stat, ...) with the crate's critical and the
   candidates (r = 1/c_D with c_D^2 = s * sr[1] at the restricted estimates), public and private
   sizes, seeds as adaptive_split.run_setting; coverage and median-width ratio to paper per cell.
