@@ -417,7 +417,21 @@ impl DpOptions {
         call: &str,
         allowed: &[&str],
     ) -> std::result::Result<Self, String> {
+        self.with_call_options_and_own(call, allowed, &[])
+            .map(|(options, _)| options)
+    }
+
+    /// [`Self::with_call_options`] for a function that also has options of its own (`own`,
+    /// keys that are not session options): those are returned as `(key, value)` pairs, in
+    /// the order given, instead of being applied.
+    pub fn with_call_options_and_own(
+        &self,
+        call: &str,
+        allowed: &[&str],
+        own: &[&str],
+    ) -> std::result::Result<(Self, Vec<(String, String)>), String> {
         let mut options = self.clone();
+        let mut own_pairs = Vec::new();
         for pair in call
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|s| !s.is_empty())
@@ -426,15 +440,20 @@ impl DpOptions {
                 return Err(format!("options must be key=value pairs, got '{pair}'"));
             };
             let key = key.trim().to_ascii_lowercase();
+            if own.contains(&key.as_str()) {
+                own_pairs.push((key, value.to_string()));
+                continue;
+            }
             if !allowed.contains(&key.as_str()) {
+                let accepted: Vec<&str> = allowed.iter().chain(own).copied().collect();
                 return Err(format!(
                     "option '{key}' is not accepted here (accepted: {})",
-                    allowed.join(", ")
+                    accepted.join(", ")
                 ));
             }
             options.apply(&key, value)?;
         }
-        Ok(options)
+        Ok((options, own_pairs))
     }
 }
 
@@ -613,5 +632,19 @@ mod tests {
         assert_eq!(c.delta, Some(1e-6));
         assert!(o.with_call_options("seed=3", &["mechanism"]).is_err());
         assert!(o.with_call_options("gaussian", &["mechanism"]).is_err());
+        // A function's own keys are handed back, not applied, and named among the accepted.
+        let (c, own) = o
+            .with_call_options_and_own(
+                "Statistic=odds_ratio mechanism=gaussian",
+                &["mechanism"],
+                &["statistic"],
+            )
+            .unwrap();
+        assert_eq!(c.mechanism, Mechanism::Gaussian);
+        assert_eq!(own, [("statistic".to_string(), "odds_ratio".to_string())]);
+        let err = o
+            .with_call_options_and_own("delta=1e-6", &["mechanism"], &["statistic"])
+            .unwrap_err();
+        assert!(err.contains("accepted: mechanism, statistic"), "{err}");
     }
 }

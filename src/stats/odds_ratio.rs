@@ -158,7 +158,8 @@ pub fn odds_ratio_restricted_risks(
 /// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
 /// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`)
 /// and `v` the variance of a released proportion including the exact noise variance `s²`
-/// ([`ReleasedCounts::proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per arm).
+/// ([`ReleasedCounts::proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per
+/// arm).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`); under `H₀` it has mean 0 and, the arms and their noises being
 /// independent, the variance in the denominator. Without noise it is Miettinen & Nurminen's
@@ -185,9 +186,10 @@ pub fn odds_ratio_score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreA
 }
 
 /// The noise-aware score interval `(lower, upper)` for the odds ratio from released counts
-/// (sizes floored at 1) at the two-sided quantile `z`: [`invert_score_test`] of [`odds_ratio_score_statistic`], with the relative
-/// risk's error rule ([`super::score::TailSplit`]). Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0` (when
-/// `X̃ + Ỹ ≤ ñ_y`) and `T → X̃/s`, or `p̄_y = 1` and `T → D̃/s`; so `lower = 0` when the
+/// (sizes floored at 1) at the two-sided quantile `z`: [`invert_score_test`] of
+/// [`odds_ratio_score_statistic`], with the relative risk's error rule
+/// ([`super::score::TailSplit`]). Its ends: as `θ → 0` the restricted risks reach `p̄_x = 0`
+/// (when `X̃ + Ỹ ≤ ñ_y`) and `T → X̃/s`, or `p̄_y = 1` and `T → D̃/s`; so `lower = 0` when the
 /// release cannot exclude that zero cell. Likewise `upper = +∞` when it cannot exclude
 /// `C = 0` (`T → −Ỹ/s`, when `X̃ + Ỹ ≤ ñ_x`) or `B = 0` (`T → −B̃/s`).
 pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {

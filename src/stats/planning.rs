@@ -130,8 +130,7 @@ pub fn epsilon_for_half_width(
                 half(odds_ratio_score_interval(counts, z))
             }
             (RatioStatistic::OddsRatio, _) => {
-                let cells = [x, n_x - x, y, n_y - y];
-                let (center, v) = woolf_log_variance(cells, sizes, noise.cell.variance);
+                let (center, v) = woolf_log_variance(counts.cells(), sizes, noise.cell.variance);
                 center.exp() * (z * v.sqrt()).sinh()
             }
             (RatioStatistic::RiskDifference, _) => risk_difference_wald_at(counts, z, true).1,

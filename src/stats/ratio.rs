@@ -349,6 +349,11 @@ impl ReleasedCounts {
         }
     }
 
+    /// The cells `[a, b, c, d]`: cases and non-cases (size minus cases) per arm.
+    pub fn cells(&self) -> [f64; 4] {
+        [self.x, self.n_x - self.x, self.y, self.n_y - self.y]
+    }
+
     /// Cases and sizes floored at 1, as the paper's coverage study computes its interval.
     fn floored(self) -> Self {
         Self {

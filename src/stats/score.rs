@@ -118,8 +118,8 @@ pub(super) fn skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
 }
 
 /// The score statistic `T(θ)` of the module docs for released counts (sizes already floored
-/// at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D`
-/// the unexposed arm's, `s² = c_x² + c_y²` (the log ratio's delta-method variance).
+/// at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's,
+/// `s² = c_x² + c_y²` (the log ratio's delta-method variance).
 pub fn score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
     let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
     let (p_x, p_y) = restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
@@ -361,8 +361,7 @@ fn bisect_crossing(g: &dyn Fn(f64) -> f64, mut lo: f64, mut hi: f64) -> f64 {
 
 /// The score interval `(lower, upper)` for `p_x/p_y` from released counts (real-valued; sizes
 /// floored at 1, cases used as released, negative or above the size included) at the two-sided
-/// quantile `z` (split by
-/// [`TailSplit`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
+/// quantile `z` (split by [`TailSplit`]), by [`invert_score_test`] of [`score_statistic`]. As `θ → 0`,
 /// `T → X̃/s` and the split is the least uneven, so `lower` is 0 when `X̃ ≤ z_L·s` (the release
 /// cannot exclude `X = 0`); as `θ → ∞`, `T → −Ỹ/s` and all the error goes to the upper end, so
 /// `upper` is `+∞` when `Ỹ ≤ Φ⁻¹(1 − α)·s` (it cannot exclude `Y = 0`).

@@ -1,7 +1,8 @@
 //! The paper's analytic tools as scalar SQL functions of their (public) arguments: accuracy,
 //! bias, Gaussian calibration and privacy-budget planning (for the interval `dp_rr_ci`,
-//! `dp_or_ci` or `dp_rd_ci` releases by default, or the `ci_method` asked for). They read no private data, cost no
-//! privacy, and adapt [`crate::stats::accuracy`] and [`crate::stats::mechanism`] row by row.
+//! `dp_or_ci` or `dp_rd_ci` releases by default, or the `ci_method` asked for). They read no
+//! private data, cost no privacy, and adapt [`crate::stats::accuracy`] and
+//! [`crate::stats::mechanism`] row by row.
 //! NULL in any argument gives NULL; where a closed form is undefined (e.g. `alpha >= Z`) the
 //! result is NULL; invalid parameters are an error naming the function and the argument.
 
@@ -149,22 +150,8 @@ impl ScalarUDFImpl for AnalyticFunction {
 fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option<f64>, String> {
     // `statistic` is this function's own option (the release functions are one per statistic);
     // the rest are session options overridden for the call.
-    let mut statistic = RatioStatistic::RelativeRisk;
-    let mut rest = Vec::new();
-    for pair in options
-        .unwrap_or("")
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-    {
-        match pair.split_once('=') {
-            Some((key, value)) if key.trim().eq_ignore_ascii_case("statistic") => {
-                statistic = RatioStatistic::parse(value)?
-            }
-            _ => rest.push(pair),
-        }
-    }
-    let options = DpOptions::default().with_call_options(
-        &rest.join(","),
+    let (options, own) = DpOptions::default().with_call_options_and_own(
+        options.unwrap_or(""),
         &[
             "confidence",
             "mechanism",
@@ -172,7 +159,12 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
             "group_sizes",
             "ci_method",
         ],
+        &["statistic"],
     )?;
+    let statistic = match own.last() {
+        Some((_, name)) => RatioStatistic::parse(name)?,
+        None => RatioStatistic::RelativeRisk,
+    };
     planning::epsilon_for_half_width(
         values[0],
         values[1],
