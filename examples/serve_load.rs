@@ -140,9 +140,14 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(datafusion_dp::server::serve(owner, listener, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(datafusion_dp::server::serve(
+        owner,
+        datafusion_dp::server::Execution::Local,
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
 
     eprintln!("{connections} connections, {analysts} analysts, {seconds} s on {url}");
     let start = Instant::now();

@@ -1,7 +1,11 @@
 //! The README's one-machine cluster, as a user starts it: a `dp-scheduler` process, two
-//! `dp-executor` processes and `dpsql --scheduler`, on free loopback ports. A seeded query
-//! must print exactly what the single-node `dpsql` prints, and run on the executors.
+//! `dp-executor` processes and `dpsql --scheduler` (or `dp-server --scheduler`), on free
+//! loopback ports. A seeded query must print exactly what the single-node `dpsql` prints, and
+//! run on the executors.
 #![cfg(feature = "ballista")]
+
+#[cfg(feature = "server")]
+mod common;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -47,7 +51,12 @@ const QUERY_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs `dpsql args` to completion, killing it and failing the test after [`QUERY_LIMIT`].
 fn dpsql(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dpsql"))
+    run_limited(env!("CARGO_BIN_EXE_dpsql"), args)
+}
+
+/// Runs `binary args` to completion, killing it and failing the test after [`QUERY_LIMIT`].
+fn run_limited(binary: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(binary)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -71,7 +80,7 @@ fn dpsql(args: &[&str]) -> Output {
         if started.elapsed() > QUERY_LIMIT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("dpsql {args:?} did not finish in {QUERY_LIMIT:?}");
+            panic!("{binary} {args:?} did not finish in {QUERY_LIMIT:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -355,4 +364,115 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     assert!(err.contains("budget"), "{err}");
     assert_eq!(panics(&logs), Vec::<String>::new());
     assert!(tasks_run(&logs) > 0, "the executors ran no task");
+    // dp-server binds and charges itself: it refuses to front a locked cluster, whose
+    // scheduler would charge its own owner's ledger.
+    #[cfg(feature = "server")]
+    {
+        let config = server_config(&dir);
+        let out = run_limited(
+            env!("CARGO_BIN_EXE_dp-server"),
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+                "--scheduler",
+                &url,
+            ],
+        );
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is locked"), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// An owner configuration for `dp-server` over the bundled data: `visits` protected by
+/// `patient_id`, `regions` public and the table of public keys, one analyst `alice` (password
+/// `pw`, ε budget 1) with her ledger in `dir`.
+#[cfg(feature = "server")]
+fn server_config(dir: &Path) -> PathBuf {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let config = dir.join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+             [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [options]\npublic_groups = \"regions\"\n\n\
+             [[analyst]]\nname = \"alice\"\npassword = \"pw\"\nepsilon_budget = 1.0\n\
+             ledger = \"alice-server.ledger\"\n",
+            data.join("visits.csv").display(),
+            data.join("regions.csv").display(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[cfg(feature = "server")]
+#[test]
+fn dp_server_runs_analysts_queries_on_a_trusted_cluster() {
+    // `dp-server --scheduler`: an analyst's Flight SQL query is bound and charged by the
+    // server and run by the executors; the server still refuses what a locked session refuses,
+    // answers `dp_budget()` for the caller, and stops at the budget.
+    use arrow::array::AsArray;
+    use arrow::datatypes::Float64Type;
+    use common::server::{login, query, Server};
+    let dir = std::env::temp_dir().join(format!("datafusion-dp-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut cluster, scheduler_port) = start_scheduler(&dir);
+    let logs = start_executors(&mut cluster, &dir, scheduler_port);
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let regions = format!("regions={}", data.join("regions.csv").display());
+    let url = format!("df://127.0.0.1:{scheduler_port}");
+    wait_for_cluster(
+        &url,
+        &regions,
+        "SET dp.public_tables = 'regions'; SELECT count(*) FROM regions",
+    );
+    let config = server_config(&dir);
+    let server = Server::start_with(&config, &["--scheduler", &url]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
+        let tasks_before = tasks_run(&logs);
+        let batches = query(
+            &mut alice,
+            "SELECT region, dp_count(visit_id, 0.75) AS n FROM visits GROUP BY region",
+        )
+        .await
+        .unwrap();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 4, "the four public regions");
+        assert!(
+            tasks_run(&logs) > tasks_before,
+            "the executors ran no task of the analyst's query"
+        );
+        let err = query(&mut alice, "SELECT * FROM visits").await.unwrap_err();
+        assert!(err.contains("visits"), "{err}");
+        let spent = query(
+            &mut alice,
+            "SELECT epsilon FROM dp_budget() WHERE entry = 'spent'",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            spent[0].column(0).as_primitive::<Float64Type>().value(0),
+            0.75
+        );
+        let err = query(&mut alice, "SELECT dp_count(visit_id, 0.5) FROM visits")
+            .await
+            .unwrap_err();
+        assert!(err.contains("budget"), "{err}");
+    });
+    let charged: Vec<f64> =
+        datafusion_dp::sql::accounting::ledger::read(&dir.join("alice-server.ledger"))
+            .unwrap()
+            .iter()
+            .map(|e| e.epsilon)
+            .collect();
+    assert_eq!(charged, vec![0.75], "one ledger line per answered query");
+    assert_eq!(panics(&logs), Vec::<String>::new());
 }

@@ -9,14 +9,15 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandGetTables, CommandStatementQuery, ProstMessageExt, SqlInfo};
 use arrow_flight::{FlightDescriptor, FlightInfo};
+use common::server::{channel, fetch, login, query, Server};
 use futures::TryStreamExt;
 use prost::Message;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use tonic::transport::Channel;
+
+mod common;
 
 const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
 
@@ -51,140 +52,6 @@ fn write_config(dir: &Path, analysts: &[(&str, &str, f64)], extra: &str) -> Path
     let path = dir.join("owner.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// A running `dp-server`, killed (SIGKILL) when dropped.
-struct Server {
-    child: Child,
-    address: String,
-    stderr: PathBuf,
-}
-
-impl Server {
-    /// Starts `dp-server --config CONFIG --listen 127.0.0.1:0` and waits for its address.
-    fn start(config: &Path) -> Server {
-        let stderr = config.with_extension(format!("stderr.{}", rand_suffix()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dp-server"))
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("start dp-server");
-        let stdout = child.stdout.take().unwrap();
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        let line = receiver
-            .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "dp-server did not start: {}",
-                    std::fs::read_to_string(&stderr).unwrap_or_default()
-                )
-            });
-        let address = line
-            .strip_prefix("dp-server listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_string();
-        Server {
-            child,
-            address,
-            stderr,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
-    /// SIGKILL, as a crash or `kill -9` would.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!(
-                "dp-server stderr:\n{}",
-                std::fs::read_to_string(&self.stderr).unwrap_or_default()
-            );
-        }
-    }
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-async fn channel(url: &str) -> Channel {
-    Channel::from_shared(url.to_string())
-        .unwrap()
-        .connect()
-        .await
-        .expect("connect to dp-server")
-}
-
-/// A Flight SQL client logged in as `user`.
-async fn login(
-    url: &str,
-    user: &str,
-    password: &str,
-) -> Result<FlightSqlServiceClient<Channel>, String> {
-    let mut client = FlightSqlServiceClient::new(channel(url).await);
-    client
-        .handshake(user, password)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(client)
-}
-
-/// Runs `sql` and collects every endpoint's batches.
-async fn query(
-    client: &mut FlightSqlServiceClient<Channel>,
-    sql: &str,
-) -> Result<Vec<RecordBatch>, String> {
-    let info = client
-        .execute(sql.to_string(), None)
-        .await
-        .map_err(|e| e.to_string())?;
-    fetch(client, info).await
-}
-
-async fn fetch(
-    client: &mut FlightSqlServiceClient<Channel>,
-    info: FlightInfo,
-) -> Result<Vec<RecordBatch>, String> {
-    let mut batches = Vec::new();
-    for endpoint in info.endpoint {
-        let ticket = endpoint.ticket.expect("ticket");
-        let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
-        batches.extend(
-            stream
-                .try_collect::<Vec<_>>()
-                .await
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    Ok(batches)
 }
 
 /// `GetFlightInfo` for `sql` with the raw Flight client, to see the gRPC status itself.

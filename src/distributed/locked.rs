@@ -82,11 +82,7 @@ impl LockedCluster {
             .spending_analyst(analyst)
             .map_err(DataFusionError::Configuration)?
             .clone();
-        let budget = SessionBudget {
-            epsilon: analyst.epsilon_budget,
-            delta: analyst.delta_budget,
-            ledger: analyst.ledger.to_string_lossy().into_owned(),
-        };
+        let budget = analyst.budget();
         Ok(Arc::new(Self {
             owner: Owner::open(config).await?,
             budget,

@@ -150,17 +150,45 @@ pub fn executor_config(mut config: ExecutorProcessConfig) -> Result<ExecutorProc
 /// scheduler binds and charges it with the owner's settings (the client asks which at
 /// connection; the scheduler enforces it whatever the client does).
 pub async fn remote_context(url: &str) -> Result<SessionContext> {
-    let parsed = Url::parse(url)
-        .map_err(|e| DataFusionError::Configuration(format!("scheduler URL '{url}': {e}")))?;
-    let host = parsed.host_str().ok_or_else(|| {
-        DataFusionError::Configuration(format!("scheduler URL '{url}' has no host"))
-    })?;
-    let scheduler = format!("http://{host}:{}", parsed.port().unwrap_or(50050));
+    let scheduler = scheduler_endpoint(url)?;
     let placement = if locked::is_locked_cluster(&scheduler).await? {
         Placement::Deferred
     } else {
         Placement::Local
     };
+    remote_context_placed(url, scheduler, placement).await
+}
+
+/// [`remote_context`] for a caller that binds and charges every query itself, `dp-server`: the
+/// cluster must be a trusted one. A locked cluster is refused, since its scheduler binds and
+/// charges with its own owner's settings and ledger, not the caller's analysts'.
+pub async fn trusted_remote_context(url: &str) -> Result<SessionContext> {
+    let scheduler = scheduler_endpoint(url)?;
+    if locked::is_locked_cluster(&scheduler).await? {
+        return Err(DataFusionError::Configuration(format!(
+            "the Ballista scheduler at {url} is locked (dp-scheduler --owner-config), so it \
+             would bind and charge with its own owner's ledger: dp-server needs a trusted \
+             scheduler (dp-scheduler without --owner-config) that only the server can reach"
+        )));
+    }
+    remote_context_placed(url, scheduler, Placement::Local).await
+}
+
+/// The scheduler's gRPC endpoint (`http://host:port`, port 50050 by default) of `df://host:port`.
+fn scheduler_endpoint(url: &str) -> Result<String> {
+    let parsed = Url::parse(url)
+        .map_err(|e| DataFusionError::Configuration(format!("scheduler URL '{url}': {e}")))?;
+    let host = parsed.host_str().ok_or_else(|| {
+        DataFusionError::Configuration(format!("scheduler URL '{url}' has no host"))
+    })?;
+    Ok(format!("http://{host}:{}", parsed.port().unwrap_or(50050)))
+}
+
+async fn remote_context_placed(
+    url: &str,
+    scheduler: String,
+    placement: Placement,
+) -> Result<SessionContext> {
     let config = session_config();
     let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
         scheduler,

@@ -25,6 +25,7 @@
 //!
 //! [server]
 //! listen = "127.0.0.1:50051"
+//! # scheduler = "df://10.0.0.5:50050"   # run queries on this trusted Ballista cluster
 //! ```
 //! Relative paths are relative to the configuration file's directory.
 
@@ -88,6 +89,9 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     /// A session (bearer token) unused for this long is closed; default 3600.
     pub session_idle_seconds: u64,
+    /// A trusted Ballista scheduler (`df://host:port`) the server plans onto (`dp-server
+    /// --scheduler` overrides it); `None`: queries run in the server's process.
+    pub scheduler: Option<String>,
 }
 
 /// A whole configuration, validated.
@@ -143,6 +147,7 @@ struct RawServer {
     tls_cert: Option<String>,
     tls_key: Option<String>,
     session_idle_seconds: Option<u64>,
+    scheduler: Option<String>,
 }
 
 /// Options an analyst's budget sets (per analyst, never in `[options]`).
@@ -365,6 +370,7 @@ impl OwnerConfig {
                     tls_cert: s.tls_cert.map(|p| PathBuf::from(resolve(&p))),
                     tls_key: s.tls_key.map(|p| PathBuf::from(resolve(&p))),
                     session_idle_seconds: s.session_idle_seconds.unwrap_or(3600),
+                    scheduler: s.scheduler,
                 }
             }
         };

@@ -78,11 +78,7 @@ impl Owner {
     /// A locked session for `analyst`: the owner's tables with their protection, the owner's
     /// options, the analyst's budget and ledger.
     pub fn analyst_session(&self, analyst: &AnalystConfig) -> Result<SessionContext> {
-        self.locked_session(&SessionBudget {
-            epsilon: analyst.epsilon_budget,
-            delta: analyst.delta_budget,
-            ledger: analyst.ledger.to_string_lossy().into_owned(),
-        })
+        self.locked_session(&analyst.budget())
     }
 
     /// A locked session spending `budget`.
@@ -108,6 +104,17 @@ impl Owner {
             .map(|(t, _)| (t.name.clone(), t.protection.clone()))
             .collect();
         lockdown::lock_session(ctx, &protections, &self.config.options, budget)
+    }
+}
+
+impl AnalystConfig {
+    /// The budget and ledger this analyst's sessions spend.
+    pub fn budget(&self) -> SessionBudget {
+        SessionBudget {
+            epsilon: self.epsilon_budget,
+            delta: self.delta_budget,
+            ledger: self.ledger.to_string_lossy().into_owned(),
+        }
     }
 }
 

@@ -15,8 +15,9 @@ mod tls;
 pub use auth::hash_password;
 pub use service::{status, DpFlightSqlService};
 
-use crate::owner::Owner;
+use crate::owner::{AnalystConfig, Owner};
 use arrow_flight::flight_service_server::FlightServiceServer;
+use datafusion::prelude::SessionContext;
 use session::Sessions;
 use std::future::Future;
 use std::sync::Arc;
@@ -25,16 +26,53 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
-/// Serves `owner`'s tables on `listener` until `shutdown` completes: TLS when the
-/// configuration names a certificate and key, plain gRPC otherwise.
+/// Where the analysts' queries run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Execution {
+    /// In the server's process.
+    #[default]
+    Local,
+    /// On the trusted Ballista cluster whose scheduler is at this URL (`df://host:port`): each
+    /// analyst's locked session is a client of it, so the server binds and charges every query
+    /// (as `dpsql --scheduler` does on a trusted cluster) and the executors run it. The cluster
+    /// must be reachable by the server only (docs/distributed.md).
+    #[cfg(feature = "ballista")]
+    Cluster(String),
+}
+
+impl Execution {
+    /// The locked session `analyst` spends in: the owner's tables, protection, options, and the
+    /// analyst's budget and ledger, planned here or onto the cluster.
+    pub async fn analyst_session(
+        &self,
+        owner: &Owner,
+        analyst: &AnalystConfig,
+    ) -> datafusion::error::Result<SessionContext> {
+        match self {
+            Execution::Local => owner.analyst_session(analyst),
+            #[cfg(feature = "ballista")]
+            Execution::Cluster(url) => {
+                let ctx = crate::distributed::trusted_remote_context(url).await?;
+                owner.lock_into(&ctx, &analyst.budget())?;
+                Ok(ctx)
+            }
+        }
+    }
+}
+
+/// Serves `owner`'s tables on `listener` until `shutdown` completes, running queries as
+/// `execution` says: TLS when the configuration names a certificate and key, plain gRPC
+/// otherwise.
 pub async fn serve(
     owner: Owner,
+    execution: Execution,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), String> {
     let server_config = owner.config().server.clone();
     let idle = Duration::from_secs(server_config.session_idle_seconds.max(1));
-    let service = DpFlightSqlService::new(Arc::new(owner), Arc::new(Sessions::new(idle)));
+    let service =
+        DpFlightSqlService::new(Arc::new(owner), execution, Arc::new(Sessions::new(idle)));
     let router = Server::builder().add_service(FlightServiceServer::new(service));
     match (&server_config.tls_cert, &server_config.tls_key) {
         (Some(cert), Some(key)) => {

@@ -8,6 +8,7 @@
 
 use super::auth;
 use super::session::{AnalystSession, Prepared, Sessions};
+use super::Execution;
 use crate::owner::Owner;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -41,12 +42,17 @@ use tonic::{Request, Response, Status, Streaming};
 /// The Arrow Flight SQL service of `dp-server`.
 pub struct DpFlightSqlService {
     owner: Arc<Owner>,
+    execution: Execution,
     sessions: Arc<Sessions>,
 }
 
 impl DpFlightSqlService {
-    pub fn new(owner: Arc<Owner>, sessions: Arc<Sessions>) -> Self {
-        Self { owner, sessions }
+    pub fn new(owner: Arc<Owner>, execution: Execution, sessions: Arc<Sessions>) -> Self {
+        Self {
+            owner,
+            execution,
+            sessions,
+        }
     }
 
     /// The caller's session, from its `authorization: Bearer TOKEN` header.
@@ -256,8 +262,9 @@ impl FlightSqlService for DpFlightSqlService {
             }
         };
         let ctx = self
-            .owner
-            .analyst_session(&analyst)
+            .execution
+            .analyst_session(&self.owner, &analyst)
+            .await
             .map_err(|e| status(&e))?;
         let token = self
             .sessions

@@ -5,6 +5,9 @@
 // Each test crate compiles this module and uses part of it.
 #![allow(dead_code)]
 
+#[cfg(feature = "server")]
+pub mod server;
+
 use datafusion::prelude::SessionConfig;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

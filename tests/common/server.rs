@@ -1,0 +1,154 @@
+//! `dp-server` as a test starts and reaches it: the real binary on a loopback port, and
+//! arrow-flight's Flight SQL client (tests/server.rs, and the server on a Ballista cluster in
+//! tests/cluster_processes.rs).
+
+use arrow::array::RecordBatch;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::FlightInfo;
+use futures::TryStreamExt;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// A running `dp-server`, killed (SIGKILL) when dropped.
+pub struct Server {
+    child: Child,
+    pub address: String,
+    stderr: PathBuf,
+}
+
+impl Server {
+    /// Starts `dp-server --config CONFIG --listen 127.0.0.1:0` and waits for its address.
+    pub fn start(config: &Path) -> Server {
+        Self::start_with(config, &[])
+    }
+
+    /// [`Server::start`] with more arguments (e.g. `--scheduler URL`).
+    pub fn start_with(config: &Path, args: &[&str]) -> Server {
+        let stderr = config.with_extension(format!("stderr.{}", rand_suffix()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dp-server"))
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("start dp-server");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let line = receiver
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "dp-server did not start: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            });
+        let address = line
+            .strip_prefix("dp-server listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        Server {
+            child,
+            address,
+            stderr,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// SIGKILL, as a crash or `kill -9` would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "dp-server stderr:\n{}",
+                std::fs::read_to_string(&self.stderr).unwrap_or_default()
+            );
+        }
+    }
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+pub async fn channel(url: &str) -> Channel {
+    Channel::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect to dp-server")
+}
+
+/// A Flight SQL client logged in as `user`.
+pub async fn login(
+    url: &str,
+    user: &str,
+    password: &str,
+) -> Result<FlightSqlServiceClient<Channel>, String> {
+    let mut client = FlightSqlServiceClient::new(channel(url).await);
+    client
+        .handshake(user, password)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// Runs `sql` and collects every endpoint's batches.
+pub async fn query(
+    client: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, String> {
+    let info = client
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    fetch(client, info).await
+}
+
+pub async fn fetch(
+    client: &mut FlightSqlServiceClient<Channel>,
+    info: FlightInfo,
+) -> Result<Vec<RecordBatch>, String> {
+    let mut batches = Vec::new();
+    for endpoint in info.endpoint {
+        let ticket = endpoint.ticket.expect("ticket");
+        let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
+        batches.extend(
+            stream
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(batches)
+}
