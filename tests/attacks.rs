@@ -93,15 +93,17 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(region, 1.0) FROM (SELECT region, row_number() OVER (PARTITION BY region) AS r FROM visits) WHERE r = 1", Refused("window function over protected table 'visits'")),
     ("SELECT dp_count(x, 1.0) OVER () FROM t", Refused("cannot be used as a window function")),
     // The contribution-bounding functions: the window reads one unit's rows only when its
-    // first argument and its first ORDER BY are the unit column; a keyed hash of protected
-    // values is an output of protected rows.
-    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(region, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
-    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
-    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY patient_id) AS k FROM visits) WHERE k", Answered),
-    // The seeded mode's variant (first rows in the window's order) is held to the same rule:
-    // ordered by another column first, a person's rows are not one run.
-    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample_ordered(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
-    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample_ordered(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY patient_id, region) AS k FROM visits) WHERE k", Answered),
+    // first argument is the unit column (it groups its partition's rows by that argument, so
+    // no partitioning or order can join two people's rows); its group and row orders are
+    // columns of the row, and a column computed across people is refused where it is made; a
+    // keyed hash of protected values is an output of protected rows.
+    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample(region, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region) AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region, patient_id) AS k FROM visits) WHERE k", Answered),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (PARTITION BY region) AS k FROM visits) WHERE k", Answered),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample(patient_id, arrow_cast(r, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER () AS k FROM (SELECT *, row_number() OVER () AS r FROM visits)) WHERE k", Refused("window function over protected table 'visits'")),
+    // The seeded mode's variant is held to the same rule.
+    ("SELECT dp_count(region, 1.0) FROM (SELECT region, dp_unit_sample_ordered(region, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER () AS k FROM visits) WHERE k", Refused("window function over protected table 'visits'")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, dp_unit_sample_ordered(patient_id, arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64'), arrow_cast(1, 'UInt64')) OVER (ORDER BY region) AS k FROM visits) WHERE k", Answered),
     ("SELECT dp_keyed_hash(arrow_cast(1, 'UInt64'), x) FROM t", Refused("would output rows of protected table 't'")),
     // Joins.
     ("SELECT dp_count(a.x, 1.0) FROM t AS a JOIN t AS b ON a.x = b.x", Refused("join of protected relations")),
@@ -386,11 +388,7 @@ async fn explain_shows_each_dp_aggregate_s_bound() -> Result<()> {
     let text = datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
     assert!(text.contains("<= 1 row in <= 1 group per person"), "{text}");
     assert!(
-        text.contains("dp_unit_sample(visits.patient_id, UInt64(1), UInt64(1))"),
-        "{text}"
-    );
-    assert!(
-        text.contains("PARTITION BY [__dp_unit_bucket] ORDER BY [visits.patient_id ASC"),
+        text.contains("dp_unit_sample(visits.patient_id, UInt64(0), UInt64(0), UInt64(1), UInt64(1)) PARTITION BY [__dp_unit_bucket] ROWS"),
         "{text}"
     );
     Ok(())

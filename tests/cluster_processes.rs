@@ -276,6 +276,32 @@ fn push_scheduling_runs_a_query_grouped_by_a_public_keys_table() {
     assert!(tasks_run(&logs) > 0, "the executors ran no task");
 }
 
+/// An owner configuration `dir/NAME.toml` over the bundled data: `visits` protected by
+/// `patient_id`, `regions` public and the table of public keys, one analyst `alice` (ε budget
+/// 1, with `password` if given) whose ledger is `dir/NAME.ledger`; returns both paths.
+fn owner_config(dir: &Path, name: &str, password: Option<&str>) -> (PathBuf, PathBuf) {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let (config, ledger) = (
+        dir.join(format!("{name}.toml")),
+        dir.join(format!("{name}.ledger")),
+    );
+    let password = password.map_or(String::new(), |p| format!("password = \"{p}\"\n"));
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+             [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [options]\npublic_groups = \"regions\"\n\n\
+             [[analyst]]\nname = \"alice\"\n{password}epsilon_budget = 1.0\nledger = \"{}\"\n",
+            data.join("visits.csv").display(),
+            data.join("regions.csv").display(),
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    (config, ledger)
+}
+
 #[test]
 fn a_locked_scheduler_process_charges_the_owners_ledger() {
     // The README's locked cluster: `dp-scheduler --owner-config`, executors on its internal
@@ -283,21 +309,7 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     let dir = std::env::temp_dir().join(format!("datafusion-dp-locked-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
-    let config = dir.join("owner.toml");
-    let ledger = dir.join("alice.ledger");
-    std::fs::write(
-        &config,
-        format!(
-            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
-             [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [options]\npublic_groups = \"regions\"\n\n\
-             [[analyst]]\nname = \"alice\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
-            data.join("visits.csv").display(),
-            data.join("regions.csv").display(),
-            ledger.display()
-        ),
-    )
-    .unwrap();
+    let (config, ledger) = owner_config(&dir, "owner", None);
     let (internal, clients) = (free_port(), free_port());
     let mut cluster = Cluster(vec![start(
         env!("CARGO_BIN_EXE_dp-scheduler"),
@@ -368,7 +380,7 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     // scheduler would charge its own owner's ledger.
     #[cfg(feature = "server")]
     {
-        let config = server_config(&dir);
+        let (config, _) = owner_config(&dir, "server", Some("pw"));
         let out = run_limited(
             env!("CARGO_BIN_EXE_dp-server"),
             &[
@@ -385,29 +397,6 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
         assert!(err.contains("is locked"), "{err}");
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
-}
-
-/// An owner configuration for `dp-server` over the bundled data: `visits` protected by
-/// `patient_id`, `regions` public and the table of public keys, one analyst `alice` (password
-/// `pw`, ε budget 1) with her ledger in `dir`.
-#[cfg(feature = "server")]
-fn server_config(dir: &Path) -> PathBuf {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
-    let config = dir.join("server.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
-             [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [options]\npublic_groups = \"regions\"\n\n\
-             [[analyst]]\nname = \"alice\"\npassword = \"pw\"\nepsilon_budget = 1.0\n\
-             ledger = \"alice-server.ledger\"\n",
-            data.join("visits.csv").display(),
-            data.join("regions.csv").display(),
-        ),
-    )
-    .unwrap();
-    config
 }
 
 #[cfg(feature = "server")]
@@ -432,7 +421,7 @@ fn dp_server_runs_analysts_queries_on_a_trusted_cluster() {
         &regions,
         "SET dp.public_tables = 'regions'; SELECT count(*) FROM regions",
     );
-    let config = server_config(&dir);
+    let (config, ledger) = owner_config(&dir, "server", Some("pw"));
     let server = Server::start_with(&config, &["--scheduler", &url]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -467,12 +456,11 @@ fn dp_server_runs_analysts_queries_on_a_trusted_cluster() {
             .unwrap_err();
         assert!(err.contains("budget"), "{err}");
     });
-    let charged: Vec<f64> =
-        datafusion_dp::sql::accounting::ledger::read(&dir.join("alice-server.ledger"))
-            .unwrap()
-            .iter()
-            .map(|e| e.epsilon)
-            .collect();
+    let charged: Vec<f64> = datafusion_dp::sql::accounting::ledger::read(&ledger)
+        .unwrap()
+        .iter()
+        .map(|e| e.epsilon)
+        .collect();
     assert_eq!(charged, vec![0.75], "one ledger line per answered query");
     assert_eq!(panics(&logs), Vec::<String>::new());
 }

@@ -450,6 +450,7 @@ mod tests {
             ledger = "alice.ledger"
             [server]
             listen = "127.0.0.1:0"
+            scheduler = "df://127.0.0.1:50050"
             "#,
         )
         .unwrap();
@@ -473,6 +474,10 @@ mod tests {
         assert_eq!(alice.epsilon_budget, 2.0);
         assert_eq!(alice.ledger, PathBuf::from("/owner/alice.ledger"));
         assert_eq!(config.server.session_idle_seconds, 3600);
+        assert_eq!(
+            config.server.scheduler.as_deref(),
+            Some("df://127.0.0.1:50050")
+        );
     }
 
     #[test]

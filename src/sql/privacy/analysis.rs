@@ -14,7 +14,7 @@
 //! | `Join` with a public relation, `Unnest` | can repeat a row: the bound holds only after bounding per unit |
 //! | `Join` of two protected relations | only on equality of their unit columns (ZetaSQL's rule), then as above |
 //! | `Union` of protected relations | can repeat a row (the same row in two branches); the unit column must be the same column of every protected branch |
-//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` ordered by it first (each value depends on one person's rows) |
+//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` of it (each value depends on one person's rows) |
 //! | `Aggregate` | only DP aggregates: their output is released (the group keys by the public-groups rules) |
 //! | `Limit`, `DISTINCT ON`, outer joins that keep public rows, semi/anti joins filtering public rows by protected ones, recursive queries, extension nodes | not bounded: refused |
 //!
@@ -716,9 +716,9 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
 }
 
 /// Whether each value of a window expression depends only on one person's rows: it is
-/// partitioned by `unit`, or it is the bounding's `dp_unit_sample(unit, ...)` ordered by
-/// `unit` first (so the unit's rows in a partition are one run, and the function reads only
-/// that run: [`crate::sql::privacy::bounding::unit_sample`]).
+/// partitioned by `unit`, or it is the bounding's `dp_unit_sample(unit, ...)` (which groups
+/// its partition's rows by its first argument and reads only the row's own unit's rows, in any
+/// partitioning and order: [`crate::sql::privacy::bounding::unit_sample`]).
 fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let Some(unit) = unit else {
         return false;
@@ -734,8 +734,7 @@ fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
                 .iter()
                 .any(|p| plain_column(p) == Some(unit));
             let unit_sample = matches!(fun, WindowFunctionDefinition::WindowUDF(udwf) if is_unit_sample(udwf))
-                && params.args.first().and_then(plain_column) == Some(unit)
-                && params.order_by.first().and_then(|o| plain_column(&o.expr)) == Some(unit);
+                && params.args.first().and_then(plain_column) == Some(unit);
             if !(partitioned || unit_sample) {
                 all = false;
             }

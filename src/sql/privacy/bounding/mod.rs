@@ -9,36 +9,33 @@
 //!
 //! ```text
 //! Filter: __dp_unit_sample
-//!   WindowAggr: dp_unit_sample(unit, keys.., max_rows, max_groups)
-//!               PARTITION BY [__dp_unit_bucket] ORDER BY [unit, __dp_group_order, keys..]
+//!   WindowAggr: dp_unit_sample(unit, __dp_group_order, 0, keys.., max_rows, max_groups)
+//!               PARTITION BY [__dp_unit_bucket]
 //!     Projection: *, dp_keyed_hash(salt, unit) % 1024 AS __dp_unit_bucket,
 //!                    dp_keyed_hash(salt, unit, keys..) AS __dp_group_order
 //! ```
 //!
 //! Each unit's groups are ordered by a keyed hash of (unit, keys) with a fresh random salt per
 //! query, or one derived from `dp.seed` ([`keyed_hash`]), then by the keys, so distinct groups
-//! never tie; [`unit_sample`] keeps the first `max_groups_per_unit` groups of each unit and a
-//! random sample of rows in each (under `dp.seed`, the first rows by a keyed hash of each row's
-//! values, so that the sample too is reproducible whatever order the rows arrive in). Every
-//! choice depends only on the unit's own rows and the
-//! salt, so the bounds hold whatever the data. The calibration then uses sensitivity
-//! `max_rows_per_unit` and `ε/max_groups_per_unit` per group
+//! never tie; [`unit_sample`] groups each partition's rows by unit and keeps the first
+//! `max_groups_per_unit` groups of each unit and a random sample of rows in each (under
+//! `dp.seed`, the rows of smallest keyed hash of each row's values, so that the sample too is
+//! reproducible whatever order the rows arrive in). Every choice depends only on the unit's own
+//! rows and the salt, so the bounds hold whatever the data. The calibration then uses
+//! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
 //! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The window is partitioned by a
 //! bucket of the unit (a hash of it modulo 1024), not by the unit: every unit stays in one
 //! partition, so partitions run in parallel (and on Ballista executors), while DataFusion's
 //! per-partition work is done 1024 times instead of once per unit, which made the former
-//! `PARTITION BY unit` windows cost 10-15 s for 1M units in 2M rows (BENCHMARKS.md,
-//! "Contribution bounding").
+//! `PARTITION BY unit` windows cost 10-15 s for 1M units in 2M rows, and it has no `ORDER BY`,
+//! so DataFusion sorts by the bucket only (BENCHMARKS.md, "Contribution bounding").
 
 pub mod keyed_hash;
 pub mod unit_sample;
 
 use crate::stats::rng::{secure_rng, seeded_rng};
 use datafusion::common::{plan_datafusion_err, Result, ScalarValue};
-use datafusion::logical_expr::{
-    col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder, WindowFrame,
-    WindowFrameBound, WindowFrameUnits,
-};
+use datafusion::logical_expr::{col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder};
 use keyed_hash::keyed_hash;
 use rand::RngCore;
 use std::sync::Arc;
@@ -77,35 +74,30 @@ pub fn bound_contributions(
             .alias(BUCKET),
     );
     // Without GROUP BY every row is in the one group: the rows are sampled per unit.
-    let mut order = vec![unit_column.clone().sort(true, false)];
-    if !keys.is_empty() {
-        with_order.push(keyed_hash(salt, unit_and_keys.clone()).alias(GROUP_ORDER));
-        order.push(col(GROUP_ORDER).sort(true, false));
-        order.extend(keys.iter().map(|k| k.clone().sort(true, false)));
-    }
-    // Seeded (non-private, reproducible) mode: rows arrive in no fixed order, so each group's
-    // rows are ordered by a keyed hash of all their values and the first `max_rows` kept
-    // (identical rows are interchangeable), instead of a random sample by position.
-    let sample = match seed {
+    let group_order = if keys.is_empty() {
+        lit(ScalarValue::UInt64(Some(0)))
+    } else {
+        with_order.push(keyed_hash(salt, unit_and_keys).alias(GROUP_ORDER));
+        col(GROUP_ORDER)
+    };
+    // Seeded (non-private, reproducible) mode: rows arrive in no fixed order, so each group
+    // keeps the `max_rows` rows of smallest keyed hash of all their values (identical rows are
+    // interchangeable), instead of a random sample.
+    let (sample, row_order) = match seed {
         Some(_) => {
             with_order.push(keyed_hash(salt, original.clone()).alias(ROW_ORDER));
-            order.push(col(ROW_ORDER).sort(true, false));
-            unit_sample::udwf_ordered()
+            (unit_sample::udwf_ordered(), col(ROW_ORDER))
         }
-        None => unit_sample::udwf(),
+        None => (unit_sample::udwf(), lit(ScalarValue::UInt64(Some(0)))),
     };
     let bounds = [max_rows, if keys.is_empty() { 1 } else { max_groups }];
-    let mut args = unit_and_keys;
+    let mut args = vec![unit_column, group_order, row_order];
+    args.extend(keys.iter().cloned());
     args.extend(bounds.map(|b| lit(ScalarValue::UInt64(Some(u64::from(b))))));
+    // No ORDER BY: the function groups each partition's rows by unit itself.
     let keep = sample
         .call(args)
         .partition_by(vec![col(BUCKET)])
-        .order_by(order)
-        .window_frame(WindowFrame::new_bounds(
-            WindowFrameUnits::Rows,
-            WindowFrameBound::Preceding(ScalarValue::UInt64(None)),
-            WindowFrameBound::CurrentRow,
-        ))
         .build()?
         .alias(KEEP);
     let plan = LogicalPlanBuilder::from(input)
