@@ -9,6 +9,8 @@ use ballista_core::serde::protobuf::{
     execute_query_result, job_status, ExecuteQueryParams, GetJobMetricsParams, GetJobStatusParams,
     KeyValuePair, PartitionLocation, RegisterExecutorParams,
 };
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Float64Type;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{CsvReadOptions, SessionContext};
 use datafusion_dp::distributed::{locked, remote_context, DpLogicalCodec, LockedCluster};
@@ -164,6 +166,40 @@ async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
     )
     .await;
     assert_eq!(charges(), vec![0.5, 0.5]);
+    // dp_budget() on any client shows the analyst the cluster charges, whatever the client set
+    // (its own budget of 100 is not it): budget 1.5, spent 1.0, two charges.
+    let budget = ctx
+        .sql("SELECT entry, epsilon FROM dp_budget()")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let rows: Vec<(String, f64)> = budget
+        .iter()
+        .flat_map(|b| {
+            let entry = b.column(0).as_string::<i32>().clone();
+            let epsilon = b.column(1).as_primitive::<Float64Type>().clone();
+            (0..b.num_rows())
+                .map(move |i| (entry.value(i).to_string(), epsilon.value(i)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("budget".to_string(), BUDGET),
+            ("spent".to_string(), 1.0),
+            ("remaining".to_string(), BUDGET - 1.0),
+            ("charge".to_string(), 0.5),
+            ("charge".to_string(), 0.5),
+        ]
+    );
+    assert_eq!(
+        charges(),
+        vec![0.5, 0.5],
+        "reading the budget costs nothing"
+    );
     // Exact outputs stay refused though the client declared every table public.
     refused(&ctx, "SELECT count(*) FROM visits", "visits").await;
     assert_eq!(charges(), vec![0.5, 0.5]);

@@ -362,6 +362,24 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
         .map(|e| e.epsilon)
         .collect();
     assert_eq!(charged, vec![0.75]);
+    // dp_budget() on the client reports the owner's analyst, read from the scheduler.
+    let budget = dpsql(&[
+        "--scheduler",
+        &url,
+        "-c",
+        "SET dp.epsilon_budget = 100; SELECT entry, epsilon FROM dp_budget() ORDER BY entry",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        budget.status.success(),
+        "{}",
+        String::from_utf8_lossy(&budget.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(budget.stdout).unwrap(),
+        "entry,epsilon\nbudget,1.0\ncharge,0.75\nremaining,0.25\nspent,0.75\n"
+    );
     // 0.25 is left of the owner's budget of 1, whatever the client set.
     let refused = dpsql(&[
         "--scheduler",

@@ -77,7 +77,12 @@ async fn run() -> ballista_core::error::Result<()> {
         clients.local_addr()?,
         internal.local_addr()?
     );
-    locked::serve(cluster.scheduler_config(config), clients, internal)
-        .await
-        .map_err(to_ballista)
+    locked::serve(
+        &cluster,
+        cluster.scheduler_config(config),
+        clients,
+        internal,
+    )
+    .await
+    .map_err(to_ballista)
 }

@@ -21,12 +21,19 @@
 //!   its unrestricted proxy), which the owner keeps off the analysts' network together with the
 //!   executors' own ports (an executor serves any shuffle partition, exact partial aggregates
 //!   included, to whoever asks it).
+//! - **The analyst's budget.** A client's `dp_budget()` asks the client port
+//!   ([`cluster_budget`]) and shows the rows of the analyst whose budget and ledger the
+//!   cluster spends, not the client's own (empty) session.
 
 use super::{session_config, session_state_placed, start_executors};
 use super::{DpLogicalCodec, DpPhysicalCodec};
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
+use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::rule::Placement;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
@@ -63,6 +70,9 @@ use tonic::{Request, Response, Status, Streaming};
 /// ([`is_locked_cluster`]); a locked cluster's client port answers with [`LOCKED_MARKER`].
 const PROBE_JOB: &str = "datafusion-dp/locked-cluster-probe";
 const LOCKED_MARKER: &str = "datafusion-dp locked cluster";
+/// The job id a client asks for the analyst's `dp_budget()` rows ([`cluster_budget`]): the
+/// client port answers with them in Arrow IPC, hex-encoded, as the job's name.
+const BUDGET_JOB: &str = "datafusion-dp/budget";
 
 type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
@@ -114,6 +124,12 @@ impl LockedCluster {
         Ok(ctx.state())
     }
 
+    /// `dp_budget()` of the analyst this cluster charges, read from that analyst's ledger.
+    async fn budget_rows(&self) -> Result<Vec<RecordBatch>> {
+        let ctx = self.owner.locked_session(&self.budget)?;
+        ctx.sql("SELECT * FROM dp_budget()").await?.collect().await
+    }
+
     /// `config` with this cluster's session builder, the codecs (bound calls from clients
     /// refused) and the Flight proxy the client port guards: what `dp-scheduler
     /// --owner-config` runs.
@@ -130,8 +146,10 @@ impl LockedCluster {
     }
 }
 
-/// Whether the scheduler at `url` (`http://host:port`) is a locked cluster's client port.
-pub(crate) async fn is_locked_cluster(url: &str) -> Result<bool> {
+/// The status the scheduler at `url` (`http://host:port`) gives for `job_id`: the locked
+/// cluster's own requests ride on job status, which every Ballista scheduler answers. The
+/// outer error is a scheduler that cannot be reached.
+async fn ask(url: &str, job_id: &str) -> Result<std::result::Result<Option<JobStatus>, Status>> {
     let mut client = SchedulerGrpcClient::connect(url.to_string())
         .await
         .map_err(|e| {
@@ -139,24 +157,44 @@ pub(crate) async fn is_locked_cluster(url: &str) -> Result<bool> {
         })?;
     let answer = client
         .get_job_status(GetJobStatusParams {
-            job_id: PROBE_JOB.to_string(),
+            job_id: job_id.to_string(),
         })
         .await;
-    Ok(answer.is_ok_and(|r| {
-        r.get_ref()
-            .status
-            .as_ref()
-            .is_some_and(|s| s.job_name == LOCKED_MARKER)
-    }))
+    Ok(answer.map(|r| r.into_inner().status))
+}
+
+/// Whether the scheduler at `url` (`http://host:port`) is a locked cluster's client port.
+pub(crate) async fn is_locked_cluster(url: &str) -> Result<bool> {
+    let answer = ask(url, PROBE_JOB).await?;
+    Ok(answer.is_ok_and(|s| s.is_some_and(|s| s.job_name == LOCKED_MARKER)))
+}
+
+/// The `dp_budget()` rows of the locked cluster whose client port is `url` (`http://host:port`):
+/// the budget and charges of the analyst it spends.
+pub(crate) async fn cluster_budget(url: &str) -> Result<Vec<RecordBatch>> {
+    let answer = ask(url, BUDGET_JOB)
+        .await?
+        .map_err(|e| DataFusionError::Execution(format!("dp_budget: {}", e.message())))?;
+    let hex = answer.map(|s| s.job_name).unwrap_or_default();
+    let bytes = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+        .collect::<std::result::Result<Vec<u8>, _>>()
+        .map_err(|_| DataFusionError::Execution("dp_budget: malformed answer".to_string()))?;
+    StreamReader::try_new(bytes.as_slice(), None)?
+        .map(|batch| batch.map_err(DataFusionError::from))
+        .collect()
 }
 
 /// Builds the scheduler of `config` (from [`LockedCluster::scheduler_config`]) and serves it:
-/// clients on `clients`, executors on `internal` (see the module docs).
+/// clients on `clients`, executors on `internal` (see the module docs); `cluster` answers the
+/// clients' `dp_budget()`.
 pub async fn serve(
+    cluster: &Arc<LockedCluster>,
     config: SchedulerConfig,
     clients: TcpListener,
     internal: TcpListener,
 ) -> Result<()> {
+    let locked = Arc::clone(cluster);
     let to_df = |e: ballista_core::error::BallistaError| DataFusionError::External(Box::new(e));
     let cluster = BallistaCluster::new_from_config(&config)
         .await
@@ -184,6 +222,7 @@ pub async fn serve(
         .add_service(
             SchedulerGrpcServer::new(ClientPort {
                 scheduler: scheduler.clone(),
+                cluster: locked,
             })
             .max_decoding_message_size(decoding)
             .max_encoding_message_size(encoding),
@@ -220,8 +259,9 @@ pub async fn start_local_cluster(
     let internal = TcpListener::bind("localhost:0").await?;
     let (client_port, internal_port) =
         (clients.local_addr()?.port(), internal.local_addr()?.port());
+    let locked = Arc::clone(cluster);
     tokio::spawn(async move {
-        if let Err(e) = serve(config, clients, internal).await {
+        if let Err(e) = serve(&locked, config, clients, internal).await {
             eprintln!("locked scheduler stopped: {e}");
         }
     });
@@ -244,6 +284,7 @@ fn executor_only() -> Status {
 #[derive(Clone)]
 struct ClientPort {
     scheduler: Scheduler,
+    cluster: Arc<LockedCluster>,
 }
 
 /// Refuses a query that is not a logical plan: a physical (or Substrait) plan would run
@@ -337,6 +378,27 @@ impl SchedulerGrpc for ClientPort {
                 status: Some(JobStatus {
                     job_id: PROBE_JOB.to_string(),
                     job_name: LOCKED_MARKER.to_string(),
+                    status: None,
+                }),
+                ..Default::default()
+            }));
+        }
+        if request.get_ref().job_id == BUDGET_JOB {
+            let internal = |e: &dyn std::fmt::Display| Status::internal(format!("dp_budget: {e}"));
+            let batches = self.cluster.budget_rows().await.map_err(|e| internal(&e))?;
+            let mut bytes = Vec::new();
+            let schema = DpBudgetFunction::schema();
+            let mut writer =
+                StreamWriter::try_new(&mut bytes, &schema).map_err(|e| internal(&e))?;
+            for batch in &batches {
+                writer.write(batch).map_err(|e| internal(&e))?;
+            }
+            writer.finish().map_err(|e| internal(&e))?;
+            drop(writer);
+            return Ok(Response::new(GetJobStatusResult {
+                status: Some(JobStatus {
+                    job_id: BUDGET_JOB.to_string(),
+                    job_name: bytes.iter().map(|b| format!("{b:02x}")).collect(),
                     status: None,
                 }),
                 ..Default::default()

@@ -28,8 +28,10 @@ pub use codec::{DpLogicalCodec, DpPhysicalCodec};
 pub use locked::LockedCluster;
 
 use crate::cli::EnvObjectStoreRegistry;
+use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::rule::Placement;
+use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use ballista::prelude::SessionContextExt;
 use ballista_core::extension::{
@@ -42,13 +44,16 @@ use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::BallistaCodec;
 use ballista_executor::executor_process::ExecutorProcessConfig;
 use ballista_scheduler::config::SchedulerConfig;
-use datafusion::catalog::Session;
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::plan_err;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::TableType;
 use datafusion::datasource::{source_as_provider, MemTable};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
@@ -190,6 +195,7 @@ async fn remote_context_placed(
     placement: Placement,
 ) -> Result<SessionContext> {
     let config = session_config();
+    let budget_source = scheduler.clone();
     let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
         scheduler,
         config.ballista_config(),
@@ -201,7 +207,64 @@ async fn remote_context_placed(
     // Ballista's upgrade of the state replaces its function registries: install ours again
     // (the planner rule and the budget survive the upgrade and are not added twice).
     crate::sql::register_placed(&ctx, placement)?;
+    if placement == Placement::Deferred {
+        // The budget a locked cluster spends is the owner's analyst's, kept by its scheduler.
+        ctx.register_udtf(
+            "dp_budget",
+            Arc::new(ClusterBudgetFunction {
+                scheduler: budget_source,
+            }),
+        );
+    }
     Ok(ctx)
+}
+
+/// `dp_budget()` on a client of a locked cluster: the rows of the analyst the cluster charges,
+/// asked of its client port when the query runs ([`locked::cluster_budget`]).
+#[derive(Debug)]
+struct ClusterBudgetFunction {
+    scheduler: String,
+}
+
+impl TableFunctionImpl for ClusterBudgetFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        if !args.exprs().is_empty() {
+            return plan_err!("dp_budget takes no arguments, got {}", args.exprs().len());
+        }
+        Ok(Arc::new(ClusterBudgetTable {
+            scheduler: self.scheduler.clone(),
+        }))
+    }
+}
+
+/// The table [`ClusterBudgetFunction`] returns; it runs on the client.
+#[derive(Debug)]
+struct ClusterBudgetTable {
+    scheduler: String,
+}
+
+#[async_trait]
+impl TableProvider for ClusterBudgetTable {
+    fn schema(&self) -> SchemaRef {
+        DpBudgetFunction::schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batches = locked::cluster_budget(&self.scheduler).await?;
+        MemTable::try_new(self.schema(), vec![batches])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
 }
 
 /// The client's query planner: a plan that reads only the client's own session tables
@@ -236,8 +299,10 @@ fn reads_only_session_tables(plan: &LogicalPlan) -> Result<bool> {
     plan.apply_with_subqueries(|node| {
         if let LogicalPlan::TableScan(scan) = node {
             let budget = scan.table_name.table() == "dp_budget()"
-                && source_as_provider(&scan.source)
-                    .is_ok_and(|p| p.downcast_ref::<MemTable>().is_some());
+                && source_as_provider(&scan.source).is_ok_and(|p| {
+                    p.downcast_ref::<MemTable>().is_some()
+                        || p.downcast_ref::<ClusterBudgetTable>().is_some()
+                });
             if budget || scan.table_name.schema() == Some("information_schema") {
                 local = true;
             } else {
