@@ -56,6 +56,7 @@ use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
 use ballista_scheduler::scheduler_server::SchedulerServer;
+use base64::prelude::{Engine, BASE64_STANDARD};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -71,7 +72,7 @@ use tonic::{Request, Response, Status, Streaming};
 const PROBE_JOB: &str = "datafusion-dp/locked-cluster-probe";
 const LOCKED_MARKER: &str = "datafusion-dp locked cluster";
 /// The job id a client asks for the analyst's `dp_budget()` rows ([`cluster_budget`]): the
-/// client port answers with them in Arrow IPC, hex-encoded, as the job's name.
+/// client port answers with them in Arrow IPC, base64-encoded, as the job's name.
 const BUDGET_JOB: &str = "datafusion-dp/budget";
 
 type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
@@ -175,10 +176,8 @@ pub(crate) async fn cluster_budget(url: &str) -> Result<Vec<RecordBatch>> {
     let answer = ask(url, BUDGET_JOB)
         .await?
         .map_err(|e| DataFusionError::Execution(format!("dp_budget: {}", e.message())))?;
-    let hex = answer.map(|s| s.job_name).unwrap_or_default();
-    let bytes = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
-        .collect::<std::result::Result<Vec<u8>, _>>()
+    let bytes = BASE64_STANDARD
+        .decode(answer.map(|s| s.job_name).unwrap_or_default())
         .map_err(|_| DataFusionError::Execution("dp_budget: malformed answer".to_string()))?;
     StreamReader::try_new(bytes.as_slice(), None)?
         .map(|batch| batch.map_err(DataFusionError::from))
@@ -398,7 +397,7 @@ impl SchedulerGrpc for ClientPort {
             return Ok(Response::new(GetJobStatusResult {
                 status: Some(JobStatus {
                     job_id: BUDGET_JOB.to_string(),
-                    job_name: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+                    job_name: BASE64_STANDARD.encode(&bytes),
                     status: None,
                 }),
                 ..Default::default()

@@ -197,36 +197,21 @@ impl PartitionEvaluator for UnitSampleEvaluator {
         }
 
         // Each unit's first `max_groups` groups by (order, keys): distinct groups never tie.
-        let before = |a: &Group, b: &Group| {
-            (a.order, key(a.first)).cmp(&(b.order, key(b.first))) == std::cmp::Ordering::Less
-        };
+        let mut by_unit: Vec<u32> = (0..groups.len() as u32).collect();
+        by_unit.sort_unstable_by(|&a, &b| {
+            let (a, b) = (&groups[a as usize], &groups[b as usize]);
+            (a.unit, a.order, key(a.first)).cmp(&(b.unit, b.order, key(b.first)))
+        });
         let mut chosen = vec![false; groups.len()];
-        if max_groups == 1 {
-            // The default: one pass keeping each unit's first group.
-            let mut first: Vec<u32> = vec![u32::MAX; unit_ids.len()];
-            for (g, group) in groups.iter().enumerate() {
-                let best = &mut first[group.unit as usize];
-                if *best == u32::MAX || before(group, &groups[*best as usize]) {
-                    *best = g as u32;
-                }
-            }
-            first.iter().for_each(|&g| chosen[g as usize] = true);
-        } else {
-            let mut by_unit: Vec<u32> = (0..groups.len() as u32).collect();
-            by_unit.sort_unstable_by(|&a, &b| {
-                let (a, b) = (&groups[a as usize], &groups[b as usize]);
-                (a.unit, a.order, key(a.first)).cmp(&(b.unit, b.order, key(b.first)))
-            });
-            let mut rank = 0;
-            for (i, &g) in by_unit.iter().enumerate() {
-                let unit = groups[g as usize].unit;
-                rank = if i > 0 && groups[by_unit[i - 1] as usize].unit == unit {
-                    rank + 1
-                } else {
-                    0
-                };
-                chosen[g as usize] = rank < max_groups;
-            }
+        let mut rank = 0;
+        for (i, &g) in by_unit.iter().enumerate() {
+            let unit = groups[g as usize].unit;
+            rank = if i > 0 && groups[by_unit[i - 1] as usize].unit == unit {
+                rank + 1
+            } else {
+                0
+            };
+            chosen[g as usize] = rank < max_groups;
         }
 
         // The rows of each group, contiguous (counting sort by group, stable).
