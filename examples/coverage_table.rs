@@ -5,6 +5,7 @@
 //!     cargo run --release --example coverage_table > docs/coverage.md
 //!     cargo run --release --example coverage_table -- 1000   # a quick look: 1,000 per cell
 //!     cargo run --release --example coverage_table -- 10000 none  # closed forms only
+//!     cargo run --release --example coverage_table -- 100000 defaults > docs/coverage-defaults.md
 //!
 //! Part 1 is the paper's table (n_x = n_y = 200, ε = 1, δ = 1e-4, Gaussian σ from the analytic
 //! mechanism at (ε/2, δ/2) per cell; docs/paper-notes.md) for both size modes, unchanged. Part 2
@@ -34,13 +35,16 @@ const GRID: [f64; 9] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9];
 use IntervalMethod::{Bootstrap, Conservative, Log, Plain, Score};
 use RatioStatistic::{OddsRatio, RelativeRisk, RiskDifference};
 
-/// Where part 2 measures the (slower) bootstrap intervals.
+/// What part 2 measures: every interval with the (slower) bootstrap nowhere, at n = 50 only,
+/// or everywhere; or only the defaults of `dp_rr_ci`, `dp_or_ci` and `dp_rd_ci` with the
+/// paper's constructions they are compared with (the long run behind docs/coverage-defaults.md).
 #[derive(Clone, Copy, PartialEq)]
 enum Bootstraps {
     None,
     /// n = 50 only.
     Small,
     All,
+    Defaults,
 }
 
 /// One simulated setting of part 2.
@@ -74,6 +78,16 @@ impl Setting {
     /// The intervals measured in this setting, with the paper's construction of each
     /// statistic (widths are compared with it); the bootstrap where `bootstrap` asks for it.
     fn intervals(&self, bootstrap: Bootstraps) -> Vec<(RatioStatistic, Construction)> {
+        if bootstrap == Bootstraps::Defaults {
+            return vec![
+                (RelativeRisk, Conservative.into()),
+                (RelativeRisk, Score.into()),
+                (OddsRatio, Construction::Paper),
+                (OddsRatio, Score.into()),
+                (RiskDifference, Construction::Paper),
+                (RiskDifference, Conservative.into()),
+            ];
+        }
         let mut v: Vec<(RatioStatistic, Construction)> = [
             (RelativeRisk, Conservative),
             (RelativeRisk, Score),
@@ -125,7 +139,13 @@ fn run_setting(
             exposed_risk: GRID[i],
             unexposed_risk: GRID[j],
         };
-        let mut rng = ChaCha20Rng::seed_from_u64(1_000_000 + index * 1000 + (i * 9 + j) as u64);
+        // The defaults' long run draws from its own seeds, so it is independent of the full run.
+        let base = if bootstrap == Bootstraps::Defaults {
+            5_000_000
+        } else {
+            1_000_000
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(base + index * 1000 + (i * 9 + j) as u64);
         coverage_study(&design, &noise, 0.95, &intervals, simulations, &mut rng)
     };
     // Two workers over the 81 cells; each cell has its own seed, so the result does not
@@ -224,6 +244,19 @@ fn header(out: &mut String) {
         "| p_x \\ p_y | 0.1 | 0.2 | 0.3 | 0.4 | 0.5 | 0.6 | 0.7 | 0.8 | 0.9 |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     .unwrap();
+}
+
+/// `n` with commas between groups of three digits (10,000).
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The issue-12 coverage target at n_x = n_y = `n`.
@@ -344,11 +377,14 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
          noise's) for the odds ratio, the Wald interval plus the noise variance for the risk \
          difference (the rows \"paper's construction\"); max and median over the 81 cells, and \
          the number of cells where it exceeds 1.05. The binomial standard error (SE) of one \
-         cell's coverage is ≈ 0.0022 at 0.95 (0.0026 at 0.93) with 10,000 tables, so the \
+         cell's coverage is ≈ {:.4} at 0.95 ({:.4} at 0.93) with {} tables, so the \
          minimum over 81 cells lies about 2.5 SE below the true minimum; \"cells below target \
          − 3 SE\" counts the cells that miss the target beyond Monte Carlo error; \
          \"unbounded\" is the largest share, over the cells, of intervals whose upper end is \
-         +∞ (a cell's median width, and its ratio, are ∞ when that share exceeds 1/2).\n"
+         +∞ (a cell's median width, and its ratio, are ∞ when that share exceeds 1/2).\n",
+        (0.95 * 0.05 / simulations as f64).sqrt(),
+        (0.93 * 0.07 / simulations as f64).sqrt(),
+        thousands(simulations)
     )
     .unwrap();
     writeln!(
@@ -379,7 +415,9 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
         }
     }
     writeln!(out).unwrap();
-    or_score_against_woolf(out, &grids);
+    if bootstrap != Bootstraps::Defaults {
+        or_score_against_woolf(out, &grids);
+    }
     for n in [200, 100, 50] {
         print_grids(out, &grids, n, RelativeRisk, Score.into());
     }
@@ -474,12 +512,35 @@ fn main() -> Result<(), String> {
     };
     // Second argument: where to measure the (slower) bootstrap: `small` (default: n = 50
     // only, ~20 min at 10,000 tables per cell on 2 cores), `all` or `none`.
+    // `defaults`: part 2 for the default intervals only (docs/coverage-defaults.md).
     let bootstrap = match std::env::args().nth(2).as_deref() {
         None | Some("small") => Bootstraps::Small,
         Some("all") => Bootstraps::All,
         Some("none") => Bootstraps::None,
+        Some("defaults") => Bootstraps::Defaults,
         Some(other) => return Err(format!("unknown bootstrap setting {other}")),
     };
+    if bootstrap == Bootstraps::Defaults {
+        let se = (0.95 * 0.05 / simulations as f64).sqrt();
+        let mut out = String::new();
+        writeln!(
+            out,
+            "# Coverage of the default intervals, {simulations} tables per cell\n\n\
+             Generated by `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo run --all-features --example \
+             coverage_table -- {simulations} defaults` (examples/coverage_table.rs): part 2 of \
+             docs/coverage.md for the default intervals only (`dp_rr_ci`'s and `dp_or_ci`'s \
+             score intervals, `dp_rd_ci`'s adjusted Wald interval) and the paper's \
+             constructions their widths are compared with, on seeds of their own (independent \
+             of docs/coverage.md). With {simulations} tables the standard error (SE) of one \
+             cell's coverage is {se:.4} at 0.95, and the minimum over 81 cells of an interval \
+             covering exactly 0.95 everywhere would lie about 2.5 SE ({:.4}) below 0.95.\n",
+            2.5 * se
+        )
+        .unwrap();
+        targets_part(&mut out, simulations, bootstrap)?;
+        print!("{out}");
+        return Ok(());
+    }
     let mut out = String::new();
     writeln!(
         out,
