@@ -39,11 +39,12 @@ use RatioStatistic::{OddsRatio, RelativeRisk, RiskDifference};
 /// or everywhere; or only the defaults of `dp_rr_ci`, `dp_or_ci` and `dp_rd_ci` with the
 /// paper's constructions they are compared with (the long run behind docs/coverage-defaults.md).
 #[derive(Clone, Copy, PartialEq)]
-enum Bootstraps {
+enum Measured {
     None,
     /// n = 50 only.
     Small,
     All,
+    /// The defaults only, no bootstrap.
     Defaults,
 }
 
@@ -76,17 +77,18 @@ impl Setting {
     }
 
     /// The intervals measured in this setting, with the paper's construction of each
-    /// statistic (widths are compared with it); the bootstrap where `bootstrap` asks for it.
-    fn intervals(&self, bootstrap: Bootstraps) -> Vec<(RatioStatistic, Construction)> {
-        if bootstrap == Bootstraps::Defaults {
-            return vec![
-                (RelativeRisk, Conservative.into()),
-                (RelativeRisk, Score.into()),
-                (OddsRatio, Construction::Paper),
-                (OddsRatio, Score.into()),
-                (RiskDifference, Construction::Paper),
-                (RiskDifference, Conservative.into()),
-            ];
+    /// statistic (widths are compared with it); the bootstrap where `measured` asks for it.
+    fn intervals(&self, measured: Measured) -> Vec<(RatioStatistic, Construction)> {
+        if measured == Measured::Defaults {
+            return [RelativeRisk, OddsRatio, RiskDifference]
+                .into_iter()
+                .flat_map(|s| {
+                    [
+                        (s, paper_reference(s)),
+                        (s, IntervalMethod::default_for(s).into()),
+                    ]
+                })
+                .collect();
         }
         let mut v: Vec<(RatioStatistic, Construction)> = [
             (RelativeRisk, Conservative),
@@ -103,7 +105,7 @@ impl Setting {
             (OddsRatio, Construction::Paper),
             (RiskDifference, Construction::Paper),
         ]);
-        if bootstrap == Bootstraps::All || (bootstrap == Bootstraps::Small && self.n <= 50) {
+        if measured == Measured::All || (measured == Measured::Small && self.n <= 50) {
             v.extend(
                 [
                     (RelativeRisk, Bootstrap),
@@ -127,10 +129,10 @@ fn run_setting(
     setting: Setting,
     index: u64,
     simulations: usize,
-    bootstrap: Bootstraps,
+    measured: Measured,
 ) -> Result<Grid, String> {
     let noise = setting.noise()?;
-    let intervals = setting.intervals(bootstrap);
+    let intervals = setting.intervals(measured);
     let cell_list: Vec<(usize, usize)> = (0..9).flat_map(|i| (0..9).map(move |j| (i, j))).collect();
     let run_cell = |&(i, j): &(usize, usize)| -> Result<Vec<MethodCoverage>, String> {
         let design = Design {
@@ -140,7 +142,7 @@ fn run_setting(
             unexposed_risk: GRID[j],
         };
         // The defaults' long run draws from its own seeds, so it is independent of the full run.
-        let base = if bootstrap == Bootstraps::Defaults {
+        let base = if measured == Measured::Defaults {
             5_000_000
         } else {
             1_000_000
@@ -246,6 +248,11 @@ fn header(out: &mut String) {
     .unwrap();
 }
 
+/// The binomial standard error of a coverage estimate near `p` from `simulations` tables.
+fn coverage_se(p: f64, simulations: usize) -> f64 {
+    (p * (1.0 - p) / simulations as f64).sqrt()
+}
+
 /// `n` with commas between groups of three digits (10,000).
 fn thousands(n: usize) -> String {
     let digits = n.to_string();
@@ -332,7 +339,7 @@ fn min_coverage(grid: &Grid, k: usize) -> (f64, (f64, f64)) {
     min
 }
 
-fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> Result<(), String> {
+fn targets_part(out: &mut String, simulations: usize, measured: Measured) -> Result<(), String> {
     let mut settings = Vec::new();
     for (n, epsilons) in [
         (200u64, &[0.5, 1.0][..]),
@@ -355,7 +362,7 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
     let mut grids = Vec::new();
     for (index, setting) in settings.iter().enumerate() {
         let start = std::time::Instant::now();
-        grids.push(run_setting(*setting, index as u64, simulations, bootstrap)?);
+        grids.push(run_setting(*setting, index as u64, simulations, measured)?);
         eprintln!("part 2: {} in {:.1?}", setting.label(), start.elapsed());
     }
     writeln!(
@@ -382,8 +389,8 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
          − 3 SE\" counts the cells that miss the target beyond Monte Carlo error; \
          \"unbounded\" is the largest share, over the cells, of intervals whose upper end is \
          +∞ (a cell's median width, and its ratio, are ∞ when that share exceeds 1/2).\n",
-        (0.95 * 0.05 / simulations as f64).sqrt(),
-        (0.93 * 0.07 / simulations as f64).sqrt(),
+        coverage_se(0.95, simulations),
+        coverage_se(0.93, simulations),
         thousands(simulations)
     )
     .unwrap();
@@ -399,7 +406,7 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
                 position(grid, m.statistic, paper_reference(m.statistic)).expect("measured");
             let (max_ratio, median_ratio, wide) = ratio_summary(&width_ratios(grid, k, reference));
             let target = target(grid.setting.n);
-            let floor = target - 3.0 * (target * (1.0 - target) / simulations as f64).sqrt();
+            let floor = target - 3.0 * coverage_se(target, simulations);
             let cells = grid.cells.iter().flatten();
             let unbounded = cells.clone().map(|c| c[k].unbounded).fold(0.0, f64::max);
             let below = cells.filter(|c| c[k].coverage < floor).count();
@@ -415,7 +422,7 @@ fn targets_part(out: &mut String, simulations: usize, bootstrap: Bootstraps) -> 
         }
     }
     writeln!(out).unwrap();
-    if bootstrap != Bootstraps::Defaults {
+    if measured != Measured::Defaults {
         or_score_against_woolf(out, &grids);
     }
     for n in [200, 100, 50] {
@@ -510,18 +517,23 @@ fn main() -> Result<(), String> {
         Some(s) => s.parse().map_err(|_| format!("not a count: {s}"))?,
         None => 10_000,
     };
-    // Second argument: where to measure the (slower) bootstrap: `small` (default: n = 50
-    // only, ~20 min at 10,000 tables per cell on 2 cores), `all` or `none`.
-    // `defaults`: part 2 for the default intervals only (docs/coverage-defaults.md).
-    let bootstrap = match std::env::args().nth(2).as_deref() {
-        None | Some("small") => Bootstraps::Small,
-        Some("all") => Bootstraps::All,
-        Some("none") => Bootstraps::None,
-        Some("defaults") => Bootstraps::Defaults,
-        Some(other) => return Err(format!("unknown bootstrap setting {other}")),
+    // Second argument, what to measure: every interval with the (slower) bootstrap at n = 50
+    // only (`small`, the default, ~20 min at 10,000 tables per cell on 2 cores), everywhere
+    // (`all`) or nowhere (`none`); or part 2 for the default intervals only (`defaults`,
+    // docs/coverage-defaults.md).
+    let measured = match std::env::args().nth(2).as_deref() {
+        None | Some("small") => Measured::Small,
+        Some("all") => Measured::All,
+        Some("none") => Measured::None,
+        Some("defaults") => Measured::Defaults,
+        Some(other) => {
+            return Err(format!(
+                "unknown second argument {other} (small, all, none, defaults)"
+            ))
+        }
     };
-    if bootstrap == Bootstraps::Defaults {
-        let se = (0.95 * 0.05 / simulations as f64).sqrt();
+    if measured == Measured::Defaults {
+        let se = coverage_se(0.95, simulations);
         let mut out = String::new();
         writeln!(
             out,
@@ -537,7 +549,7 @@ fn main() -> Result<(), String> {
             2.5 * se
         )
         .unwrap();
-        targets_part(&mut out, simulations, bootstrap)?;
+        targets_part(&mut out, simulations, measured)?;
         print!("{out}");
         return Ok(());
     }
@@ -556,7 +568,7 @@ fn main() -> Result<(), String> {
     )
     .unwrap();
     paper_part(&mut out, simulations)?;
-    targets_part(&mut out, simulations, bootstrap)?;
+    targets_part(&mut out, simulations, measured)?;
     print!("{out}");
     Ok(())
 }
