@@ -658,6 +658,55 @@ fn odds_ratio_score_interval_meets_the_coverage_targets() {
 }
 
 #[test]
+fn odds_ratio_score_is_centred_where_two_cells_are_small() {
+    // At (p_x, p_y) = (0.1, 0.9), n = 200, a ≈ d ≈ 20: Miettinen & Nurminen's numerator has
+    // mean −0.10 to −0.12 SD at the true odds ratio under Laplace noise at ε = 0.5 (the
+    // restricted estimates are curved in the noisy margin; docs/intervals.md §2, "Centring"),
+    // which cost the upper end 0.01 of coverage. dp_or_ci's statistic subtracts the
+    // second-order mean, so the centred statistic must average 0 within 4 Monte Carlo SE
+    // (its sample SD / √40,000 ≈ 0.005, so ±0.02) and the uncentred one must stay below −0.06
+    // (≈ 10 SE above its mean): the test fails if the centring is dropped or mis-signed.
+    use datafusion_dp::stats::odds_ratio::OddsRatioScore;
+    const TABLES: usize = 40_000;
+    let design = Design {
+        exposed_size: 200,
+        unexposed_size: 200,
+        exposed_risk: 0.1,
+        unexposed_risk: 0.9,
+    };
+    let theta = design.truth(RatioStatistic::OddsRatio);
+    for (l, sizes) in [GroupSizes::Private, GroupSizes::Public]
+        .into_iter()
+        .enumerate()
+    {
+        let noise = TableNoise::calibrate(
+            Mechanism::Laplace,
+            0.5,
+            None,
+            GaussianCalibration::Analytic,
+            sizes,
+        )
+        .unwrap();
+        let mut rng = ChaCha20Rng::seed_from_u64(97_000 + l as u64);
+        let (mut centred, mut uncentred) = (Vec::new(), Vec::new());
+        for _ in 0..TABLES {
+            let released = noise.release(&design.draw(&mut rng), &mut rng);
+            let score = OddsRatioScore::at(theta, &released.counts().unwrap());
+            let sd = score.variance.sqrt();
+            centred.push((score.numerator - score.mean) / sd);
+            uncentred.push(score.numerator / sd);
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (m, u) = (mean(&centred), mean(&uncentred));
+        let sd = (centred.iter().map(|t| (t - m).powi(2)).sum::<f64>() / TABLES as f64).sqrt();
+        let se = sd / (TABLES as f64).sqrt();
+        eprintln!("{sizes}: centred mean {m:+.4} (SD {sd:.3}, SE {se:.4}), uncentred {u:+.4}");
+        assert!(m.abs() <= 4.0 * se, "{sizes}: centred mean {m:+.4}");
+        assert!(u < -0.06, "{sizes}: uncentred mean {u:+.4}");
+    }
+}
+
+#[test]
 fn odds_ratio_default_keeps_its_coverage_at_rare_outcomes_where_woolf_does_not() {
     // Why dp_or_ci defaults to the score interval (docs/intervals.md §6): off the paper's grid,
     // at a risk of 1.1% (2.2 expected cases of 200) under Gaussian noise at ε = 0.5, Woolf's

@@ -77,6 +77,7 @@ import score_prototype as sp  # noqa: E402
 from or_width_bound import paper_or  # noqa: E402
 
 ALPHA = 0.05
+UNCENTRED = "--uncentred" in sys.argv
 
 
 def _load_off_grid():
@@ -150,8 +151,15 @@ def rr_stat(theta, x, nx, y, ny, s2, private):
 
 
 def or_stat(theta, x, nx, y, ny, s2, private):
-    """off_grid_coverage.or_T and s(theta) at the same restricted risks."""
+    """off_grid_coverage.or_T, centred by or_score_mean.or_mean (the crate since session 10;
+    --uncentred for the statistic of the runs quoted above), and s(theta) at the same
+    restricted risks."""
     t = or_T(theta, x, nx, y, ny, s2, private)
+    if not UNCENTRED:
+        from or_score_mean import or_mean
+        with np.errstate(all="ignore"):
+            mu = or_mean(theta, x, nx, y, ny, s2, private)
+        t = t - np.where(np.isfinite(mu), mu, 0.0)
     xc, yc = np.clip(x, 0, nx), np.clip(y, 0, ny)
     py = or_restricted_py(theta, xc + yc, nx, ny)
     qy = or_restricted_py(1 / theta, (nx - xc) + (ny - yc), nx, ny)

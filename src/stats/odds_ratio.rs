@@ -148,40 +148,160 @@ pub fn odds_ratio_restricted_risks(
     [(odds_num / total, odds_den / total), (p_y, q_y)]
 }
 
-/// The noise-aware score statistic for `H₀: OR = θ` (docs/intervals.md §2):
+/// The noise-aware score statistic for `H₀: OR = θ` (docs/intervals.md §2), centred:
 ///
 /// ```text
-/// T(θ) = [(p̃_x − p̄_x)/(p̄_x q̄_x) − (p̃_y − p̄_y)/(p̄_y q̄_y)]
+/// T(θ) = [(p̃_x − p̄_x)/(p̄_x q̄_x) − (p̃_y − p̄_y)/(p̄_y q̄_y) − μ(θ)]
 ///        / sqrt(v_x(p̄_x)/(p̄_x q̄_x)² + v_y(p̄_y)/(p̄_y q̄_y)²),
 /// ```
 ///
 /// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
-/// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`)
-/// and `v` the variance of a released proportion including the exact noise variance `s²`
+/// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`),
+/// `v` the variance of a released proportion including the exact noise variance `s²`
 /// ([`ReleasedCounts::proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per
-/// arm).
+/// arm) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
-/// risks (`d logit p = dp/pq`); under `H₀` it has mean 0 and, the arms and their noises being
-/// independent, the variance in the denominator. Without noise it is Miettinen & Nurminen's
-/// (1985) score statistic for the odds ratio (without their factor `N/(N − 1)`): the margin
-/// keeps `n_x(p̂_x − p̄_x) = −n_y(p̂_y − p̄_y) = Δ`, and `T² = Δ²(1/n_x p̄_x q̄_x + 1/n_y p̄_y q̄_y)`.
+/// risks (`d logit p = dp/pq`), and the denominator its variance, the arms and their noises
+/// being independent. Without noise and without `μ` it is Miettinen & Nurminen's (1985) score
+/// statistic for the odds ratio (without their factor `N/(N − 1)`): the margin keeps
+/// `n_x(p̂_x − p̄_x) = −n_y(p̂_y − p̄_y) = Δ`, and `T² = Δ²(1/n_x p̄_x q̄_x + 1/n_y p̄_y q̄_y)`.
 /// Computed multiplied through by `p̄_x q̄_x p̄_y q̄_y`, so that it stays finite at the ends.
 /// Its skew `c_D²/s` ([`ScoreAt`]): `OR = p_x q_y/(q_x p_y)` has denominator factors `q_x` and
 /// `p_y`, so `c_D² = v_x/q̄_x² + v_y/p̄_y²`, and `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`.
 pub fn odds_ratio_score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
-    let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
-    let [(p_x, q_x), (p_y, q_y)] =
-        odds_ratio_restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
-    let (g_x, g_y) = (p_x * q_x, p_y * q_y);
-    let num = (x / n_x - p_x) * g_y - (y / n_y - p_y) * g_x;
-    let v_x = counts.proportion_variance(p_x, q_x, n_x);
-    let v_y = counts.proportion_variance(p_y, q_y, n_y);
+    let score = OddsRatioScore::at(theta, counts);
     ScoreAt {
-        statistic: standardised(num, v_x * g_y * g_y + v_y * g_x * g_x),
-        skew: skew(
-            v_x / (q_x * q_x) + v_y / (p_y * p_y),
-            v_x / (g_x * g_x) + v_y / (g_y * g_y),
-        ),
+        statistic: standardised(score.numerator - score.mean, score.variance),
+        skew: score.skew,
+    }
+}
+
+/// The parts of the odds ratio's score statistic at a candidate `θ`, all multiplied through
+/// by `p̄_x q̄_x p̄_y q̄_y` ([`odds_ratio_score_statistic`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OddsRatioScore {
+    /// `(p̃_x − p̄_x) p̄_y q̄_y − (p̃_y − p̄_y) p̄_x q̄_x`: Miettinen & Nurminen's numerator.
+    pub numerator: f64,
+    /// Its mean under `H₀: OR = θ` to `O(n^{-1/2})` relative to its standard deviation
+    /// (docs/intervals.md §2, "Centring"): the restricted estimates are curved in the
+    /// released margin, so where two cells are small (`p_x` low, `p_y` high) the uncentred
+    /// statistic has mean −0.1 at n = 200, which moves coverage from the upper end's tail.
+    pub mean: f64,
+    /// The numerator's variance, `v_x (p̄_y q̄_y)² + v_y (p̄_x q̄_x)²`.
+    pub variance: f64,
+    /// `c_D²/s`, for the error split.
+    pub skew: f64,
+}
+
+/// One arm's terms in [`OddsRatioScore::mean`], at its restricted risk, with `t = logit p̄`.
+struct ArmTerms {
+    /// Released size `ñ`.
+    n: f64,
+    /// `g = p̄q̄ = dp̄/dt`.
+    g: f64,
+    /// `dg/dt = (q̄ − p̄)g`.
+    dg: f64,
+    /// `v`, the variance of the released proportion ([`ReleasedCounts::proportion_variance`]).
+    v: f64,
+    /// `dv/dt` at fixed `ñ`.
+    dv: f64,
+    /// `∂v/∂ñ` at fixed `t`.
+    dv_dn: f64,
+    /// `V = ñ²v`, the variance of the released count's first-order deviation
+    /// `U = ñ(p̃ − p̄)`.
+    count_variance: f64,
+    /// `Cov(ñ, U)`: `s²(q̄ − p̄)` with private sizes (`ñ = X̃ + B̃` shares `X̃`'s noise, and
+    /// `U = q̄e_a − p̄e_b`), 0 with public ones.
+    size_covariance: f64,
+}
+
+impl ArmTerms {
+    fn new(p: f64, q: f64, n: f64, counts: &ReleasedCounts) -> Self {
+        let s2 = counts.noise_variance;
+        let (g, w) = (p * q, counts.sizes.noise_weight(p, q));
+        // d(p² + q²)/dt = −2(q − p)g with private sizes; the weight is 1 with public ones.
+        let c = match counts.sizes {
+            GroupSizes::Private => q - p,
+            GroupSizes::Public => 0.0,
+        };
+        let dg = (q - p) * g;
+        Self {
+            n,
+            g,
+            dg,
+            v: counts.proportion_variance(p, q, n),
+            dv: dg / n - 2.0 * s2 * c * g / (n * n),
+            dv_dn: -g / (n * n) - 2.0 * s2 * w / (n * n * n),
+            count_variance: n * g + s2 * w,
+            size_covariance: s2 * c,
+        }
+    }
+}
+
+impl OddsRatioScore {
+    /// The statistic's parts at `θ` for released counts (sizes already floored at 1).
+    pub fn at(theta: f64, counts: &ReleasedCounts) -> Self {
+        let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
+        let [(p_x, q_x), (p_y, q_y)] =
+            odds_ratio_restricted_risks(theta, x.clamp(0.0, n_x), n_x, y.clamp(0.0, n_y), n_y);
+        let (ax, ay) = (
+            ArmTerms::new(p_x, q_x, n_x, counts),
+            ArmTerms::new(p_y, q_y, n_y, counts),
+        );
+        let numerator = (x / n_x - p_x) * ay.g - (y / n_y - p_y) * ax.g;
+        let variance = ax.v * ay.g * ay.g + ay.v * ax.g * ax.g;
+        let mean = Self::mean(&ax, &ay, variance);
+        Self {
+            numerator,
+            mean: if mean.is_finite() { mean } else { 0.0 },
+            variance,
+            skew: skew(
+                ax.v / (q_x * q_x) + ay.v / (p_y * p_y),
+                ax.v / (ax.g * ax.g) + ay.v / (ay.g * ay.g),
+            ),
+        }
+    }
+
+    /// `E[numerator]` under `H₀` by the second-order delta method (docs/intervals.md §2,
+    /// "Centring"). The numerator is `Δ·A`, `Δ = ñ_x(p̃_x − p̄_x)`, `A = g_y/ñ_x + g_x/ñ_y`,
+    /// and the statistic `Δ·H` with `H = A/√variance`, a function of the margins
+    /// `(m, ñ_x, ñ_y)` through `t = logit p̄_y` and the sizes. Moving `t` along `OR = θ`
+    /// (`dp̄ = g dt` in both arms) the restricted estimate solves `ñ_x p̄_x + ñ_y p̄_y = m`, so
+    /// to first order `t − t₀ = τ = (U_x + U_y)/W`, `W = ñ_x g_x + ñ_y g_y`, and
+    /// `Δ₁ = (ñ_y g_y U_x − ñ_x g_x U_y)/W`, which has mean 0; the second order gives
+    ///
+    /// ```text
+    /// E[Δ₂] = ½ ñ_x (g_x W'/W − g_x') E[τ²] + g_x g_y (ñ_x k_y − ñ_y k_x)/W²,
+    /// E[Δ·H] ≈ H·(E[Δ₂] + ∂ln H/∂t·E[Δ₁τ] + ∂ln H/∂ñ_x·E[Δ₁δñ_x] + ∂ln H/∂ñ_y·E[Δ₁δñ_y]),
+    /// ```
+    ///
+    /// `E[τ²] = (V_x + V_y)/W²`, `E[Δ₁τ] = (ñ_y g_y V_x − ñ_x g_x V_y)/W²`,
+    /// `E[Δ₁δñ_x] = ñ_y g_y k_x/W`, `E[Δ₁δñ_y] = −ñ_x g_x k_y/W` (`k` the arm's
+    /// `size_covariance`, `' = d/dt`). Returned multiplied through like the numerator
+    /// (`A·K`, `K` the bracket).
+    fn mean(ax: &ArmTerms, ay: &ArmTerms, variance: f64) -> f64 {
+        let w = ax.n * ax.g + ay.n * ay.g;
+        let dw = ax.n * ax.dg + ay.n * ay.dg;
+        let (kx, ky) = (ax.size_covariance, ay.size_covariance);
+        let tau2 = (ax.count_variance + ay.count_variance) / (w * w);
+        let delta2 = 0.5 * ax.n * (ax.g * dw / w - ax.dg) * tau2
+            + ax.g * ay.g * (ax.n * ky - ay.n * kx) / (w * w);
+        let delta_tau =
+            (ay.n * ay.g * ax.count_variance - ax.n * ax.g * ay.count_variance) / (w * w);
+        let (delta_nx, delta_ny) = (ay.n * ay.g * kx / w, -ax.n * ax.g * ky / w);
+        let a = ay.g / ax.n + ax.g / ay.n;
+        // A·∂ln H/∂(·) = ∂A/∂(·) − ½A·∂variance/∂(·)/variance.
+        let dt = (ay.dg / ax.n + ax.dg / ay.n)
+            - 0.5
+                * a
+                * (ax.dv * ay.g * ay.g
+                    + 2.0 * ax.v * ay.g * ay.dg
+                    + ay.dv * ax.g * ax.g
+                    + 2.0 * ay.v * ax.g * ax.dg)
+                / variance;
+        let dnx = -ay.g / (ax.n * ax.n) - 0.5 * a * ax.dv_dn * ay.g * ay.g / variance;
+        let dny = -ax.g / (ay.n * ay.n) - 0.5 * a * ay.dv_dn * ax.g * ax.g / variance;
+        a * delta2 + dt * delta_tau + dnx * delta_nx + dny * delta_ny
     }
 }
 
@@ -264,6 +384,37 @@ mod tests {
     }
 
     #[test]
+    fn score_mean_matches_hand_computation_and_the_delta_method() {
+        // Public sizes at the expected release of (0.1, 0.9), n = 200, s² = 32, θ = 1/81: the
+        // restricted risks are (0.1, 0.9), g = 0.09 in both arms, so W' = 0 and the H-terms
+        // cancel; E[Δ₂] = −½·200·(0.8·0.09)·(2·50)/36² = −5/9 and H = (2·0.09/200)
+        // /sqrt(2·(0.09/200 + 32/200²)·0.09²) = 0.2: μ/SD = −1/9.
+        let at = |x, nx, y, ny, sizes, s2| {
+            let s = OddsRatioScore::at(1.0 / 81.0, &ReleasedCounts::new(x, nx, y, ny, sizes, s2));
+            s.mean / s.variance.sqrt()
+        };
+        let public = at(20.0, 200.0, 180.0, 200.0, GroupSizes::Public, 32.0);
+        assert!((public + 1.0 / 9.0).abs() < 1e-12, "{public}");
+        // Private sizes, same cells: docs/prototypes/or_score_mean.py delta (½ Σ ∂²T/∂u_i∂u_j
+        // Cov(u_i, u_j) over the four released cells, Hessian by central differences: 6 digits).
+        let private = at(20.0, 200.0, 180.0, 200.0, GroupSizes::Private, 32.0);
+        assert!((private + 0.120892).abs() < 2e-6, "{private}");
+        // The statistic's parts: T is the centred numerator over its SD.
+        let counts = ReleasedCounts::new(25.0, 190.0, 170.0, 205.0, GroupSizes::Private, 32.0);
+        let (s, t) = (
+            OddsRatioScore::at(0.02, &counts),
+            odds_ratio_score_statistic(0.02, &counts).statistic,
+        );
+        assert!(((s.numerator - s.mean) / s.variance.sqrt() - t).abs() < 1e-12);
+        // The mirror table (arms swapped, θ → 1/θ) flips the sign of the mean.
+        let mirror = OddsRatioScore::at(
+            81.0,
+            &ReleasedCounts::new(180.0, 200.0, 20.0, 200.0, GroupSizes::Private, 32.0),
+        );
+        assert!((mirror.mean / mirror.variance.sqrt() - 0.120892).abs() < 2e-6);
+    }
+
+    #[test]
     fn odds_ratio_score_interval_matches_independent_computation() {
         // Values from docs/prototypes/or_score_check.py (restricted MLE by root-finding, the
         // statistic in Miettinen & Nurminen's Δ/sqrt(Var Δ) form, ends by brentq).
@@ -281,21 +432,24 @@ mod tests {
             ),
             (7.0, 34.0, 1.0, 34.0, 1.2612876033172202, 55.848283225321914),
         ] {
+            // Miettinen & Nurminen's statistic is the uncentred one.
             let t = |th| {
-                odds_ratio_score_statistic(
+                let s = OddsRatioScore::at(
                     th,
                     &ReleasedCounts::new(x, nx, y, ny, GroupSizes::Public, 0.0),
-                )
-                .statistic
+                );
+                s.numerator / s.variance.sqrt()
             };
             assert!(
                 (t(lo) - Z95).abs() < 1e-7 && (t(hi) + Z95).abs() < 1e-7,
                 "{x}/{nx}"
             );
         }
-        // The crate's split (score::TailSplit), no noise, then s² = 8 for both size modes:
-        // docs/prototypes/adaptive_split.py check (z_c solved exactly at every θ, ends by
-        // brentq on the statistic of or_score_check.py's model).
+        // The crate's split (score::TailSplit) and centring (OddsRatioScore::mean), no noise,
+        // then s² = 8 for both size modes: docs/prototypes/adaptive_split.py check (z_c solved
+        // exactly at every θ, ends by brentq on the statistic of or_score_check.py's model
+        // less or_score_mean.py's closed form, itself checked there against a numerical
+        // second-order delta method).
         for (x, nx, y, ny, sizes, s2, lo, hi) in [
             (
                 40.0,
@@ -304,8 +458,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 0.0,
-                1.1732947678741608,
-                3.705203184283813,
+                1.1728410039783166,
+                3.6948879471840064,
             ),
             (
                 7.0,
@@ -314,8 +468,8 @@ mod tests {
                 34.0,
                 GroupSizes::Public,
                 0.0,
-                0.7290500310723883,
-                43.6158426756789,
+                0.7313478275027915,
+                43.018844536959826,
             ),
             (
                 40.0,
@@ -324,8 +478,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 8.0,
-                1.0588505733152687,
-                4.102614018302928,
+                1.058599331569604,
+                4.078375921697428,
             ),
             (
                 40.0,
@@ -334,8 +488,8 @@ mod tests {
                 200.0,
                 GroupSizes::Private,
                 8.0,
-                1.0850808005117578,
-                4.038587997130773,
+                1.084689263892789,
+                4.013471957573215,
             ),
         ] {
             let (l, u) =
@@ -352,7 +506,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((ci.estimate - 2.25).abs() < 1e-12);
-        assert!((ci.lower / 1.0850808005117578 - 1.0).abs() < 1e-9);
+        assert!((ci.lower / 1.084689263892789 - 1.0).abs() < 1e-9);
     }
 
     #[test]
