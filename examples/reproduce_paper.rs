@@ -325,6 +325,7 @@ fn figure3(out: &Path, report: &mut String) -> Result<()> {
                     unexposed_total: n as i64,
                     sizes: GroupSizes::Public,
                     noise_variance: 0.0,
+                    noise_fourth_cumulant: 0.0,
                 };
                 let lap = laplace.release(&t, &mut rng);
                 let gau = gaussian.release(&t, &mut rng);

@@ -77,7 +77,13 @@ import score_prototype as sp  # noqa: E402
 from or_width_bound import paper_or  # noqa: E402
 
 ALPHA = 0.05
+# --uncentred: the odds ratio's statistic before session 10 (no centring, no skewness term).
 UNCENTRED = "--uncentred" in sys.argv
+# --no-skewness: centred, but without the Cornish-Fisher quantiles.
+NO_SKEWNESS = "--no-skewness" in sys.argv
+# The fourth cumulant of the cell noise as a function of its variance, for the odds ratio's
+# skewness: 0 (Gaussian) unless run_setting sets the discrete Laplace's.
+NOISE_K4 = lambda s2: 0.0  # noqa: E731
 
 
 def _load_off_grid():
@@ -127,6 +133,8 @@ def critical(sr, k=4.0, m=0.0, kind="den"):
         cap = zl > zl_max
         zl = np.where(cap, zl_max, zl)
         zu = np.where(cap, norm.isf(ALPHA - m * ALPHA), zu)
+    if len(sr) > 2:  # the odds ratio's skewness (or_stat, centred): Cornish-Fisher quantiles
+        zl, zu = zl + cornish_fisher(zl, sr[2]), zu - cornish_fisher(zu, sr[2])
     return zl, zu
 
 
@@ -155,11 +163,14 @@ def or_stat(theta, x, nx, y, ny, s2, private):
     --uncentred for the statistic of the runs quoted above), and s(theta) at the same
     restricted risks."""
     t = or_T(theta, x, nx, y, ny, s2, private)
+    gamma = None
     if not UNCENTRED:
-        from or_score_mean import or_mean
+        from or_score_mean import or_mean, or_skewness
         with np.errstate(all="ignore"):
             mu = or_mean(theta, x, nx, y, ny, s2, private)
+            gamma = or_skewness(theta, x, nx, y, ny, s2, private, NOISE_K4(s2) if s2 > 0 else 0.0)
         t = t - np.where(np.isfinite(mu), mu, 0.0)
+        gamma = np.clip(np.nan_to_num(gamma, nan=0.0, posinf=0.0, neginf=0.0), -0.5, 0.5)
     xc, yc = np.clip(x, 0, nx), np.clip(y, 0, ny)
     py = or_restricted_py(theta, xc + yc, nx, ny)
     qy = or_restricted_py(1 / theta, (nx - xc) + (ny - yc), nx, ny)
@@ -171,7 +182,15 @@ def or_stat(theta, x, nx, y, ny, s2, private):
         s = np.sqrt(vx / (px * qx) ** 2 + vy / (py * (1 - py)) ** 2)
         cd2 = vx / qx**2 + vy / py**2  # OR = p_x q_y / (q_x p_y): denominator factors q_x, p_y
         r = np.where(np.isfinite(cd2), cd2 / s, np.inf)
-    return t, (np.where(np.isfinite(s), s, np.inf), np.nan_to_num(r, nan=0.0))
+    sr = (np.where(np.isfinite(s), s, np.inf), np.nan_to_num(r, nan=0.0))
+    return t, sr if gamma is None or NO_SKEWNESS else sr + (gamma,)
+
+
+def cornish_fisher(z, gamma):
+    """The crate's score::cornish_fisher: gamma (z^2 - 1)/6 with z capped at 3 (gamma arrives
+    clamped to +-0.5 from or_stat)."""
+    zc = np.minimum(z, 3.0)
+    return gamma * (zc * zc - 1) / 6
 
 
 def _crossing(g, start, R, iters=60):
@@ -333,8 +352,14 @@ def target_of(n, eps):
 
 
 def run_setting(n, eps, mech, private, tables, rules, seed=0, cells=None, show_cells=False):
+    global NOISE_K4
     noise = sp.Noise(mech, eps)
     s2 = noise.var
+    if mech == "laplace":
+        from or_score_mean import laplace_k4
+        NOISE_K4 = laplace_k4
+    else:
+        NOISE_K4 = lambda s2: 0.0  # noqa: E731
     meth = methods(rules)
     res = {name: {} for name in meth}
     grid = [round(p, 1) for p in sp.GRID]
@@ -424,10 +449,14 @@ def exact_ends(stat, x, nx, y, ny, s2, private, k=4.0):
     d0 = norm.isf(0.3 * ALPHA) - norm.isf(0.7 * ALPHA)
 
     def ends(u):
-        t, (s, r) = stat(np.array([np.exp(u)]), np.array([x]), nx, np.array([y]), ny, s2, private)
+        t, sr = stat(np.array([np.exp(u)]), np.array([x]), nx, np.array([y]), ny, s2, private)
+        r = sr[1]
         d = min(max(k * float(r[0]), d0), 12.0)
         zc = brentq(lambda c: norm.sf(c + d / 2) + norm.sf(c - d / 2) - ALPHA, -10, 20, xtol=1e-15)
-        return float(t[0]) - (zc + d / 2), float(t[0]) + (zc - d / 2)
+        zl, zu = zc + d / 2, zc - d / 2
+        if len(sr) > 2:
+            zl, zu = zl + cornish_fisher(zl, float(sr[2][0])), zu - cornish_fisher(zu, float(sr[2][0]))
+        return float(t[0]) - zl, float(t[0]) + zu
 
     u0 = np.log((x / nx) / (y / ny)) if stat is rr_stat else np.log(x * (ny - y) / ((nx - x) * y))
     lo = brentq(lambda u: ends(u)[0], -28, u0, xtol=1e-14)

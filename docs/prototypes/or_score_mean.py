@@ -165,9 +165,14 @@ def exact(n):
 
 def skew(tables=1_000_000, seed=5):
     rng = np.random.default_rng(seed)
+    def laplace_s2(eps):  # the crate's release: eps/2 per cell
+        q = np.exp(-eps / 2)
+        return 2 * q / (1 - q) ** 2
     for kind, s2, private, n, px, py in [("gaussian", 4.0, False, 200, 0.1, 0.9),
                                         ("gaussian", 31.8, False, 200, 0.1, 0.9),
-                                        ("laplace", 31.8, False, 200, 0.1, 0.9),
+                                        ("laplace", laplace_s2(2.0), False, 200, 0.1, 0.9),
+                                        ("laplace", laplace_s2(8.0), False, 200, 0.9, 0.1),
+                                        ("laplace", laplace_s2(0.5), False, 200, 0.1, 0.9),
                                         ("laplace", 31.8, True, 100, 0.3, 0.8),
                                         ("laplace", 137.0, True, 200, 0.1, 0.9)]:
         def noise():
@@ -188,21 +193,8 @@ def skew(tables=1_000_000, seed=5):
                             float(n), s2, private, laplace_k4(s2) if kind == "laplace" else 0.0)
         t = t[np.isfinite(t)]
         m, sd = t.mean(), t.std()
-        print(f"{kind} s2={s2} n={n} ({px}, {py}) {'private' if private else 'public'}: "
+        print(f"{kind} s2={s2:.3g} n={n} ({px}, {py}) {'private' if private else 'public'}: "
               f"simulated skewness {((t - m) ** 3).mean() / sd**3:+.4f}, gamma {float(g[0]):+.4f}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["sim"]:
-        a = sys.argv[2:]
-        sim(float(a[0]), int(a[1]), a[2] == "private", float(a[3]), float(a[4]))
-    elif sys.argv[1:2] == ["exact"]:
-        exact(int(sys.argv[2]))
-    elif sys.argv[1:2] == ["skew"]:
-        skew()
-    else:
-        delta()
-
 
 
 def or_skewness(theta, x, nx, y, ny, s2, private, k4=0.0):
@@ -257,3 +249,15 @@ def laplace_k4(s2):
     ratio r, kappa2 = 2r/(1-r)^2, kappa4 = 2r(1 + 4r + r^2)/(1-r)^4 (3 s2^2 in the limit)."""
     r = ((s2 + 1) - np.sqrt(2 * s2 + 1)) / s2
     return 2 * r * (1 + 4 * r + r * r) / (1 - r) ** 4
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["sim"]:
+        a = sys.argv[2:]
+        sim(float(a[0]), int(a[1]), a[2] == "private", float(a[3]), float(a[4]))
+    elif sys.argv[1:2] == ["exact"]:
+        exact(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["skew"]:
+        skew()
+    else:
+        delta()

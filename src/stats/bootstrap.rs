@@ -281,6 +281,7 @@ mod tests {
             unexposed_total: 50,
             sizes: GroupSizes::Public,
             noise_variance: n.cell.variance,
+            noise_fourth_cumulant: n.cell.fourth_cumulant,
         };
         let statistic = RatioStatistic::RiskDifference;
         let r = ReplayNoise::new(&n.cell);
@@ -319,6 +320,7 @@ mod tests {
             unexposed_total: 9,
             sizes: GroupSizes::Public,
             noise_variance: n.cell.variance,
+            noise_fourth_cumulant: n.cell.fourth_cumulant,
         };
         let r = ReplayNoise::new(&n.cell);
         assert_eq!(

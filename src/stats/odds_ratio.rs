@@ -166,18 +166,21 @@ pub fn odds_ratio_restricted_risks(
 /// statistic for the odds ratio (without their factor `N/(N − 1)`): the margin keeps
 /// `n_x(p̂_x − p̄_x) = −n_y(p̂_y − p̄_y) = Δ`, and `T² = Δ²(1/n_x p̄_x q̄_x + 1/n_y p̄_y q̄_y)`.
 /// Computed multiplied through by `p̄_x q̄_x p̄_y q̄_y`, so that it stays finite at the ends.
-/// Its skew `c_D²/s` ([`ScoreAt`]): `OR = p_x q_y/(q_x p_y)` has denominator factors `q_x` and
-/// `p_y`, so `c_D² = v_x/q̄_x² + v_y/p̄_y²`, and `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`.
+/// Its skew `c_D²/s` ([`ScoreAt`]), which sets the error split: `OR = p_x q_y/(q_x p_y)` has
+/// denominator factors `q_x` and `p_y`, so `c_D² = v_x/q̄_x² + v_y/p̄_y²`, and
+/// `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`; and its own skewness `γ`, by which
+/// [`invert_score_test`] moves both quantiles (Cornish-Fisher; docs/intervals.md §2).
 pub fn odds_ratio_score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
     let score = OddsRatioScore::at(theta, counts);
     ScoreAt {
         statistic: standardised(score.numerator - score.mean, score.variance),
         skew: score.skew,
+        skewness: score.skewness,
     }
 }
 
-/// The parts of the odds ratio's score statistic at a candidate `θ`, all multiplied through
-/// by `p̄_x q̄_x p̄_y q̄_y` ([`odds_ratio_score_statistic`]).
+/// The parts of the odds ratio's score statistic at a candidate `θ`, the numerator and its
+/// moments multiplied through by `p̄_x q̄_x p̄_y q̄_y` ([`odds_ratio_score_statistic`]).
 #[derive(Clone, Copy, Debug)]
 pub struct OddsRatioScore {
     /// `(p̃_x − p̄_x) p̄_y q̄_y − (p̃_y − p̄_y) p̄_x q̄_x`: Miettinen & Nurminen's numerator.
@@ -189,14 +192,21 @@ pub struct OddsRatioScore {
     pub mean: f64,
     /// The numerator's variance, `v_x (p̄_y q̄_y)² + v_y (p̄_x q̄_x)²`.
     pub variance: f64,
+    /// The statistic's skewness `γ` (standardised third cumulant) under `H₀` to `O(n^{-1/2})`
+    /// (docs/intervals.md §2, "Skewness"), 0 where it is not finite.
+    pub skewness: f64,
     /// `c_D²/s`, for the error split.
     pub skew: f64,
 }
 
-/// One arm's terms in [`OddsRatioScore::mean`], at its restricted risk, with `t = logit p̄`.
+/// One arm's terms in the expansion of the statistic ([`Expansion`]), at its restricted risk,
+/// with `t = logit p̄`.
 struct ArmTerms {
     /// Released size `ñ`.
     n: f64,
+    /// Restricted risk `p̄` and `q̄ = 1 − p̄`.
+    p: f64,
+    q: f64,
     /// `g = p̄q̄ = dp̄/dt`.
     g: f64,
     /// `dg/dt = (q̄ − p̄)g`.
@@ -227,6 +237,8 @@ impl ArmTerms {
         let dg = (q - p) * g;
         Self {
             n,
+            p,
+            q,
             g,
             dg,
             v: counts.proportion_variance(p, q, n),
@@ -235,6 +247,131 @@ impl ArmTerms {
             count_variance: n * g + s2 * w,
             size_covariance: s2 * c,
         }
+    }
+
+    /// The first-order deviations `(U, δñ)` one unit of noise on each of the arm's noised
+    /// cells causes: the cases alone with public sizes; cases and non-cases with private
+    /// ones (`U = q̄e_a − p̄e_b`, `δñ = e_a + e_b`).
+    fn noised_cells(&self, sizes: GroupSizes) -> [Option<(f64, f64)>; 2] {
+        match sizes {
+            GroupSizes::Public => [Some((1.0, 0.0)), None],
+            GroupSizes::Private => [Some((self.q, 1.0)), Some((-self.p, 1.0))],
+        }
+    }
+}
+
+/// The second-order expansion of the statistic `T = Δ·H` in the released values around their
+/// means under `H₀` (docs/intervals.md §2, "Centring" and "Skewness"): `Δ = ñ_x(p̃_x − p̄_x)`,
+/// `A = g_y/ñ_x + g_x/ñ_y` (numerator `Δ·A`), `H = A/√variance`, a function of the margins
+/// `(m, ñ_x, ñ_y)` through `t = logit p̄_y` and the sizes. Moving `t` along `OR = θ`
+/// (`dp̄ = g dt` in both arms) the restricted estimate solves `ñ_x p̄_x + ñ_y p̄_y = m`, so to
+/// first order `t − t₀ = τ = (U_x + U_y)/W`, `W = ñ_x g_x + ñ_y g_y`, and
+/// `Δ₁ = (ñ_y g_y U_x − ñ_x g_x U_y)/W`; to second order
+/// `Δ₂ = (ñ_x g_x/W)(½W'τ² + (δñ_x g_x + δñ_y g_y)τ) − ½ñ_x g_x'τ² − δñ_x g_x τ` (`' = d/dt`).
+struct Expansion<'a> {
+    x: &'a ArmTerms,
+    y: &'a ArmTerms,
+    /// `W` and `W' = ñ_x g_x' + ñ_y g_y'`.
+    w: f64,
+    dw: f64,
+    /// `A`, and `A·∂ln H` along `t`, `ñ_x`, `ñ_y`: `∂A − ½A·∂variance/variance`.
+    a: f64,
+    a_dln_h: [f64; 3],
+    /// `√variance`.
+    sd: f64,
+}
+
+impl<'a> Expansion<'a> {
+    fn new(x: &'a ArmTerms, y: &'a ArmTerms, variance: f64) -> Self {
+        let a = y.g / x.n + x.g / y.n;
+        let half_a = 0.5 * a / variance;
+        let dt = (y.dg / x.n + x.dg / y.n)
+            - half_a
+                * (x.dv * y.g * y.g
+                    + 2.0 * x.v * y.g * y.dg
+                    + y.dv * x.g * x.g
+                    + 2.0 * y.v * x.g * x.dg);
+        Self {
+            x,
+            y,
+            w: x.n * x.g + y.n * y.g,
+            dw: x.n * x.dg + y.n * y.dg,
+            a,
+            a_dln_h: [
+                dt,
+                -y.g / (x.n * x.n) - half_a * x.dv_dn * y.g * y.g,
+                -x.g / (y.n * y.n) - half_a * y.dv_dn * x.g * x.g,
+            ],
+            sd: variance.sqrt(),
+        }
+    }
+
+    /// `E[numerator]` under `H₀` by the second-order delta method:
+    ///
+    /// ```text
+    /// E[Δ₂] = ½ ñ_x (g_x W'/W − g_x') E[τ²] + g_x g_y (ñ_x k_y − ñ_y k_x)/W²,
+    /// E[Δ·A] ≈ A·E[Δ₂] + A∂ln H/∂t·E[Δ₁τ] + A∂ln H/∂ñ_x·E[Δ₁δñ_x] + A∂ln H/∂ñ_y·E[Δ₁δñ_y],
+    /// ```
+    ///
+    /// `E[τ²] = (V_x + V_y)/W²`, `E[Δ₁τ] = (ñ_y g_y V_x − ñ_x g_x V_y)/W²`,
+    /// `E[Δ₁δñ_x] = ñ_y g_y k_x/W`, `E[Δ₁δñ_y] = −ñ_x g_x k_y/W` (`k` the arm's
+    /// `size_covariance`).
+    fn mean(&self) -> f64 {
+        let (x, y, w) = (self.x, self.y, self.w);
+        let (kx, ky) = (x.size_covariance, y.size_covariance);
+        let tau2 = (x.count_variance + y.count_variance) / (w * w);
+        let delta2 = 0.5 * x.n * (x.g * self.dw / w - x.dg) * tau2
+            + x.g * y.g * (x.n * ky - y.n * kx) / (w * w);
+        let delta_tau = (y.n * y.g * x.count_variance - x.n * x.g * y.count_variance) / (w * w);
+        let [dt, dnx, dny] = self.a_dln_h;
+        self.a * delta2 + dt * delta_tau + dnx * (y.n * y.g * kx / w) - dny * (x.n * x.g * ky / w)
+    }
+
+    /// `(∂T[u], ∂²T[u, u])`: the statistic's first and second derivatives along a deviation
+    /// `u = (U_x, U_y, δñ_x, δñ_y)` of the released values.
+    fn along(&self, [ux, uy, dnx, dny]: [f64; 4]) -> (f64, f64) {
+        let (x, y, w) = (self.x, self.y, self.w);
+        let tau = (ux + uy) / w;
+        let delta1 = (y.n * y.g * ux - x.n * x.g * uy) / w;
+        let delta2 = x.n * x.g / w * (0.5 * self.dw * tau * tau + (dnx * x.g + dny * y.g) * tau)
+            - 0.5 * x.n * x.dg * tau * tau
+            - dnx * x.g * tau;
+        let [dt, dhx, dhy] = self.a_dln_h;
+        (
+            self.a * delta1 / self.sd,
+            2.0 * (self.a * delta2 + (dt * tau + dhx * dnx + dhy * dny) * delta1) / self.sd,
+        )
+    }
+
+    /// The skewness of `T` under `H₀` to `O(n^{-1/2})`: with `T = L + Q`, `L` linear and `Q`
+    /// quadratic in the released values `u`, `κ₃(T) = κ₃(L) + 3·Cov(L², Q)`, and
+    /// `Cov(L², Q) = ∂²T[v, v] + ½Σ_i κ₄,i (∂T/∂e_i)² ∂²T/∂e_i²` (`v = Cov(u, L)`, the sum over
+    /// the noised cells, whose fourth cumulant is of the same order as the variance squared;
+    /// the binomial's is of lower order). `κ₃(L) = H³κ₃(Δ₁)` from the binomial third cumulants
+    /// `ñ g (q̄ − p̄)` (the noise is symmetric). `sizes` says which cells are noised.
+    fn skewness(&self, sizes: GroupSizes, kappa4: f64) -> f64 {
+        let (x, y, w) = (self.x, self.y, self.w);
+        let h = self.a / self.sd;
+        let (bx, by) = (y.n * y.g / w, x.n * x.g / w);
+        let linear = h.powi(3) * (bx.powi(3) * x.n * x.dg - by.powi(3) * y.n * y.dg);
+        let v = [
+            h * bx * x.count_variance,
+            -h * by * y.count_variance,
+            h * bx * x.size_covariance,
+            -h * by * y.size_covariance,
+        ];
+        let mut kurtosis = 0.0;
+        if kappa4 != 0.0 {
+            for (arm, terms) in [(0, x), (1, y)] {
+                for (u, dn) in terms.noised_cells(sizes).into_iter().flatten() {
+                    let mut e = [0.0; 4];
+                    (e[arm], e[arm + 2]) = (u, dn);
+                    let (slope, curvature) = self.along(e);
+                    kurtosis += slope * slope * curvature;
+                }
+            }
+        }
+        linear + 3.0 * self.along(v).1 + 1.5 * kappa4 * kurtosis
     }
 }
 
@@ -250,58 +387,18 @@ impl OddsRatioScore {
         );
         let numerator = (x / n_x - p_x) * ay.g - (y / n_y - p_y) * ax.g;
         let variance = ax.v * ay.g * ay.g + ay.v * ax.g * ax.g;
-        let mean = Self::mean(&ax, &ay, variance);
+        let expansion = Expansion::new(&ax, &ay, variance);
+        let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
         Self {
             numerator,
-            mean: if mean.is_finite() { mean } else { 0.0 },
+            mean: finite(expansion.mean()),
             variance,
+            skewness: finite(expansion.skewness(counts.sizes, counts.noise_fourth_cumulant)),
             skew: skew(
                 ax.v / (q_x * q_x) + ay.v / (p_y * p_y),
                 ax.v / (ax.g * ax.g) + ay.v / (ay.g * ay.g),
             ),
         }
-    }
-
-    /// `E[numerator]` under `H₀` by the second-order delta method (docs/intervals.md §2,
-    /// "Centring"). The numerator is `Δ·A`, `Δ = ñ_x(p̃_x − p̄_x)`, `A = g_y/ñ_x + g_x/ñ_y`,
-    /// and the statistic `Δ·H` with `H = A/√variance`, a function of the margins
-    /// `(m, ñ_x, ñ_y)` through `t = logit p̄_y` and the sizes. Moving `t` along `OR = θ`
-    /// (`dp̄ = g dt` in both arms) the restricted estimate solves `ñ_x p̄_x + ñ_y p̄_y = m`, so
-    /// to first order `t − t₀ = τ = (U_x + U_y)/W`, `W = ñ_x g_x + ñ_y g_y`, and
-    /// `Δ₁ = (ñ_y g_y U_x − ñ_x g_x U_y)/W`, which has mean 0; the second order gives
-    ///
-    /// ```text
-    /// E[Δ₂] = ½ ñ_x (g_x W'/W − g_x') E[τ²] + g_x g_y (ñ_x k_y − ñ_y k_x)/W²,
-    /// E[Δ·H] ≈ H·(E[Δ₂] + ∂ln H/∂t·E[Δ₁τ] + ∂ln H/∂ñ_x·E[Δ₁δñ_x] + ∂ln H/∂ñ_y·E[Δ₁δñ_y]),
-    /// ```
-    ///
-    /// `E[τ²] = (V_x + V_y)/W²`, `E[Δ₁τ] = (ñ_y g_y V_x − ñ_x g_x V_y)/W²`,
-    /// `E[Δ₁δñ_x] = ñ_y g_y k_x/W`, `E[Δ₁δñ_y] = −ñ_x g_x k_y/W` (`k` the arm's
-    /// `size_covariance`, `' = d/dt`). Returned multiplied through like the numerator
-    /// (`A·K`, `K` the bracket).
-    fn mean(ax: &ArmTerms, ay: &ArmTerms, variance: f64) -> f64 {
-        let w = ax.n * ax.g + ay.n * ay.g;
-        let dw = ax.n * ax.dg + ay.n * ay.dg;
-        let (kx, ky) = (ax.size_covariance, ay.size_covariance);
-        let tau2 = (ax.count_variance + ay.count_variance) / (w * w);
-        let delta2 = 0.5 * ax.n * (ax.g * dw / w - ax.dg) * tau2
-            + ax.g * ay.g * (ax.n * ky - ay.n * kx) / (w * w);
-        let delta_tau =
-            (ay.n * ay.g * ax.count_variance - ax.n * ax.g * ay.count_variance) / (w * w);
-        let (delta_nx, delta_ny) = (ay.n * ay.g * kx / w, -ax.n * ax.g * ky / w);
-        let a = ay.g / ax.n + ax.g / ay.n;
-        // A·∂ln H/∂(·) = ∂A/∂(·) − ½A·∂variance/∂(·)/variance.
-        let dt = (ay.dg / ax.n + ax.dg / ay.n)
-            - 0.5
-                * a
-                * (ax.dv * ay.g * ay.g
-                    + 2.0 * ax.v * ay.g * ay.dg
-                    + ay.dv * ax.g * ax.g
-                    + 2.0 * ay.v * ax.g * ax.dg)
-                / variance;
-        let dnx = -ay.g / (ax.n * ax.n) - 0.5 * a * ax.dv_dn * ay.g * ay.g / variance;
-        let dny = -ax.g / (ay.n * ay.n) - 0.5 * a * ay.dv_dn * ax.g * ax.g / variance;
-        a * delta2 + dt * delta_tau + dnx * delta_nx + dny * delta_ny
     }
 }
 
@@ -326,6 +423,7 @@ pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
 mod tests {
     use super::*;
     use crate::stats::ratio::released;
+    use crate::stats::score::cornish_fisher;
 
     #[test]
     fn odds_ratio_matches_hand_computation() {
@@ -384,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn score_mean_matches_hand_computation_and_the_delta_method() {
+    fn score_mean_and_skewness_match_hand_computation_and_the_prototype() {
         // Public sizes at the expected release of (0.1, 0.9), n = 200, s² = 32, θ = 1/81: the
         // restricted risks are (0.1, 0.9), g = 0.09 in both arms, so W' = 0 and the H-terms
         // cancel; E[Δ₂] = −½·200·(0.8·0.09)·(2·50)/36² = −5/9 and H = (2·0.09/200)
@@ -412,6 +510,23 @@ mod tests {
             &ReleasedCounts::new(180.0, 200.0, 20.0, 200.0, GroupSizes::Private, 32.0),
         );
         assert!((mirror.mean / mirror.variance.sqrt() - 0.120892).abs() < 2e-6);
+        // Skewness. Without noise at (0.9, 0.1) (public, θ = 81) the quadratic terms cancel by
+        // symmetry and γ = κ₃(L) = H³(n g/W)³·n g·[(q_x − p_x) − (q_y − p_y)] with H = 1/3,
+        // n g/W = 1/2, n g = 18: (1/27)(1/8)·18·(−1.6) = −2/15.
+        let gamma = |theta, x, y, sizes, s2, k4| {
+            let counts =
+                ReleasedCounts::new(x, 200.0, y, 200.0, sizes, s2).with_noise_fourth_cumulant(k4);
+            OddsRatioScore::at(theta, &counts).skewness
+        };
+        let noiseless = gamma(81.0, 180.0, 20.0, GroupSizes::Public, 0.0, 0.0);
+        assert!((noiseless + 2.0 / 15.0).abs() < 1e-12, "{noiseless}");
+        // With noise: docs/prototypes/or_score_mean.py's or_skewness (κ₃(L) + 3∂²T[v, v] +
+        // 3/2 Σ κ₄ (∂T/∂e)² ∂²T/∂e², written out separately), at (0.1, 0.9), s² = 32: public
+        // with κ₄ = 3000, private with the discrete Laplace's κ₄ = 3104.
+        let public = gamma(1.0 / 81.0, 20.0, 180.0, GroupSizes::Public, 32.0, 3000.0);
+        assert!((public + 0.1712).abs() < 1e-12, "{public}");
+        let private = gamma(1.0 / 81.0, 20.0, 180.0, GroupSizes::Private, 32.0, 3104.0);
+        assert!((private + 0.194172145717979).abs() < 1e-12, "{private}");
     }
 
     #[test]
@@ -445,11 +560,12 @@ mod tests {
                 "{x}/{nx}"
             );
         }
-        // The crate's split (score::TailSplit) and centring (OddsRatioScore::mean), no noise,
-        // then s² = 8 for both size modes: docs/prototypes/adaptive_split.py check (z_c solved
-        // exactly at every θ, ends by brentq on the statistic of or_score_check.py's model
-        // less or_score_mean.py's closed form, itself checked there against a numerical
-        // second-order delta method).
+        // The crate's split (score::TailSplit), centring (OddsRatioScore::mean) and
+        // Cornish-Fisher quantiles (OddsRatioScore::skewness), no noise, then s² = 8 for both
+        // size modes: docs/prototypes/adaptive_split.py check (z_c solved exactly at every θ,
+        // ends by brentq on the statistic of or_score_check.py's model less or_score_mean.py's
+        // closed-form mean, itself checked there against a numerical second-order delta
+        // method, and with or_score_mean.or_skewness).
         for (x, nx, y, ny, sizes, s2, lo, hi) in [
             (
                 40.0,
@@ -458,8 +574,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 0.0,
-                1.1728410039783166,
-                3.6948879471840064,
+                1.1758252098536746,
+                3.7379519884180574,
             ),
             (
                 7.0,
@@ -468,8 +584,8 @@ mod tests {
                 34.0,
                 GroupSizes::Public,
                 0.0,
-                0.7313478275027915,
-                43.018844536959826,
+                0.6954826444756067,
+                48.27509129073996,
             ),
             (
                 40.0,
@@ -478,8 +594,8 @@ mod tests {
                 200.0,
                 GroupSizes::Public,
                 8.0,
-                1.058599331569604,
-                4.078375921697428,
+                1.0590519785184254,
+                4.098244241887454,
             ),
             (
                 40.0,
@@ -488,8 +604,8 @@ mod tests {
                 200.0,
                 GroupSizes::Private,
                 8.0,
-                1.084689263892789,
-                4.013471957573215,
+                1.0852907218095682,
+                4.031054882921359,
             ),
         ] {
             let (l, u) =
@@ -506,7 +622,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((ci.estimate - 2.25).abs() < 1e-12);
-        assert!((ci.lower / 1.084689263892789 - 1.0).abs() < 1e-9);
+        assert!((ci.lower / 1.0852907218095682 - 1.0).abs() < 1e-9);
     }
 
     #[test]
@@ -547,8 +663,11 @@ mod tests {
                     &ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, s2),
                 )
             };
+            // With each end's Cornish-Fisher shift for the statistic's skewness there.
             let (zl, _) = split.quantiles(t(l).skew);
             let (_, zu) = split.quantiles(t(u).skew);
+            let zl = zl + cornish_fisher(zl, t(l).skewness);
+            let zu = zu - cornish_fisher(zu, t(u).skewness);
             assert!(
                 (t(l).statistic - zl).abs() < 1e-9 && (t(u).statistic + zu).abs() < 1e-9,
                 "{sizes}"

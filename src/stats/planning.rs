@@ -115,7 +115,8 @@ pub fn epsilon_for_half_width(
             Err(e) if e.contains("needs Gaussian noise with sigma") => return Ok(f64::INFINITY),
             Err(e) => return Err(e),
         };
-        let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, noise.cell.variance);
+        let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, noise.cell.variance)
+            .with_noise_fourth_cumulant(noise.cell.fourth_cumulant);
         let half = |(lower, upper): (f64, f64)| 0.5 * (upper - lower);
         Ok(match (statistic, method) {
             (RatioStatistic::RelativeRisk, IntervalMethod::Score) => {
@@ -263,6 +264,7 @@ mod tests {
                         unexposed_total: ny as i64,
                         sizes,
                         noise_variance: noise.cell.variance,
+                        noise_fourth_cumulant: noise.cell.fourth_cumulant,
                     };
                     let ci = table
                         .interval(conf, IntervalMethod::Conservative)
@@ -392,6 +394,7 @@ mod tests {
             unexposed_total: 300,
             sizes,
             noise_variance: noise.cell.variance,
+            noise_fourth_cumulant: noise.cell.fourth_cumulant,
         };
         let ci = table
             .estimate_with_interval(statistic, conf, method)
@@ -499,6 +502,7 @@ mod tests {
                         unexposed_total: 300,
                         sizes,
                         noise_variance: 0.0,
+                        noise_fourth_cumulant: 0.0,
                     };
                     let ci = exact
                         .estimate_with_interval(interval.0, conf, interval.1)

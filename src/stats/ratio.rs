@@ -240,6 +240,7 @@ impl TableNoise {
             unexposed_total,
             sizes: self.sizes,
             noise_variance: self.cell.variance,
+            noise_fourth_cumulant: self.cell.fourth_cumulant,
         }
     }
 }
@@ -308,6 +309,8 @@ pub struct ReleasedTable {
     pub sizes: GroupSizes,
     /// Variance of the noise on each noised cell.
     pub noise_variance: f64,
+    /// Fourth cumulant of that noise ([`super::CountNoise::fourth_cumulant`]).
+    pub noise_fourth_cumulant: f64,
 }
 
 /// A released table's counts as real numbers with its size mode and per-cell noise variance:
@@ -326,9 +329,13 @@ pub struct ReleasedCounts {
     pub sizes: GroupSizes,
     /// Variance `s²` of the noise on each noised cell.
     pub noise_variance: f64,
+    /// Fourth cumulant `κ₄` of that noise (0 for Gaussian noise; [`Self::new`] sets 0).
+    pub noise_fourth_cumulant: f64,
 }
 
 impl ReleasedCounts {
+    /// Counts with Gaussian-tailed noise of variance `noise_variance` (`κ₄ = 0`; see
+    /// [`Self::with_noise_fourth_cumulant`]).
     pub fn new(x: f64, n_x: f64, y: f64, n_y: f64, sizes: GroupSizes, noise_variance: f64) -> Self {
         Self {
             x,
@@ -337,6 +344,15 @@ impl ReleasedCounts {
             n_y,
             sizes,
             noise_variance,
+            noise_fourth_cumulant: 0.0,
+        }
+    }
+
+    /// The same counts with noise of fourth cumulant `kappa4`.
+    pub fn with_noise_fourth_cumulant(self, kappa4: f64) -> Self {
+        Self {
+            noise_fourth_cumulant: kappa4,
+            ..self
         }
     }
 
@@ -407,14 +423,17 @@ impl ReleasedTable {
     /// where that is `None`.
     pub fn counts(&self) -> Option<ReleasedCounts> {
         let (n_x, n_y) = self.sizes_floored()?;
-        Some(ReleasedCounts::new(
-            self.exposed_cases as f64,
-            n_x,
-            self.unexposed_cases as f64,
-            n_y,
-            self.sizes,
-            self.noise_variance,
-        ))
+        Some(
+            ReleasedCounts::new(
+                self.exposed_cases as f64,
+                n_x,
+                self.unexposed_cases as f64,
+                n_y,
+                self.sizes,
+                self.noise_variance,
+            )
+            .with_noise_fourth_cumulant(self.noise_fourth_cumulant),
+        )
     }
 
     /// The normal-approximation interval for `p_x/p_y` (paper, Theorems Valid_CI and
@@ -679,6 +698,7 @@ pub(crate) fn released(
         unexposed_total: ny,
         sizes,
         noise_variance: var,
+        noise_fourth_cumulant: 0.0,
     }
 }
 
