@@ -271,14 +271,14 @@ impl ArmTerms {
 struct Expansion<'a> {
     x: &'a ArmTerms,
     y: &'a ArmTerms,
-    /// `W` and `W' = ñ_x g_x' + ñ_y g_y'`.
-    w: f64,
+    /// `W' = ñ_x g_x' + ñ_y g_y'`.
     dw: f64,
     /// `A`, and `A·∂ln H` along `t`, `ñ_x`, `ñ_y`: `∂A − ½A·∂variance/variance`.
     a: f64,
     a_dln_h: [f64; 3],
-    /// `√variance`.
-    sd: f64,
+    /// `1/W`, `W = ñ_x g_x + ñ_y g_y`, and `1/√variance`.
+    inv_w: f64,
+    inv_sd: f64,
 }
 
 impl<'a> Expansion<'a> {
@@ -294,7 +294,7 @@ impl<'a> Expansion<'a> {
         Self {
             x,
             y,
-            w: x.n * x.g + y.n * y.g,
+            inv_w: 1.0 / (x.n * x.g + y.n * y.g),
             dw: x.n * x.dg + y.n * y.dg,
             a,
             a_dln_h: [
@@ -302,7 +302,7 @@ impl<'a> Expansion<'a> {
                 -y.g / (x.n * x.n) - half_a * x.dv_dn * y.g * y.g,
                 -x.g / (y.n * y.n) - half_a * y.dv_dn * x.g * x.g,
             ],
-            sd: variance.sqrt(),
+            inv_sd: 1.0 / variance.sqrt(),
         }
     }
 
@@ -317,29 +317,29 @@ impl<'a> Expansion<'a> {
     /// `E[Δ₁δñ_x] = ñ_y g_y k_x/W`, `E[Δ₁δñ_y] = −ñ_x g_x k_y/W` (`k` the arm's
     /// `size_covariance`).
     fn mean(&self) -> f64 {
-        let (x, y, w) = (self.x, self.y, self.w);
+        let (x, y, iw) = (self.x, self.y, self.inv_w);
         let (kx, ky) = (x.size_covariance, y.size_covariance);
-        let tau2 = (x.count_variance + y.count_variance) / (w * w);
-        let delta2 = 0.5 * x.n * (x.g * self.dw / w - x.dg) * tau2
-            + x.g * y.g * (x.n * ky - y.n * kx) / (w * w);
-        let delta_tau = (y.n * y.g * x.count_variance - x.n * x.g * y.count_variance) / (w * w);
+        let tau2 = (x.count_variance + y.count_variance) * iw * iw;
+        let delta2 = 0.5 * x.n * (x.g * self.dw * iw - x.dg) * tau2
+            + x.g * y.g * (x.n * ky - y.n * kx) * iw * iw;
+        let delta_tau = (y.n * y.g * x.count_variance - x.n * x.g * y.count_variance) * iw * iw;
         let [dt, dnx, dny] = self.a_dln_h;
-        self.a * delta2 + dt * delta_tau + dnx * (y.n * y.g * kx / w) - dny * (x.n * x.g * ky / w)
+        self.a * delta2 + dt * delta_tau + (dnx * y.n * y.g * kx - dny * x.n * x.g * ky) * iw
     }
 
     /// `(∂T[u], ∂²T[u, u])`: the statistic's first and second derivatives along a deviation
     /// `u = (U_x, U_y, δñ_x, δñ_y)` of the released values.
     fn along(&self, [ux, uy, dnx, dny]: [f64; 4]) -> (f64, f64) {
-        let (x, y, w) = (self.x, self.y, self.w);
-        let tau = (ux + uy) / w;
-        let delta1 = (y.n * y.g * ux - x.n * x.g * uy) / w;
-        let delta2 = x.n * x.g / w * (0.5 * self.dw * tau * tau + (dnx * x.g + dny * y.g) * tau)
+        let (x, y, iw) = (self.x, self.y, self.inv_w);
+        let tau = (ux + uy) * iw;
+        let delta1 = (y.n * y.g * ux - x.n * x.g * uy) * iw;
+        let delta2 = x.n * x.g * iw * (0.5 * self.dw * tau * tau + (dnx * x.g + dny * y.g) * tau)
             - 0.5 * x.n * x.dg * tau * tau
             - dnx * x.g * tau;
         let [dt, dhx, dhy] = self.a_dln_h;
         (
-            self.a * delta1 / self.sd,
-            2.0 * (self.a * delta2 + (dt * tau + dhx * dnx + dhy * dny) * delta1) / self.sd,
+            self.a * delta1 * self.inv_sd,
+            2.0 * (self.a * delta2 + (dt * tau + dhx * dnx + dhy * dny) * delta1) * self.inv_sd,
         )
     }
 
@@ -350,9 +350,9 @@ impl<'a> Expansion<'a> {
     /// the binomial's is of lower order). `κ₃(L) = H³κ₃(Δ₁)` from the binomial third cumulants
     /// `ñ g (q̄ − p̄)` (the noise is symmetric). `sizes` says which cells are noised.
     fn skewness(&self, sizes: GroupSizes, kappa4: f64) -> f64 {
-        let (x, y, w) = (self.x, self.y, self.w);
-        let h = self.a / self.sd;
-        let (bx, by) = (y.n * y.g / w, x.n * x.g / w);
+        let (x, y, iw) = (self.x, self.y, self.inv_w);
+        let h = self.a * self.inv_sd;
+        let (bx, by) = (y.n * y.g * iw, x.n * x.g * iw);
         let linear = h.powi(3) * (bx.powi(3) * x.n * x.dg - by.powi(3) * y.n * y.dg);
         let v = [
             h * bx * x.count_variance,

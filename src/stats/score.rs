@@ -120,11 +120,11 @@ const CORNISH_FISHER_Z_MAX: f64 = 3.0;
 /// `−z + shift(z)`. `γ` clamped to `±SKEWNESS_MAX` (NaN read as 0) and `z` to
 /// `CORNISH_FISHER_Z_MAX`, so the corrected quantile stays increasing in `z`.
 pub fn cornish_fisher(z: f64, skewness: f64) -> f64 {
-    let g = if skewness.is_nan() {
-        0.0
-    } else {
-        skewness.clamp(-SKEWNESS_MAX, SKEWNESS_MAX)
-    };
+    // The relative risk's statistic reports 0: no work on its path.
+    if skewness == 0.0 || skewness.is_nan() {
+        return 0.0;
+    }
+    let g = skewness.clamp(-SKEWNESS_MAX, SKEWNESS_MAX);
     let z = z.min(CORNISH_FISHER_Z_MAX);
     g * (z * z - 1.0) / 6.0
 }
