@@ -31,9 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from adaptive_split import or_T, or_restricted_py  # noqa: E402  (off_grid_coverage.py's)
 
 
-def or_mean(theta, x, nx, y, ny, s2, private):
-    """mu(theta) over the statistic's SD: H (E[D2] + dlnH/dt E[D1 tau] + dlnH/dn_x E[D1 dn_x]
-    + dlnH/dn_y E[D1 dn_y]), written out term by term (section 2, "Centring")."""
+def _expansion(theta, x, nx, y, ny, s2, private):
+    """The terms both or_mean and or_skewness read (section 2, "Centring"): restricted risks,
+    g = pq and its t-derivative (t = logit p), the proportion variances v and their
+    derivatives, W, W', the count variances V, the size covariances k, H = A / sqrt(B) and the
+    log-derivatives of H along t, n_x, n_y."""
     xc, yc = np.clip(x, 0, nx), np.clip(y, 0, ny)
     py = or_restricted_py(theta, xc + yc, nx, ny)
     qy = or_restricted_py(1 / theta, (nx - xc) + (ny - yc), nx, ny)
@@ -49,16 +51,25 @@ def or_mean(theta, x, nx, y, ny, s2, private):
     W, Wp = nx * gx + ny * gy, nx * gxp + ny * gyp
     Vx, Vy = nx * gx + s2 * wx, ny * gy + s2 * wy          # variances of U = n(p~ - p)
     kx, ky = s2 * cx, s2 * cy                              # Cov(n~ - n, U)
-    e_tau2 = (Vx + Vy) / W**2
-    e_d2 = 0.5 * nx * gx * Wp / W * e_tau2 - 0.5 * nx * gxp * e_tau2 \
-        + nx * gx / W * (gx * kx + gy * ky) / W - gx * kx / W
-    e_d1_tau = (ny * gy * Vx - nx * gx * Vy) / W**2
-    e_d1_nx, e_d1_ny = ny * gy * kx / W, -nx * gx * ky / W
     lnH_t = (gyp / nx + gxp / ny) / A - 0.5 * (vxp * gy**2 + 2 * vx * gy * gyp + vyp * gx**2 + 2 * vy * gx * gxp) / B
     lnH_nx = -gy / nx**2 / A + 0.5 * (gx / nx**2 + 2 * s2 * wx / nx**3) * gy**2 / B
     lnH_ny = -gx / ny**2 / A + 0.5 * (gy / ny**2 + 2 * s2 * wy / ny**3) * gx**2 / B
-    H = A / np.sqrt(B)
-    return H * (e_d2 + lnH_t * e_d1_tau + lnH_nx * e_d1_nx + lnH_ny * e_d1_ny)
+    return dict(px=px, qx=qx, py=py, qy=qy, gx=gx, gy=gy, gxp=gxp, gyp=gyp, W=W, Wp=Wp, Vx=Vx, Vy=Vy,
+                kx=kx, ky=ky, H=A / np.sqrt(B), lnH=(lnH_t, lnH_nx, lnH_ny))
+
+
+def or_mean(theta, x, nx, y, ny, s2, private):
+    """mu(theta) over the statistic's SD: H (E[D2] + dlnH/dt E[D1 tau] + dlnH/dn_x E[D1 dn_x]
+    + dlnH/dn_y E[D1 dn_y]), written out term by term (section 2, "Centring")."""
+    e = _expansion(theta, x, nx, y, ny, s2, private)
+    gx, gy, gxp, W, Wp, kx, ky = e["gx"], e["gy"], e["gxp"], e["W"], e["Wp"], e["kx"], e["ky"]
+    e_tau2 = (e["Vx"] + e["Vy"]) / W**2
+    e_d2 = 0.5 * nx * gx * Wp / W * e_tau2 - 0.5 * nx * gxp * e_tau2 \
+        + nx * gx / W * (gx * kx + gy * ky) / W - gx * kx / W
+    e_d1_tau = (ny * gy * e["Vx"] - nx * gx * e["Vy"]) / W**2
+    e_d1_nx, e_d1_ny = ny * gy * kx / W, -nx * gx * ky / W
+    lnH_t, lnH_nx, lnH_ny = e["lnH"]
+    return e["H"] * (e_d2 + lnH_t * e_d1_tau + lnH_nx * e_d1_nx + lnH_ny * e_d1_ny)
 
 
 def delta_mean(px, py, nx, ny, s2, private, h=1e-3):
@@ -203,25 +214,10 @@ def or_skewness(theta, x, nx, y, ny, s2, private, k4=0.0):
     kappa3(T) = kappa3(L) + 3 Cov(L^2, Q) = kappa3(L) + 3 D2T[v, v] + 3/2 sum_i k4_i a_i^2
     D2T[e_i, e_i]: v = Cov(u, L), a_i = dT/de_i for each cell's noise e_i, k4 the noise's
     fourth cumulant (0 for a Gaussian; the binomial's is of lower order)."""
-    xc, yc = np.clip(x, 0, nx), np.clip(y, 0, ny)
-    py = or_restricted_py(theta, xc + yc, nx, ny)
-    qy = or_restricted_py(1 / theta, (nx - xc) + (ny - yc), nx, ny)
-    px, qx = theta * py / (theta * py + qy), qy / (theta * py + qy)
-    gx, gy = px * qx, py * qy
-    wx, wy = (px**2 + qx**2, py**2 + qy**2) if private else (1.0, 1.0)
-    cx, cy = (qx - px, qy - py) if private else (0.0, 0.0)
-    vx, vy = gx / nx + s2 * wx / nx**2, gy / ny + s2 * wy / ny**2
-    A, B = gy / nx + gx / ny, vx * gy**2 + vy * gx**2
-    H = A / np.sqrt(B)
-    gxp, gyp = (qx - px) * gx, (qy - py) * gy
-    vxp = gxp / nx + s2 * (-2 * cx * gx) / nx**2
-    vyp = gyp / ny + s2 * (-2 * cy * gy) / ny**2
-    W, Wp = nx * gx + ny * gy, nx * gxp + ny * gyp
-    Vx, Vy = nx * gx + s2 * wx, ny * gy + s2 * wy
-    kx, ky = s2 * cx, s2 * cy
-    lnH_t = (gyp / nx + gxp / ny) / A - 0.5 * (vxp * gy**2 + 2 * vx * gy * gyp + vyp * gx**2 + 2 * vy * gx * gxp) / B
-    lnH_nx = -gy / nx**2 / A + 0.5 * (gx / nx**2 + 2 * s2 * wx / nx**3) * gy**2 / B
-    lnH_ny = -gx / ny**2 / A + 0.5 * (gy / ny**2 + 2 * s2 * wy / ny**3) * gx**2 / B
+    e = _expansion(theta, x, nx, y, ny, s2, private)
+    px, qx, py, qy, gx, gy = e["px"], e["qx"], e["py"], e["qy"], e["gx"], e["gy"]
+    gxp, gyp, W, Wp, Vx, Vy, kx, ky, H = (e[k] for k in ("gxp", "gyp", "W", "Wp", "Vx", "Vy", "kx", "ky", "H"))
+    lnH_t, lnH_nx, lnH_ny = e["lnH"]
 
     def along(ux, uy, dnx, dny):
         """(dT, d2T) along a perturbation of (U_x, U_y, n_x, n_y) (section 2, Centring)."""
