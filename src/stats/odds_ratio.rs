@@ -229,11 +229,8 @@ impl ArmTerms {
     fn new(p: f64, q: f64, n: f64, counts: &ReleasedCounts) -> Self {
         let s2 = counts.noise_variance;
         let (g, w) = (p * q, counts.sizes.noise_weight(p, q));
-        // d(p² + q²)/dt = −2(q − p)g with private sizes; the weight is 1 with public ones.
-        let c = match counts.sizes {
-            GroupSizes::Private => q - p,
-            GroupSizes::Public => 0.0,
-        };
+        // Also d w/dt = −2cg: d(p² + q²)/dt = −2(q − p)g with private sizes, 0 with public.
+        let c = counts.sizes.size_noise_covariance(p, q);
         let dg = (q - p) * g;
         Self {
             n,
@@ -246,16 +243,6 @@ impl ArmTerms {
             dv_dn: -g / (n * n) - 2.0 * s2 * w / (n * n * n),
             count_variance: n * g + s2 * w,
             size_covariance: s2 * c,
-        }
-    }
-
-    /// The first-order deviations `(U, δñ)` one unit of noise on each of the arm's noised
-    /// cells causes: the cases alone with public sizes; cases and non-cases with private
-    /// ones (`U = q̄e_a − p̄e_b`, `δñ = e_a + e_b`).
-    fn noised_cells(&self, sizes: GroupSizes) -> [Option<(f64, f64)>; 2] {
-        match sizes {
-            GroupSizes::Public => [Some((1.0, 0.0)), None],
-            GroupSizes::Private => [Some((self.q, 1.0)), Some((-self.p, 1.0))],
         }
     }
 }
@@ -363,7 +350,7 @@ impl<'a> Expansion<'a> {
         let mut kurtosis = 0.0;
         if kappa4 != 0.0 {
             for (arm, terms) in [(0, x), (1, y)] {
-                for (u, dn) in terms.noised_cells(sizes).into_iter().flatten() {
+                for (u, dn) in sizes.noised_cells(terms.p, terms.q).into_iter().flatten() {
                     let mut e = [0.0; 4];
                     (e[arm], e[arm + 2]) = (u, dn);
                     let (slope, curvature) = self.along(e);
@@ -423,7 +410,6 @@ pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
 mod tests {
     use super::*;
     use crate::stats::ratio::released;
-    use crate::stats::score::cornish_fisher;
 
     #[test]
     fn odds_ratio_matches_hand_computation() {
@@ -664,10 +650,8 @@ mod tests {
                 )
             };
             // With each end's Cornish-Fisher shift for the statistic's skewness there.
-            let (zl, _) = split.quantiles(t(l).skew);
-            let (_, zu) = split.quantiles(t(u).skew);
-            let zl = zl + cornish_fisher(zl, t(l).skewness);
-            let zu = zu - cornish_fisher(zu, t(u).skewness);
+            let (zl, _) = split.quantiles_at(&t(l));
+            let (_, zu) = split.quantiles_at(&t(u));
             assert!(
                 (t(l).statistic - zl).abs() < 1e-9 && (t(u).statistic + zu).abs() < 1e-9,
                 "{sizes}"

@@ -76,6 +76,27 @@ impl GroupSizes {
             Self::Private => p * p + q * q,
         }
     }
+
+    /// `Cov(ñ − n, n(p̃ − p))/s²`, the covariance of a released size's noise with the noise
+    /// in its released proportion's numerator: `q − p` with private sizes (`ñ = X̃ + B̃` and
+    /// `n(p̃ − p) ≈ q·e_X − p·e_B`), 0 with public ones (docs/intervals.md §2, "Centring").
+    pub fn size_noise_covariance(self, p: f64, q: f64) -> f64 {
+        match self {
+            Self::Public => 0.0,
+            Self::Private => q - p,
+        }
+    }
+
+    /// For each noised cell of an arm, the first-order deviations `(n(p̃ − p), ñ − n)` one unit
+    /// of its noise causes: the cases alone with public sizes; cases and non-cases with private
+    /// ones (`q·e_X − p·e_B`, `e_X + e_B`). [`Self::noise_weight`] and
+    /// [`Self::size_noise_covariance`] are `Σ u²` and `Σ u·δñ` over these.
+    pub fn noised_cells(self, p: f64, q: f64) -> [Option<(f64, f64)>; 2] {
+        match self {
+            Self::Public => [Some((1.0, 0.0)), None],
+            Self::Private => [Some((q, 1.0)), Some((-p, 1.0))],
+        }
+    }
 }
 
 impl fmt::Display for GroupSizes {
@@ -705,6 +726,22 @@ pub(crate) fn released(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_modes_noise_weights_come_from_their_noised_cells() {
+        for sizes in [GroupSizes::Public, GroupSizes::Private] {
+            for p in [0.0, 0.1, 0.37, 0.9] {
+                let q = 1.0 - p;
+                let cells = sizes.noised_cells(p, q).into_iter().flatten();
+                let (w, c) = cells.fold((0.0, 0.0), |(w, c), (u, dn)| (w + u * u, c + u * dn));
+                assert!((w - sizes.noise_weight(p, q)).abs() < 1e-15, "{sizes} {p}");
+                assert!(
+                    (c - sizes.size_noise_covariance(p, q)).abs() < 1e-15,
+                    "{sizes} {p}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn estimate_floors_only_denominators() {

@@ -253,6 +253,17 @@ impl TailSplit {
         self.alpha
     }
 
+    /// The acceptance bounds `(z_L, z_U)` at a candidate `θ`, `−z_U ≤ T(θ) ≤ z_L`: the split
+    /// at the statistic's skew `c_D²/s`, each quantile moved for the statistic's own skewness
+    /// by [`cornish_fisher`]. What [`invert_score_test`] inverts.
+    pub fn quantiles_at(&self, at: &ScoreAt) -> (f64, f64) {
+        let (z_lower, z_upper) = self.quantiles(at.skew);
+        (
+            z_lower + cornish_fisher(z_lower, at.skewness),
+            z_upper - cornish_fisher(z_upper, at.skewness),
+        )
+    }
+
     /// `(z_L, z_U)` at skew `c_D²/s` (NaN read as 0: the least uneven split).
     pub fn quantiles(&self, skew: f64) -> (f64, f64) {
         let gap = if skew.is_nan() {
@@ -297,11 +308,8 @@ pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (
     // T − z_L and T + z_U at ln θ.
     let ends = |log_theta: f64| {
         let at = t(log_theta.exp());
-        let (z_lower, z_upper) = split.quantiles(at.skew);
-        (
-            at.statistic - z_lower - cornish_fisher(z_lower, at.skewness),
-            at.statistic + z_upper - cornish_fisher(z_upper, at.skewness),
-        )
+        let (z_lower, z_upper) = split.quantiles_at(&at);
+        (at.statistic - z_lower, at.statistic + z_upper)
     };
     let (low, high) = (ends(-LOG_THETA_RANGE), ends(LOG_THETA_RANGE));
     // Every θ in range rejected from one side: the ratio is beyond every bound (for the
@@ -418,11 +426,8 @@ mod tests {
         let split = TailSplit::at(z);
         let g = |u: f64| {
             let at = t(u.exp());
-            let (zl, zu) = split.quantiles(at.skew);
-            (
-                at.statistic - zl - cornish_fisher(zl, at.skewness),
-                at.statistic + zu - cornish_fisher(zu, at.skewness),
-            )
+            let (zl, zu) = split.quantiles_at(&at);
+            (at.statistic - zl, at.statistic + zu)
         };
         let r = LOG_THETA_RANGE;
         if g(r).0 > 0.0 {
