@@ -436,6 +436,11 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
         "four_counts" => FOUR_COUNTS,
         "dp_relative_risk" => PAIRS[1].1,
         "dp_rr_ci" => PAIRS[2].1,
+        "dp_or_ci" | "dp_rd_ci" => PAIRS
+            .iter()
+            .map(|pair| pair.1)
+            .find(|sql| sql.contains(&format!("{query}(")))
+            .ok_or("no such pair")?,
         // The same query over visits protected by its unit column (contribution bounding).
         "dp_count_unit" => {
             ctx.sql(UNIT_PAIRS[0].3).await?;
@@ -459,6 +464,6 @@ async fn main() -> Result<()> {
         Some("sampler") => sampler(),
         Some("intervals") => intervals(),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_count_unit>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_or_ci|dp_rd_ci|dp_count_unit>".into()),
     }
 }
