@@ -684,7 +684,7 @@ fn odds_ratio_score_is_centred_where_two_cells_are_small() {
     // second-order mean, so the centred statistic must average 0 within 4 Monte Carlo SE
     // (its sample SD / √40,000 ≈ 0.005, so ±0.02) and the uncentred one must stay below −0.06
     // (≈ 10 SE above its mean): the test fails if the centring is dropped or mis-signed.
-    use datafusion_dp::stats::odds_ratio::OddsRatioScore;
+    use datafusion_dp::stats::score::odds_ratio::OddsRatioScore;
     const TABLES: usize = 40_000;
     let design = design_at(0.1, 0.9);
     let theta = design.truth(RatioStatistic::OddsRatio);
@@ -724,8 +724,8 @@ fn odds_ratio_score_skewness_matches_the_simulated_one() {
     // covering 0.943), both size modes, and (0.1, 0.9) at ε = 2 (γ ≈ +0.11). Each γ must be at
     // least 0.1 in size, so a γ of 0 fails the comparison. (Where the noise dominates the
     // expansion is rougher: −0.177 against −0.146 at ε = 0.5, (0.1, 0.9); docs/intervals.md.)
-    use datafusion_dp::stats::odds_ratio::OddsRatioScore;
     use datafusion_dp::stats::ratio::ReleasedCounts;
+    use datafusion_dp::stats::score::odds_ratio::OddsRatioScore;
     const TABLES: usize = 40_000;
     for (c, (epsilon, exposed_risk, unexposed_risk, sizes)) in [
         (8.0, 0.9, 0.1, GroupSizes::Public),
@@ -920,7 +920,7 @@ fn score_intervals_meet_the_width_target_with_laplace_noise_at_epsilon_1() {
     // cell (conservative interval for the RR, `OR ± z·OR·√V` for the OR), on the p_y = 0.1
     // column and the p_x = 0.9 row, where a ratio is most skewed and where the first version's
     // fixed 30/70 split missed (docs/intervals.md §6). Both size modes. With that split
-    // restored (SKEW_FACTOR = 0 in src/stats/score.rs) this test fails in over 30 of its 52
+    // restored (SKEW_FACTOR = 0 in src/stats/score/split.rs) this test fails in over 30 of its 52
     // pairs (RR 1.053-1.057, OR 1.058-1.093 against limits of 1.051-1.063).
     //
     // Tolerance. Each cell is simulated in B = 10 batches of 1,000 tables, both intervals on

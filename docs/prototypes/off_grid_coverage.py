@@ -1,7 +1,7 @@
 """Prototype (not used by the crate or CI; numpy + scipy): coverage at rare outcomes off the
 paper's grid, n = 200, 95%, 20,000 tables per point, of the relative risk's score interval, the
 paper's interval, Woolf + noise (dp_or_ci's `conservative`) and the odds ratio's score interval
-(ported from src/stats/odds_ratio.rs: the restricted risks, the statistic, whole-range
+(ported from src/stats/score/odds_ratio.rs: the restricted risks, the statistic, whole-range
 bisection). docs/intervals.md section 6 quotes its output. Usage, from docs/prototypes/:
 
     python3 off_grid_coverage.py

@@ -1,5 +1,5 @@
 """Independent check of the noise-aware score interval for the odds ratio
-(src/stats/odds_ratio.rs, docs/intervals.md section 2); values for the unit test
+(src/stats/score/odds_ratio.rs, docs/intervals.md section 2); values for the unit test
 `odds_ratio_score_interval_matches_independent_computation`.
 
 Written apart from the Rust code, with a different algorithm at every step:

@@ -1,6 +1,6 @@
 """Prototype (not used by the crate or CI; numpy): the centring of the odds ratio's score
 statistic, mu(theta) in docs/intervals.md section 2 ("Centring"), checked two ways against the
-closed form the crate uses (src/stats/odds_ratio.rs, OddsRatioScore::mean):
+closed form the crate uses (src/stats/score/odds_ratio.rs, OddsRatioScore::mean):
 
   delta  the second-order delta method done numerically: at the expected release under H0
          (cells n p, n q) the uncentred statistic T is 0, and E[T] ~ 1/2 sum_ij d2T/du_i du_j

@@ -5,12 +5,13 @@
 
 use super::accuracy::check_positive;
 use super::mechanism::{GaussianCalibration, Mechanism};
-use super::odds_ratio::{odds_ratio_score_interval, woolf_log_variance};
+use super::odds_ratio::woolf_log_variance;
 use super::ratio::{
     relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
     IntervalMethod, RatioStatistic, ReleasedCounts, TableNoise,
 };
 use super::risk_difference::risk_difference_wald_at;
+use super::score::odds_ratio::odds_ratio_score_interval;
 use super::score::relative_risk_score_interval;
 
 /// Smallest `ε` searched by [`epsilon_for_half_width`].

@@ -723,6 +723,10 @@ pub(crate) fn released(
     }
 }
 
+/// `Φ⁻¹(0.975)`, the two-sided 95% quantile, for the unit tests of the interval modules.
+#[cfg(test)]
+pub(crate) const Z95: f64 = 1.959963984540054;
+
 #[cfg(test)]
 mod tests {
     use super::*;

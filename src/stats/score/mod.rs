@@ -1,0 +1,269 @@
+//! Noise-aware score intervals (`ci_method=score`, the default of `dp_rr_ci` and `dp_or_ci`):
+//! a ratio's interval as the set of `θ` a score test of `H₀: ratio = θ` accepts, in the manner
+//! of Koopman (1984) and Miettinen & Nurminen (1985), with the variance of each noisy
+//! proportion including the exact variance of the discrete noise added to its cells. Pure
+//! post-processing of the release.
+//!
+//! - [`invert_score_test`] (here) turns any statistic's [`ScoreAt`] into an interval, with the
+//!   error split of [`TailSplit`] (`split`) and the root search of `root`;
+//! - [`relative_risk`]: the relative risk's statistic (docs/intervals.md §5);
+//! - [`odds_ratio`]: the odds ratio's, centred and with its skewness (§2).
+
+use super::ratio::ReleasedCounts;
+use root::crossing;
+
+pub mod odds_ratio;
+pub mod relative_risk;
+mod root;
+mod split;
+
+pub use relative_risk::{relative_risk_score_interval, restricted_risks, score_statistic};
+pub use split::{tail_quantiles, TailSplit, UPPER_TAIL_SHARE};
+
+/// `ln θ` range searched: ends below `e^-28 ≈ 7e-13` are reported as 0, above `e^28 ≈ 1.4e12`
+/// as `+∞` (no table of fewer than ~10¹² rows can tell such ratios from 0 or ∞).
+const LOG_THETA_RANGE: f64 = 28.0;
+
+impl ReleasedCounts {
+    /// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`) in an arm
+    /// of size `n`, with this release's per-cell noise variance `s²`: `pq/n + s²·w/n²`, `w` the
+    /// size mode's [`super::ratio::GroupSizes::noise_weight`] (docs/intervals.md §1).
+    pub fn proportion_variance(&self, p: f64, q: f64, n: f64) -> f64 {
+        p * q / n + self.noise_variance * self.sizes.noise_weight(p, q) / (n * n)
+    }
+}
+
+/// A score statistic's numerator over the square root of its variance; `±∞` (or 0, for a zero
+/// numerator) where the variance vanishes at the ends of the `θ` range.
+fn standardised(numerator: f64, variance: f64) -> f64 {
+    if variance > 0.0 {
+        numerator / variance.sqrt()
+    } else if numerator == 0.0 {
+        0.0
+    } else {
+        numerator.signum() * f64::INFINITY
+    }
+}
+
+/// A score statistic at a candidate `θ`: its value `T(θ)` and the skew measure `c_D²/s` that
+/// sets the error split there ([`TailSplit::quantiles`]), both at the restricted estimates.
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreAt {
+    /// `T(θ)`, standardised under `H₀: ratio = θ`.
+    pub statistic: f64,
+    /// `c_D²/s`: `c_D` the coefficient of variation of the ratio's denominator factors and `s`
+    /// the delta-method standard error of the log ratio, at the restricted estimates; `+∞`
+    /// where the denominator's restricted risk is 0.
+    pub skew: f64,
+    /// The statistic's own skewness `γ` under `H₀` (standardised third cumulant), which moves
+    /// the quantiles by [`cornish_fisher`]; 0 where the statistic does not derive it.
+    pub skewness: f64,
+}
+
+/// Largest `|γ|` the quantiles are corrected for: beyond it the `O(n^{-1/2})` expansion of
+/// `γ` is no longer accurate (where the noise dwarfs the counts it predicts −0.75 for a
+/// simulated −0.44, docs/intervals.md §2, "Skewness").
+const SKEWNESS_MAX: f64 = 0.5;
+
+/// The quantile beyond which the Cornish-Fisher term stops growing: the tail past 3 holds
+/// 0.0013, and an uneven split's far quantile (up to 13) would otherwise move by `γ·28`.
+const CORNISH_FISHER_Z_MAX: f64 = 3.0;
+
+/// The Cornish-Fisher shift `γ(z² − 1)/6` of the normal quantile `z` for a standardised
+/// statistic of skewness `γ` (Cornish & Fisher 1937; as Gart & Nam 1988 correct the score
+/// intervals of binomial ratios for skewness): the upper quantile is `z + shift(z)`, the lower
+/// `−z + shift(z)`. `γ` clamped to `±SKEWNESS_MAX` (NaN read as 0) and `z` to
+/// `CORNISH_FISHER_Z_MAX`, so the corrected quantile stays increasing in `z`.
+pub fn cornish_fisher(z: f64, skewness: f64) -> f64 {
+    // The relative risk's statistic reports 0: no work on its path.
+    if skewness == 0.0 || skewness.is_nan() {
+        return 0.0;
+    }
+    let g = skewness.clamp(-SKEWNESS_MAX, SKEWNESS_MAX);
+    let z = z.min(CORNISH_FISHER_Z_MAX);
+    g * (z * z - 1.0) / 6.0
+}
+
+/// `c_D²/s` from the squared coefficient of variation of a ratio's denominator factors and the
+/// variance `s²` of the log ratio: `+∞` where `c_D²` is not finite (a restricted risk of 0 in
+/// the denominator), 0 where `s` vanishes or is infinite.
+fn skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
+    if !cv2_denominator.is_finite() {
+        return f64::INFINITY;
+    }
+    let s = log_ratio_variance.sqrt();
+    if s > 0.0 {
+        cv2_denominator / s
+    } else {
+        0.0
+    }
+}
+
+/// Inverts a score test for a ratio `θ ≥ 0`: the interval `{θ : −z_U(θ) ≤ T(θ) ≤ z_L(θ)}`
+/// for a statistic `T` that decreases in `θ` (standardised, under `H₀: ratio = θ`), with the
+/// error split of [`TailSplit`] at the two-sided quantile `z`, read at each `θ` from the skew
+/// the statistic reports ([`ScoreAt`]), and both quantiles moved for the statistic's own
+/// skewness by [`cornish_fisher`]. Each end is one crossing on `ln θ` over
+/// `[e^-28, e^28]`, searched from the point `estimate` ([`crossing`]). `lower` is 0 when `T`
+/// stays below `z_L` down to `e^-28` and `upper` is `+∞` when `T` stays above `−z_U` up to
+/// `e^28` (the release cannot exclude a zero count; the statistics' limits are in their docs);
+/// `[0, 0]` or `[+∞, +∞]` when every `θ` in range is rejected from above or from below. Where
+/// `T` is not monotone (Fieller's case: it dips below `−z_U` and comes back), the end values
+/// decide first, so such an upper end is `+∞`. The one inversion every score interval of the
+/// crate uses (relative risk: Koopman 1984, Miettinen & Nurminen 1985; odds ratio: Miettinen &
+/// Nurminen 1985).
+pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (f64, f64) {
+    let split = TailSplit::at(z);
+    // T − z_L and T + z_U at ln θ.
+    let ends = |log_theta: f64| {
+        let at = t(log_theta.exp());
+        let (z_lower, z_upper) = split.quantiles_at(&at);
+        (at.statistic - z_lower, at.statistic + z_upper)
+    };
+    let (low, high) = (ends(-LOG_THETA_RANGE), ends(LOG_THETA_RANGE));
+    // Every θ in range rejected from one side: the ratio is beyond every bound (for the
+    // relative risk possible only when the noise pushed `Ỹ` to or below 0 while `X̃ > z_L·s`),
+    // or below every bound. The interval is then the degenerate `[+∞, +∞]` or `[0, 0]`.
+    if high.0 > 0.0 {
+        return (f64::INFINITY, f64::INFINITY);
+    }
+    if low.1 < 0.0 {
+        return (0.0, 0.0);
+    }
+    let start = if estimate > 0.0 && estimate.is_finite() {
+        estimate.ln().clamp(-LOG_THETA_RANGE, LOG_THETA_RANGE)
+    } else {
+        0.0
+    };
+    // Both searches start at the estimate: one evaluation serves both ends.
+    let mut at_start = None;
+    let mut from_start = || *at_start.get_or_insert_with(|| ends(start));
+    let lower = if low.0 > 0.0 {
+        crossing(&|u| ends(u).0, start, from_start().0).exp()
+    } else {
+        0.0
+    };
+    let upper = if high.1 >= 0.0 {
+        f64::INFINITY
+    } else {
+        crossing(&|u| ends(u).1, start, from_start().1).exp()
+    };
+    (lower, upper)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root::bisect_crossing;
+    use super::*;
+    use crate::stats::ratio::{GroupSizes, Z95};
+
+    /// The interval of the first version: each end by 60 bisections of the whole range.
+    fn bisection_interval(t: impl Fn(f64) -> ScoreAt, z: f64) -> (f64, f64) {
+        let split = TailSplit::at(z);
+        let g = |u: f64| {
+            let at = t(u.exp());
+            let (zl, zu) = split.quantiles_at(&at);
+            (at.statistic - zl, at.statistic + zu)
+        };
+        let r = LOG_THETA_RANGE;
+        if g(r).0 > 0.0 {
+            return (f64::INFINITY, f64::INFINITY);
+        }
+        if g(-r).1 < 0.0 {
+            return (0.0, 0.0);
+        }
+        let lower = if g(-r).0 > 0.0 {
+            bisect_crossing(&|u| g(u).0, -r, r).exp()
+        } else {
+            0.0
+        };
+        let upper = if g(r).1 >= 0.0 {
+            f64::INFINITY
+        } else {
+            bisect_crossing(&|u| g(u).1, -r, r).exp()
+        };
+        (lower, upper)
+    }
+
+    #[test]
+    fn cornish_fisher_shift_is_bounded_and_increasing() {
+        // γ(z² − 1)/6: 0.1·(1.96² − 1)/6 by hand; none at z = 1; sign follows γ.
+        assert!((cornish_fisher(1.96, 0.1) - 0.1 * (1.96f64.powi(2) - 1.0) / 6.0).abs() < 1e-15);
+        assert_eq!(cornish_fisher(1.0, 0.3), 0.0);
+        assert!(cornish_fisher(2.0, -0.2) < 0.0);
+        // γ capped at 0.5, z at 3; NaN γ is no correction.
+        assert_eq!(cornish_fisher(2.0, 7.0), cornish_fisher(2.0, 0.5));
+        assert_eq!(cornish_fisher(13.0, 0.5), 0.5 * 8.0 / 6.0);
+        assert_eq!(cornish_fisher(2.0, f64::NAN), 0.0);
+        // z + shift(z) increases in z for every admissible γ (so the ends stay single crossings).
+        for g in [-0.5, -0.2, 0.0, 0.2, 0.5] {
+            let q = |z: f64| z + cornish_fisher(z, g);
+            let mut z = 0.0;
+            while z < 14.0 {
+                assert!(q(z + 0.01) > q(z), "{g} {z}");
+                z += 0.01;
+            }
+        }
+    }
+
+    #[test]
+    fn root_search_agrees_with_bisection() {
+        // Tables from tiny to large counts, noise from none to dominant, both size modes, both
+        // statistics (relative risk and odds ratio), estimates far from the ends: every end
+        // agrees with whole-range bisection to a relative 1e-10 (both searches stop within
+        // 1e-13 on ln θ), and the open ends agree exactly.
+        let mut checked = 0;
+        for &(x, nx, y, ny) in &[
+            (40.0, 200.0, 20.0, 200.0),
+            (3.0, 50.0, 45.0, 50.0),
+            (199.0, 200.0, 1.0, 200.0),
+            (1.0, 1000.0, 900.0, 1000.0),
+            (12.0, 30.0, 2.0, 400.0),
+            (-4.0, 100.0, 30.0, 100.0),
+            (60.0, 100.0, -2.0, 100.0),
+            (7.0, 34.0, 1.0, 34.0),
+        ] {
+            for s2 in [0.0, 2.0, 8.0, 136.0, 2000.0] {
+                for sizes in [GroupSizes::Public, GroupSizes::Private] {
+                    let rr = |th: f64| {
+                        score_statistic(th, &ReleasedCounts::new(x, nx, y, ny, sizes, s2))
+                    };
+                    let or = |th: f64| {
+                        odds_ratio::odds_ratio_score_statistic(
+                            th,
+                            &ReleasedCounts::new(x, nx, y, ny, sizes, s2),
+                        )
+                    };
+                    let pairs = [
+                        (
+                            relative_risk_score_interval(
+                                ReleasedCounts::new(x, nx, y, ny, sizes, s2),
+                                Z95,
+                            ),
+                            bisection_interval(rr, Z95),
+                        ),
+                        (
+                            odds_ratio::odds_ratio_score_interval(
+                                ReleasedCounts::new(x, nx, y, ny, sizes, s2),
+                                Z95,
+                            ),
+                            bisection_interval(or, Z95),
+                        ),
+                    ];
+                    for ((l, u), (bl, bu)) in pairs {
+                        for (a, b) in [(l, bl), (u, bu)] {
+                            let same = if a.is_finite() && b.is_finite() && b > 0.0 {
+                                ((a - b) / b).abs() < 1e-10
+                            } else {
+                                a == b
+                            };
+                            assert!(same, "{x} {nx} {y} {ny} {s2} {sizes}: {a} vs {b}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 8 * 5 * 2 * 4);
+    }
+}
