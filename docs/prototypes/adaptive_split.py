@@ -81,6 +81,9 @@ ALPHA = 0.05
 UNCENTRED = "--uncentred" in sys.argv
 # --no-skewness: centred, but without the Cornish-Fisher quantiles.
 NO_SKEWNESS = "--no-skewness" in sys.argv
+# --kurtosis: the Cornish-Fisher quantiles to the next order, with the excess kurtosis of the
+# statistic's linear part (or_score_mean.or_kurtosis; not in the crate).
+KURTOSIS = "--kurtosis" in sys.argv
 # The fourth cumulant of the cell noise as a function of its variance, for the odds ratio's
 # skewness: 0 (Gaussian) unless run_setting sets the discrete Laplace's.
 NOISE_K4 = lambda s2: 0.0  # noqa: E731
@@ -133,7 +136,12 @@ def critical(sr, k=4.0, m=0.0, kind="den"):
         cap = zl > zl_max
         zl = np.where(cap, zl_max, zl)
         zu = np.where(cap, norm.isf(ALPHA - m * ALPHA), zu)
-    if len(sr) > 2:  # the odds ratio's skewness (or_stat, centred): Cornish-Fisher quantiles
+    if len(sr) > 3:  # and its excess kurtosis: the next order (--kurtosis)
+        g, k = sr[2], sr[3]
+        zlc, zuc = np.minimum(zl, 3.0), np.minimum(zu, 3.0)
+        zl, zu = (zl + cornish_fisher(zl, g) + k * (zlc**3 - 3 * zlc) / 24 - g * g * (2 * zlc**3 - 5 * zlc) / 36,
+                  zu - cornish_fisher(zu, g) + k * (zuc**3 - 3 * zuc) / 24 - g * g * (2 * zuc**3 - 5 * zuc) / 36)
+    elif len(sr) > 2:  # the odds ratio's skewness (or_stat, centred): Cornish-Fisher quantiles
         zl, zu = zl + cornish_fisher(zl, sr[2]), zu - cornish_fisher(zu, sr[2])
     return zl, zu
 
@@ -163,12 +171,16 @@ def or_stat(theta, x, nx, y, ny, s2, private):
     --uncentred for the statistic of the runs quoted above), and s(theta) at the same
     restricted risks."""
     t = or_T(theta, x, nx, y, ny, s2, private)
-    gamma = None
+    gamma = kurt = None
     if not UNCENTRED:
-        from or_score_mean import or_mean, or_skewness
+        from or_score_mean import or_kurtosis, or_mean, or_skewness
+        k4 = NOISE_K4(s2) if s2 > 0 else 0.0
         with np.errstate(all="ignore"):
             mu = or_mean(theta, x, nx, y, ny, s2, private)
-            gamma = or_skewness(theta, x, nx, y, ny, s2, private, NOISE_K4(s2) if s2 > 0 else 0.0)
+            gamma = or_skewness(theta, x, nx, y, ny, s2, private, k4)
+            if KURTOSIS:
+                kurt = np.nan_to_num(or_kurtosis(theta, x, nx, y, ny, s2, private, k4),
+                                     nan=0.0, posinf=0.0, neginf=0.0)
         t = t - np.where(np.isfinite(mu), mu, 0.0)
         gamma = np.clip(np.nan_to_num(gamma, nan=0.0, posinf=0.0, neginf=0.0), -0.5, 0.5)
     xc, yc = np.clip(x, 0, nx), np.clip(y, 0, ny)
@@ -183,7 +195,9 @@ def or_stat(theta, x, nx, y, ny, s2, private):
         cd2 = vx / qx**2 + vy / py**2  # OR = p_x q_y / (q_x p_y): denominator factors q_x, p_y
         r = np.where(np.isfinite(cd2), cd2 / s, np.inf)
     sr = (np.where(np.isfinite(s), s, np.inf), np.nan_to_num(r, nan=0.0))
-    return t, sr if gamma is None or NO_SKEWNESS else sr + (gamma,)
+    if gamma is None or NO_SKEWNESS:
+        return t, sr
+    return t, sr + (gamma,) if kurt is None else sr + (gamma, kurt)
 
 
 def cornish_fisher(z, gamma):

@@ -13,7 +13,9 @@ closed form the crate uses (src/stats/score/odds_ratio.rs, OddsRatioScore::mean)
   exact  without noise, the exact coverage (all (n + 1)^2 tables weighted by their binomial
          probabilities) of the score interval with the crate's split, uncentred and centred,
          over the paper's 9x9 grid: the minimum and where.
-  skew   the skewness gamma of or_skewness (not in the crate yet) against the simulated one.
+  skew   the skewness gamma of or_skewness against the simulated one.
+  kurt   the excess kurtosis of or_kurtosis against the simulated one, and each tail's misses
+         with the skewness term alone and with both terms (section 2, "Kurtosis").
 
 Usage, from docs/prototypes/ (seconds):
 
@@ -21,6 +23,7 @@ Usage, from docs/prototypes/ (seconds):
     python3 or_score_mean.py sim 0.5 200 private 0.1 0.9     # eps n sizes p_x p_y
     python3 or_score_mean.py exact 200                        # n (about 10 s at 200)
     python3 or_score_mean.py skew
+    python3 or_score_mean.py kurt                             # the next order (not in the crate)
 """
 import os
 import sys
@@ -240,11 +243,71 @@ def or_skewness(theta, x, nx, y, ny, s2, private, k4=0.0):
     return k3 + 3 * d2v + 1.5 * k4 * kurt
 
 
+def or_kurtosis(theta, x, nx, y, ny, s2, private, k4=0.0):
+    """The excess kurtosis of the statistic's linear part L = H D1 under H0 (not in the crate;
+    adaptive_split.py --kurtosis): kappa4(L) / Var(L)^2, kappa4(L) = sum over the binomial arms
+    of b^4 n g (1 - 6g) plus sum over the noised cells of a_i^4 k4, with b = dL/dU per arm
+    (H n_y g_y / W, -H n_x g_x / W) and a_i = dL/de_i. Where the Laplace noise dominates the
+    binomial variance it is O(1) (about 1.6 at n = 50, eps = 0.5, p_x = 0.1), not O(1/n)."""
+    e = _expansion(theta, x, nx, y, ny, s2, private)
+    px, qx, py, qy, gx, gy, W, H = (e[k] for k in ("px", "qx", "py", "qy", "gx", "gy", "W", "H"))
+    bx, by = H * ny * gy / W, -H * nx * gx / W
+    cells = [bx * qx, -bx * px, by * qy, -by * py] if private else [bx, by]
+    var = bx**2 * nx * gx + by**2 * ny * gy + sum(a**2 for a in cells) * s2
+    k = bx**4 * nx * gx * (1 - 6 * gx) + by**4 * ny * gy * (1 - 6 * gy) + sum(a**4 for a in cells) * k4
+    return k / var**2
+
+
 def laplace_k4(s2):
     """Fourth cumulant of the discrete Laplace law with variance s2: G1 - G2, G geometric with
     ratio r, kappa2 = 2r/(1-r)^2, kappa4 = 2r(1 + 4r + r^2)/(1-r)^4 (3 s2^2 in the limit)."""
     r = ((s2 + 1) - np.sqrt(2 * s2 + 1)) / s2
     return 2 * r * (1 + 4 * r + r * r) / (1 - r) ** 4
+
+
+def kurt(tables=400_000, seed=3):
+    """The excess kurtosis of the centred statistic, simulated at the true odds ratio (discrete
+    Laplace noise at eps/2 per cell), against or_kurtosis at the expected release; and the two
+    tails' misses at the 30/70 split's quantiles (z_L = 2.1701, z_U = 1.8119; shares 0.015 and
+    0.035) with no correction, the skewness term (the crate) and the skewness and kurtosis
+    terms of the Cornish-Fisher expansion, gamma and the kurtosis read from each release."""
+    rng = np.random.default_rng(seed)
+    zl, zu = 2.1701, 1.8119
+    for eps, private, n, px, py in [(0.5, True, 50, 0.1, 0.6), (0.5, False, 50, 0.1, 0.6),
+                                    (0.5, True, 200, 0.1, 0.9), (0.5, False, 200, 0.5, 0.5),
+                                    (1.0, False, 200, 0.3, 0.2)]:
+        q = np.exp(-eps / 2)
+        s2 = 2 * q / (1 - q) ** 2
+        ax, ay = rng.binomial(n, px, tables), rng.binomial(n, py, tables)
+        if private:
+            xa, xb = ax + dlap(rng, eps / 2, tables), (n - ax) + dlap(rng, eps / 2, tables)
+            ya, yb = ay + dlap(rng, eps / 2, tables), (n - ay) + dlap(rng, eps / 2, tables)
+            x, nx, y, ny = (xa.astype(float), np.maximum(xa + xb, 1.0), ya.astype(float),
+                            np.maximum(ya + yb, 1.0))
+        else:
+            x = (ax + dlap(rng, eps / 2, tables)).astype(float)
+            y = (ay + dlap(rng, eps / 2, tables)).astype(float)
+            nx = ny = float(n)
+        th = px * (1 - py) / ((1 - px) * py)
+        k4 = laplace_k4(s2)
+        with np.errstate(all="ignore"):
+            t = or_T(th, x, nx, y, ny, s2, private) - or_mean(th, x, nx, y, ny, s2, private)
+            g = np.clip(np.nan_to_num(or_skewness(th, x, nx, y, ny, s2, private, k4)), -0.5, 0.5)
+            k = np.nan_to_num(or_kurtosis(th, x, nx, y, ny, s2, private, k4))
+            k0 = float(or_kurtosis(th, np.float64(n * px), float(n), np.float64(n * py), float(n),
+                                   s2, private, k4))
+        ok = np.isfinite(t)
+        t, g, k = t[ok], g[ok], k[ok]
+        m, sd = t.mean(), t.std()
+        print(f"eps={eps} n={n} ({px}, {py}) {'private' if private else 'public'}: excess kurtosis "
+              f"simulated {((t - m) ** 4).mean() / sd**4 - 3:+.3f}, or_kurtosis {k0:+.3f} (mean over "
+              f"releases {k.mean():+.3f}); skewness simulated {((t - m) ** 3).mean() / sd**3:+.3f}, "
+              f"gamma's mean over releases {g.mean():+.3f}")
+        for name, gg, kk in (("none", 0 * g, 0 * k), ("skewness", g, 0 * k), ("both", g, k)):
+            up = zl + gg * (zl**2 - 1) / 6 + kk * (zl**3 - 3 * zl) / 24 - gg**2 * (2 * zl**3 - 5 * zl) / 36
+            lo = -zu + gg * (zu**2 - 1) / 6 - kk * (zu**3 - 3 * zu) / 24 + gg**2 * (2 * zu**3 - 5 * zu) / 36
+            a, b = np.mean(t > up), np.mean(t < lo)
+            print(f"  {name:8s}: P(T > z_L) {a:.4f}  P(T < -z_U) {b:.4f}  both {a + b:.4f}")
 
 
 if __name__ == "__main__":
@@ -255,5 +318,7 @@ if __name__ == "__main__":
         exact(int(sys.argv[2]))
     elif sys.argv[1:2] == ["skew"]:
         skew()
+    elif sys.argv[1:2] == ["kurt"]:
+        kurt()
     else:
         delta()
