@@ -4,7 +4,7 @@
 //!     cargo run --release --example bench -- generate [dataset] # Parquet files (once)
 //!     cargo run --release --example bench -- pairs [filter]    # timed pairs, medians, ratios
 //!     cargo run --release --example bench -- sampler           # noise samples per second
-//!     cargo run --release --example bench -- intervals         # interval step per group
+//!     cargo run --release --example bench -- intervals [filter] # interval step per group
 //!     cargo run --release --example bench -- query <dataset> <memory|parquet> <query-name>
 //!                                                              # one query (for /usr/bin/time)
 //!
@@ -362,7 +362,9 @@ fn sampler() -> Result<()> {
 /// The interval step alone, per group, as `dp_rr_ci` runs it after the release: 100k released
 /// tables (n = 200 per arm, p_x = 0.3, p_y = 0.2, ε = 1, Laplace, private sizes) turned into
 /// intervals by `TableNoise::interval` with each method, interleaved, medians of `runs`.
-fn intervals() -> Result<()> {
+/// `filter` keeps the methods whose "statistic method" label contains it (e.g. "odds ratio
+/// score"), and always the reference, the relative risk's log interval.
+fn intervals(filter: Option<String>) -> Result<()> {
     use rand::SeedableRng;
     let runs: usize = std::env::var("DP_BENCH_RUNS")
         .ok()
@@ -388,14 +390,23 @@ fn intervals() -> Result<()> {
         .collect();
     // The relative risk's four intervals, then the odds ratio's Woolf (conservative) and score
     // (its default: centred, with Cornish-Fisher quantiles) intervals.
-    let methods = [
+    let reference = (RatioStatistic::RelativeRisk, IntervalMethod::Log);
+    let methods: Vec<_> = [
+        reference,
         (RatioStatistic::RelativeRisk, IntervalMethod::Conservative),
-        (RatioStatistic::RelativeRisk, IntervalMethod::Log),
         (RatioStatistic::RelativeRisk, IntervalMethod::Score),
         (RatioStatistic::RelativeRisk, IntervalMethod::Bootstrap),
         (RatioStatistic::OddsRatio, IntervalMethod::Conservative),
         (RatioStatistic::OddsRatio, IntervalMethod::Score),
-    ];
+    ]
+    .into_iter()
+    .filter(|&(statistic, method)| {
+        (statistic, method) == reference
+            || filter
+                .as_ref()
+                .is_none_or(|f| format!("{statistic} {method}").contains(f.as_str()))
+    })
+    .collect();
     let mut times = vec![Vec::new(); methods.len()];
     for run in 0..=runs {
         for (k, &(statistic, method)) in methods.iter().enumerate() {
@@ -421,7 +432,7 @@ fn intervals() -> Result<()> {
             "| {statistic} | {method} | {:.4} | {:.3} | {:.1} |",
             medians[k],
             medians[k] / groups as f64 * 1e6,
-            medians[k] / medians[1]
+            medians[k] / medians[0]
         );
     }
     Ok(())
@@ -462,8 +473,8 @@ async fn main() -> Result<()> {
         Some("generate") => generate(args.get(1).cloned()).await,
         Some("pairs") => pairs(args.get(1).cloned()).await,
         Some("sampler") => sampler(),
-        Some("intervals") => intervals(),
+        Some("intervals") => intervals(args.get(1).cloned()),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_or_ci|dp_rd_ci|dp_count_unit>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals [filter] | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_or_ci|dp_rd_ci|dp_count_unit>".into()),
     }
 }

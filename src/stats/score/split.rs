@@ -137,8 +137,9 @@ impl TailSplit {
         } else {
             (SKEW_FACTOR * skew).clamp(self.gap_min, SPLIT_MAX.max(self.gap_min))
         };
-        let at = (gap - self.gap_min) / SPLIT_STEP;
-        let i = (at.floor() as usize).min(self.centre.len() - 1);
+        // `at ≥ 0`, so the cast is its floor (without a call to libm's `floor`).
+        let at = (gap - self.gap_min) * (1.0 / SPLIT_STEP);
+        let i = (at as usize).min(self.centre.len() - 1);
         let (z0, slope0) = self.centre[i];
         let zc = match self.centre.get(i + 1) {
             // Cubic Hermite between the nodes i and i + 1 (t ∈ [0, 1]).
