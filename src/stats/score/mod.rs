@@ -51,10 +51,11 @@ fn standardised(numerator: f64, variance: f64) -> f64 {
 pub struct ScoreAt {
     /// `T(θ)`, standardised under `H₀: ratio = θ`.
     pub statistic: f64,
-    /// `c_D²/s`: `c_D` the coefficient of variation of the ratio's denominator factors and `s`
-    /// the delta-method standard error of the log ratio, at the restricted estimates; `+∞`
-    /// where the denominator's restricted risk is 0.
-    pub skew: f64,
+    /// `c_D²/s`, the ratio's skew from its denominator, which sets the error split:
+    /// `c_D` the coefficient of variation of the ratio's denominator factors and `s` the
+    /// delta-method standard error of the log ratio, at the restricted estimates; `+∞` where
+    /// the denominator's restricted risk is 0. Not the statistic's own [`Self::skewness`].
+    pub denominator_skew: f64,
     /// The statistic's own skewness `γ` under `H₀` (standardised third cumulant), which moves
     /// the quantiles by [`cornish_fisher`]; 0 where the statistic does not derive it.
     pub skewness: f64,
@@ -87,7 +88,7 @@ pub fn cornish_fisher(z: f64, skewness: f64) -> f64 {
 /// `c_D²/s` from the squared coefficient of variation of a ratio's denominator factors and the
 /// variance `s²` of the log ratio: `+∞` where `c_D²` is not finite (a restricted risk of 0 in
 /// the denominator), 0 where `s` vanishes or is infinite.
-fn skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
+fn denominator_skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
     if !cv2_denominator.is_finite() {
         return f64::INFINITY;
     }

@@ -3,7 +3,7 @@
 //! statistic centred by its second-order mean and its quantiles corrected for its skewness
 //! (docs/intervals.md §2).
 
-use super::{invert_score_test, skew, standardised, ScoreAt};
+use super::{denominator_skew, invert_score_test, standardised, ScoreAt};
 use crate::stats::ratio::{GroupSizes, ReleasedCounts};
 
 /// The unexposed risk `p̄_y` maximising the binomial likelihood under odds ratio `θ` when the
@@ -105,7 +105,7 @@ impl OddsRatioScoreTest {
         let score = self.at(theta);
         ScoreAt {
             statistic: standardised(score.numerator - score.mean, score.variance),
-            skew: score.skew,
+            denominator_skew: score.denominator_skew,
             skewness: score.skewness,
         }
     }
@@ -133,7 +133,7 @@ impl OddsRatioScoreTest {
             mean: finite(expansion.mean()),
             variance,
             skewness: finite(expansion.skewness(counts.sizes, counts.noise_fourth_cumulant)),
-            skew: skew(
+            denominator_skew: denominator_skew(
                 ax.v / (q_x * q_x) + ay.v / (p_y * p_y),
                 ax.v / (ax.g * ax.g) + ay.v / (ay.g * ay.g),
             ),
@@ -158,7 +158,7 @@ pub struct OddsRatioScore {
     /// (docs/intervals.md §2, "Skewness"), 0 where it is not finite.
     pub skewness: f64,
     /// `c_D²/s`, for the error split.
-    pub skew: f64,
+    pub denominator_skew: f64,
 }
 
 /// One arm's terms in the expansion of the statistic ([`Expansion`]), at its restricted risk,

@@ -23,7 +23,7 @@
 //! an honest answer, since any interval with 95% coverage at every `(p_x, p_y)` must then be
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
-use super::{invert_score_test, skew, standardised, ScoreAt};
+use super::{denominator_skew, invert_score_test, standardised, ScoreAt};
 use crate::stats::ratio::ReleasedCounts;
 
 /// The restricted maximum-likelihood risks `(p̄_x, p̄_y)` under `p_x = θ·p_y` for `x` cases of
@@ -95,7 +95,7 @@ impl RelativeRiskScoreTest {
                 self.proportions[0] - theta * self.proportions[1],
                 v_x + theta * theta * v_y,
             ),
-            skew: skew(cv2_y, cv2_x + cv2_y),
+            denominator_skew: denominator_skew(cv2_y, cv2_x + cv2_y),
             skewness: 0.0,
         }
     }
@@ -210,8 +210,8 @@ mod tests {
                     &ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, 8.0),
                 )
             };
-            let (zl, _) = split.quantiles(t(lo).skew);
-            let (_, zu) = split.quantiles(t(hi).skew);
+            let (zl, _) = split.quantiles(t(lo).denominator_skew);
+            let (_, zu) = split.quantiles(t(hi).denominator_skew);
             assert!(
                 (t(lo).statistic - zl).abs() < 1e-9 && (t(hi).statistic + zu).abs() < 1e-9,
                 "{sizes}"

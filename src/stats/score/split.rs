@@ -123,7 +123,7 @@ impl TailSplit {
     /// at the statistic's skew `c_D²/s`, each quantile moved for the statistic's own skewness
     /// by [`cornish_fisher`]. What [`invert_score_test`](super::invert_score_test) inverts.
     pub fn quantiles_at(&self, at: &ScoreAt) -> (f64, f64) {
-        let (z_lower, z_upper) = self.quantiles(at.skew);
+        let (z_lower, z_upper) = self.quantiles(at.denominator_skew);
         (
             z_lower + cornish_fisher(z_lower, at.skewness),
             z_upper - cornish_fisher(z_upper, at.skewness),
