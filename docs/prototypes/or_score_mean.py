@@ -122,19 +122,24 @@ def dlap(rng, eps_cell, size):
     return rng.geometric(p, size) - rng.geometric(p, size)
 
 
-def sim(eps, n, private, px0, py0, tables=400_000, seed=11):
-    rng = np.random.default_rng(seed)
+def _release(rng, eps, n, private, px, py, tables):
+    """Releases as the crate's: binomial arms, discrete Laplace noise at eps/2 per cell (sizes
+    floored at 1 when private); (x, nx, y, ny, s2)."""
     s2 = 2 * np.exp(-eps / 2) / (1 - np.exp(-eps / 2)) ** 2
-    ax, ay = rng.binomial(n, px0, tables), rng.binomial(n, py0, tables)
+    ax, ay = rng.binomial(n, px, tables), rng.binomial(n, py, tables)
     if private:
         xa, xb = ax + dlap(rng, eps / 2, tables), (n - ax) + dlap(rng, eps / 2, tables)
         ya, yb = ay + dlap(rng, eps / 2, tables), (n - ay) + dlap(rng, eps / 2, tables)
-        x, nx, y, ny = (xa.astype(float), np.maximum(xa + xb, 1.0), ya.astype(float),
-                        np.maximum(ya + yb, 1.0))
-    else:
-        x = (ax + dlap(rng, eps / 2, tables)).astype(float)
-        y = (ay + dlap(rng, eps / 2, tables)).astype(float)
-        nx = ny = float(n)
+        return (xa.astype(float), np.maximum(xa + xb, 1.0), ya.astype(float),
+                np.maximum(ya + yb, 1.0), s2)
+    x = (ax + dlap(rng, eps / 2, tables)).astype(float)
+    y = (ay + dlap(rng, eps / 2, tables)).astype(float)
+    return x, float(n), y, float(n), s2
+
+
+def sim(eps, n, private, px0, py0, tables=400_000, seed=11):
+    rng = np.random.default_rng(seed)
+    x, nx, y, ny, s2 = _release(rng, eps, n, private, px0, py0, tables)
     theta = px0 * (1 - py0) / ((1 - px0) * py0)
     with np.errstate(all="ignore"):
         t = or_T(theta, x, nx, y, ny, s2, private)
@@ -276,18 +281,7 @@ def kurt(tables=400_000, seed=3):
     for eps, private, n, px, py in [(0.5, True, 50, 0.1, 0.6), (0.5, False, 50, 0.1, 0.6),
                                     (0.5, True, 200, 0.1, 0.9), (0.5, False, 200, 0.5, 0.5),
                                     (1.0, False, 200, 0.3, 0.2)]:
-        q = np.exp(-eps / 2)
-        s2 = 2 * q / (1 - q) ** 2
-        ax, ay = rng.binomial(n, px, tables), rng.binomial(n, py, tables)
-        if private:
-            xa, xb = ax + dlap(rng, eps / 2, tables), (n - ax) + dlap(rng, eps / 2, tables)
-            ya, yb = ay + dlap(rng, eps / 2, tables), (n - ay) + dlap(rng, eps / 2, tables)
-            x, nx, y, ny = (xa.astype(float), np.maximum(xa + xb, 1.0), ya.astype(float),
-                            np.maximum(ya + yb, 1.0))
-        else:
-            x = (ax + dlap(rng, eps / 2, tables)).astype(float)
-            y = (ay + dlap(rng, eps / 2, tables)).astype(float)
-            nx = ny = float(n)
+        x, nx, y, ny, s2 = _release(rng, eps, n, private, px, py, tables)
         th = px * (1 - py) / ((1 - px) * py)
         k4 = laplace_k4(s2)
         with np.errstate(all="ignore"):

@@ -109,8 +109,7 @@ pub fn woolf_log_variance(cells: [f64; 4], sizes: GroupSizes, noise_variance: f6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::released;
-    use crate::stats::ratio::Z95;
+    use crate::stats::ratio::{released, Z95};
 
     #[test]
     fn odds_ratio_matches_hand_computation() {

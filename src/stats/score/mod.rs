@@ -33,6 +33,45 @@ impl ReleasedCounts {
     }
 }
 
+/// Released counts as a score test reads them at every candidate `θ`: what does not change with
+/// `θ` (the clamped cases, the released proportions, reciprocals of the sizes) computed once
+/// per table, since the interval's root search evaluates the statistic at about 17 `θ`. Each
+/// statistic adds its own method: [`Self::relative_risk_statistic`],
+/// [`Self::odds_ratio_statistic`].
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreCounts {
+    /// The released counts, sizes floored at 1.
+    pub counts: ReleasedCounts,
+    /// `X̃` and `Ỹ` clamped to `[0, ñ]`, for the restricted risks.
+    cases: [f64; 2],
+    /// `p̃ = X̃/ñ` per arm, as released.
+    proportions: [f64; 2],
+    /// `(1/ñ, 1/ñ², 1/ñ³)` per arm.
+    reciprocals: [[f64; 3]; 2],
+}
+
+impl ScoreCounts {
+    /// The test's view of released counts (sizes already floored at 1).
+    pub fn new(counts: &ReleasedCounts) -> Self {
+        let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
+        let reciprocals = |n: f64| [1.0 / n, 1.0 / (n * n), 1.0 / (n * n * n)];
+        Self {
+            counts: *counts,
+            cases: [x.clamp(0.0, n_x), y.clamp(0.0, n_y)],
+            proportions: [x / n_x, y / n_y],
+            reciprocals: [reciprocals(n_x), reciprocals(n_y)],
+        }
+    }
+
+    /// [`ReleasedCounts::proportion_variance`] of arm `arm` (0 exposed, 1 unexposed) at risk
+    /// `p`, `q = 1 − p`, by the reciprocals of its size.
+    fn proportion_variance(&self, arm: usize, p: f64, q: f64) -> f64 {
+        let [inv_n, inv_n2, _] = self.reciprocals[arm];
+        let counts = &self.counts;
+        p * q * inv_n + counts.noise_variance * counts.sizes.noise_weight(p, q) * inv_n2
+    }
+}
+
 /// A score statistic's numerator over the square root of its variance; `±∞` (or 0, for a zero
 /// numerator) where the variance vanishes at the ends of the `θ` range.
 fn standardised(numerator: f64, variance: f64) -> f64 {

@@ -3,7 +3,7 @@
 //! statistic centred by its second-order mean and its quantiles corrected for its skewness
 //! (docs/intervals.md §2).
 
-use super::{denominator_skew, invert_score_test, standardised, ScoreAt};
+use super::{denominator_skew, invert_score_test, standardised, ScoreAt, ScoreCounts};
 use crate::stats::ratio::{GroupSizes, ReleasedCounts};
 
 /// The unexposed risk `p̄_y` maximising the binomial likelihood under odds ratio `θ` when the
@@ -70,39 +70,14 @@ pub fn odds_ratio_restricted_risks(
 /// `s² = v_x/(p̄_x q̄_x)² + v_y/(p̄_y q̄_y)²`; and its own skewness `γ`, by which
 /// [`invert_score_test`] moves both quantiles (Cornish-Fisher; docs/intervals.md §2).
 pub fn odds_ratio_score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
-    OddsRatioScoreTest::new(counts).statistic(theta)
+    ScoreCounts::new(counts).odds_ratio_statistic(theta)
 }
 
-/// The odds ratio's score test over candidate `θ` for one released table: the counts with
-/// what does not change with `θ` (released proportions, reciprocals of the sizes) computed
-/// once, since the interval's root search evaluates the statistic at about 17 `θ` per table.
-#[derive(Clone, Copy, Debug)]
-pub struct OddsRatioScoreTest {
-    counts: ReleasedCounts,
-    /// `X̃` and `Ỹ` clamped to `[0, ñ]`, for the restricted risks.
-    cases: [f64; 2],
-    /// `p̃ = X̃/ñ` per arm, as released.
-    proportions: [f64; 2],
-    /// `(1/ñ, 1/ñ², 1/ñ³)` per arm.
-    reciprocals: [[f64; 3]; 2],
-}
-
-impl OddsRatioScoreTest {
-    /// The test for released counts (sizes already floored at 1).
-    pub fn new(counts: &ReleasedCounts) -> Self {
-        let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
-        let reciprocals = |n: f64| [1.0 / n, 1.0 / (n * n), 1.0 / (n * n * n)];
-        Self {
-            counts: *counts,
-            cases: [x.clamp(0.0, n_x), y.clamp(0.0, n_y)],
-            proportions: [x / n_x, y / n_y],
-            reciprocals: [reciprocals(n_x), reciprocals(n_y)],
-        }
-    }
-
-    /// `T(θ)` with its skew and skewness ([`odds_ratio_score_statistic`]).
-    pub fn statistic(&self, theta: f64) -> ScoreAt {
-        let score = self.at(theta);
+impl ScoreCounts {
+    /// The odds ratio's `T(θ)` with its denominator skew and skewness
+    /// ([`odds_ratio_score_statistic`]).
+    pub fn odds_ratio_statistic(&self, theta: f64) -> ScoreAt {
+        let score = self.odds_ratio_parts(theta);
         ScoreAt {
             statistic: standardised(score.numerator - score.mean, score.variance),
             denominator_skew: score.denominator_skew,
@@ -110,8 +85,8 @@ impl OddsRatioScoreTest {
         }
     }
 
-    /// The statistic's parts at `θ`.
-    pub fn at(&self, theta: f64) -> OddsRatioScore {
+    /// The odds ratio's statistic's parts at `θ`.
+    pub fn odds_ratio_parts(&self, theta: f64) -> OddsRatioScore {
         let counts = &self.counts;
         let [(p_x, q_x), (p_y, q_y)] = odds_ratio_restricted_risks(
             theta,
@@ -121,8 +96,8 @@ impl OddsRatioScoreTest {
             counts.n_y,
         );
         let (ax, ay) = (
-            ArmTerms::new(p_x, q_x, counts.n_x, self.reciprocals[0], counts),
-            ArmTerms::new(p_y, q_y, counts.n_y, self.reciprocals[1], counts),
+            ArmTerms::new(p_x, q_x, 0, self),
+            ArmTerms::new(p_y, q_y, 1, self),
         );
         let numerator = (self.proportions[0] - p_x) * ay.g - (self.proportions[1] - p_y) * ax.g;
         let variance = ax.v * ay.g * ay.g + ay.v * ax.g * ax.g;
@@ -190,13 +165,11 @@ struct ArmTerms {
 }
 
 impl ArmTerms {
-    fn new(
-        p: f64,
-        q: f64,
-        n: f64,
-        [inv_n, inv_n2, inv_n3]: [f64; 3],
-        counts: &ReleasedCounts,
-    ) -> Self {
+    /// Arm `arm` (0 exposed, 1 unexposed) at its restricted risk `p`, `q = 1 − p`.
+    fn new(p: f64, q: f64, arm: usize, table: &ScoreCounts) -> Self {
+        let counts = &table.counts;
+        let n = if arm == 0 { counts.n_x } else { counts.n_y };
+        let [inv_n, inv_n2, inv_n3] = table.reciprocals[arm];
         let s2 = counts.noise_variance;
         let (g, w) = (p * q, counts.sizes.noise_weight(p, q));
         // Also d w/dt = −2cg: d(p² + q²)/dt = −2(q − p)g with private sizes, 0 with public.
@@ -210,8 +183,7 @@ impl ArmTerms {
             q,
             g,
             dg,
-            // `ReleasedCounts::proportion_variance`, by the reciprocals.
-            v: g * inv_n + s2 * w * inv_n2,
+            v: table.proportion_variance(arm, p, q),
             dv: dg * inv_n - 2.0 * s2 * c * g * inv_n2,
             dv_dn: -g * inv_n2 - 2.0 * s2 * w * inv_n3,
             count_variance: n * g + s2 * w,
@@ -338,7 +310,7 @@ impl<'a> Expansion<'a> {
 impl OddsRatioScore {
     /// The statistic's parts at `θ` for released counts (sizes already floored at 1).
     pub fn at(theta: f64, counts: &ReleasedCounts) -> Self {
-        OddsRatioScoreTest::new(counts).at(theta)
+        ScoreCounts::new(counts).odds_ratio_parts(theta)
     }
 }
 
@@ -352,9 +324,9 @@ impl OddsRatioScore {
 pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
     let counts = counts.sizes_floored();
     let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
-    let test = OddsRatioScoreTest::new(&counts);
+    let test = ScoreCounts::new(&counts);
     invert_score_test(
-        |theta| test.statistic(theta),
+        |theta| test.odds_ratio_statistic(theta),
         z,
         (x * (n_y - y)) / ((n_x - x) * y),
     )
@@ -363,8 +335,7 @@ pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::Z95;
-    use crate::stats::ratio::{released, IntervalMethod};
+    use crate::stats::ratio::{released, IntervalMethod, Z95};
 
     #[test]
     fn restricted_risks_keep_the_margin_and_the_odds_ratio() {

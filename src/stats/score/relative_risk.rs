@@ -23,7 +23,7 @@
 //! an honest answer, since any interval with 95% coverage at every `(p_x, p_y)` must then be
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
-use super::{denominator_skew, invert_score_test, standardised, ScoreAt};
+use super::{denominator_skew, invert_score_test, standardised, ScoreAt, ScoreCounts};
 use crate::stats::ratio::ReleasedCounts;
 
 /// The restricted maximum-likelihood risks `(p̄_x, p̄_y)` under `p_x = θ·p_y` for `x` cases of
@@ -43,52 +43,17 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
 /// at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's,
 /// `s² = c_x² + c_y²` (the log ratio's delta-method variance).
 pub fn score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
-    RelativeRiskScoreTest::new(counts).statistic(theta)
+    ScoreCounts::new(counts).relative_risk_statistic(theta)
 }
 
-/// The relative risk's score test over candidate `θ` for one released table: the counts with
-/// what does not change with `θ` (released proportions, reciprocals of the sizes) computed
-/// once, since the interval's root search evaluates the statistic at about 17 `θ` per table.
-#[derive(Clone, Copy, Debug)]
-pub struct RelativeRiskScoreTest {
-    counts: ReleasedCounts,
-    /// `X̃` and `Ỹ` clamped to `[0, ñ]`, for the restricted risks.
-    cases: [f64; 2],
-    /// `p̃ = X̃/ñ` per arm, as released.
-    proportions: [f64; 2],
-    /// `(1/ñ, 1/ñ²)` per arm.
-    reciprocals: [[f64; 2]; 2],
-}
-
-impl RelativeRiskScoreTest {
-    /// The test for released counts (sizes already floored at 1).
-    pub fn new(counts: &ReleasedCounts) -> Self {
-        let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
-        Self {
-            counts: *counts,
-            cases: [x.clamp(0.0, n_x), y.clamp(0.0, n_y)],
-            proportions: [x / n_x, y / n_y],
-            reciprocals: [
-                [1.0 / n_x, 1.0 / (n_x * n_x)],
-                [1.0 / n_y, 1.0 / (n_y * n_y)],
-            ],
-        }
-    }
-
-    /// `T(θ)` with its skew ([`score_statistic`]).
-    pub fn statistic(&self, theta: f64) -> ScoreAt {
+impl ScoreCounts {
+    /// The relative risk's `T(θ)` with its denominator skew ([`score_statistic`]).
+    pub fn relative_risk_statistic(&self, theta: f64) -> ScoreAt {
         let counts = &self.counts;
         let (p_x, p_y) =
             restricted_risks(theta, self.cases[0], counts.n_x, self.cases[1], counts.n_y);
-        // `ReleasedCounts::proportion_variance`, by the reciprocals.
-        let variance = |p: f64, [inv_n, inv_n2]: [f64; 2]| {
-            let q = 1.0 - p;
-            p * q * inv_n + counts.noise_variance * counts.sizes.noise_weight(p, q) * inv_n2
-        };
-        let (v_x, v_y) = (
-            variance(p_x, self.reciprocals[0]),
-            variance(p_y, self.reciprocals[1]),
-        );
+        let v_x = self.proportion_variance(0, p_x, 1.0 - p_x);
+        let v_y = self.proportion_variance(1, p_y, 1.0 - p_y);
         let (cv2_x, cv2_y) = (v_x / (p_x * p_x), v_y / (p_y * p_y));
         ScoreAt {
             statistic: standardised(
@@ -110,9 +75,9 @@ impl RelativeRiskScoreTest {
 /// `upper` is `+∞` when `Ỹ ≤ Φ⁻¹(1 − α)·s` (it cannot exclude `Y = 0`).
 pub fn relative_risk_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
     let counts = counts.sizes_floored();
-    let test = RelativeRiskScoreTest::new(&counts);
+    let test = ScoreCounts::new(&counts);
     invert_score_test(
-        |theta| test.statistic(theta),
+        |theta| test.relative_risk_statistic(theta),
         z,
         (counts.x / counts.n_x) / (counts.y / counts.n_y),
     )
@@ -121,8 +86,7 @@ pub fn relative_risk_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::GroupSizes;
-    use crate::stats::ratio::Z95;
+    use crate::stats::ratio::{GroupSizes, Z95};
     use crate::stats::score::{tail_quantiles, TailSplit};
 
     #[test]
