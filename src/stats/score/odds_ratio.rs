@@ -168,7 +168,7 @@ impl ArmTerms {
     /// Arm `arm` (0 exposed, 1 unexposed) at its restricted risk `p`, `q = 1 − p`.
     fn new(p: f64, q: f64, arm: usize, table: &ScoreCounts) -> Self {
         let counts = &table.counts;
-        let n = if arm == 0 { counts.n_x } else { counts.n_y };
+        let n = [counts.n_x, counts.n_y][arm];
         let [inv_n, inv_n2, inv_n3] = table.reciprocals[arm];
         let s2 = counts.noise_variance;
         let (g, w) = (p * q, counts.sizes.noise_weight(p, q));
@@ -281,6 +281,9 @@ impl<'a> Expansion<'a> {
     /// the noised cells, whose fourth cumulant is of the same order as the variance squared;
     /// the binomial's is of lower order). `κ₃(L) = H³κ₃(Δ₁)` from the binomial third cumulants
     /// `ñ g (q̄ − p̄)` (the noise is symmetric). `sizes` says which cells are noised.
+    // Inlined into `odds_ratio_parts`: left to the compiler it became a call, and the odds
+    // ratio's interval took 10% longer (BENCHMARKS.md, "Session 11").
+    #[inline]
     fn skewness(&self, sizes: GroupSizes, kappa4: f64) -> f64 {
         let (x, y, iw) = (self.x, self.y, self.inv_w);
         let h = self.a * self.inv_sd;
