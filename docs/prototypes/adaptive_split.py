@@ -136,13 +136,9 @@ def critical(sr, k=4.0, m=0.0, kind="den"):
         cap = zl > zl_max
         zl = np.where(cap, zl_max, zl)
         zu = np.where(cap, norm.isf(ALPHA - m * ALPHA), zu)
-    if len(sr) > 3:  # and its excess kurtosis: the next order (--kurtosis)
-        g, k = sr[2], sr[3]
-        zlc, zuc = np.minimum(zl, 3.0), np.minimum(zu, 3.0)
-        zl, zu = (zl + cornish_fisher(zl, g) + k * (zlc**3 - 3 * zlc) / 24 - g * g * (2 * zlc**3 - 5 * zlc) / 36,
-                  zu - cornish_fisher(zu, g) + k * (zuc**3 - 3 * zuc) / 24 - g * g * (2 * zuc**3 - 5 * zuc) / 36)
-    elif len(sr) > 2:  # the odds ratio's skewness (or_stat, centred): Cornish-Fisher quantiles
-        zl, zu = zl + cornish_fisher(zl, sr[2]), zu - cornish_fisher(zu, sr[2])
+    if len(sr) > 2:  # the odds ratio's skewness (or_stat, centred), and with --kurtosis its
+        # excess kurtosis: Cornish-Fisher quantiles
+        zl, zu = cornish_fisher_bounds(zl, zu, sr[2], sr[3] if len(sr) > 3 else None)
     return zl, zu
 
 
@@ -205,6 +201,19 @@ def cornish_fisher(z, gamma):
     clamped to +-0.5 from or_stat)."""
     zc = np.minimum(z, 3.0)
     return gamma * (zc * zc - 1) / 6
+
+
+def cornish_fisher_bounds(zl, zu, gamma, kurt=None):
+    """The acceptance bounds (z_L', z_U'), -z_U' <= T <= z_L', from the split's quantiles: the
+    crate's (TailSplit::quantiles_at, the skewness term) and, given the excess kurtosis `kurt`
+    (not in the crate; --kurtosis, or_score_mean.py kurt), the next order of the expansion,
+    k (z^3 - 3z)/24 - gamma^2 (2z^3 - 5z)/36, with z capped at 3 as for the first."""
+    zl2, zu2 = zl + cornish_fisher(zl, gamma), zu - cornish_fisher(zu, gamma)
+    if kurt is None:
+        return zl2, zu2
+    even = lambda z: (kurt * (np.minimum(z, 3.0) ** 3 - 3 * np.minimum(z, 3.0)) / 24  # noqa: E731
+                      - gamma**2 * (2 * np.minimum(z, 3.0) ** 3 - 5 * np.minimum(z, 3.0)) / 36)
+    return zl2 + even(zl), zu2 + even(zu)
 
 
 def _crossing(g, start, R, iters=60):

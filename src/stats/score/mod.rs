@@ -24,15 +24,6 @@ pub use split::{tail_quantiles, TailSplit, UPPER_TAIL_SHARE};
 /// as `+∞` (no table of fewer than ~10¹² rows can tell such ratios from 0 or ∞).
 const LOG_THETA_RANGE: f64 = 28.0;
 
-impl ReleasedCounts {
-    /// The delta-method variance of a released proportion at risk `p` (`q = 1 − p`) in an arm
-    /// of size `n`, with this release's per-cell noise variance `s²`: `pq/n + s²·w/n²`, `w` the
-    /// size mode's [`super::ratio::GroupSizes::noise_weight`] (docs/intervals.md §1).
-    pub fn proportion_variance(&self, p: f64, q: f64, n: f64) -> f64 {
-        p * q / n + self.noise_variance * self.sizes.noise_weight(p, q) / (n * n)
-    }
-}
-
 /// Released counts as a score test reads them at every candidate `θ`: what does not change with
 /// `θ` (the clamped cases, the released proportions, reciprocals of the sizes) computed once
 /// per table, since the interval's root search evaluates the statistic at about 17 `θ`. Each
@@ -40,7 +31,7 @@ impl ReleasedCounts {
 /// [`Self::odds_ratio_statistic`].
 #[derive(Clone, Copy, Debug)]
 pub struct ScoreCounts {
-    /// The released counts, sizes floored at 1.
+    /// The released counts, sizes floored at 1 ([`ReleasedCounts::sizes_floored`]).
     pub counts: ReleasedCounts,
     /// `X̃` and `Ỹ` clamped to `[0, ñ]`, for the restricted risks.
     cases: [f64; 2],
@@ -51,20 +42,23 @@ pub struct ScoreCounts {
 }
 
 impl ScoreCounts {
-    /// The test's view of released counts (sizes already floored at 1).
+    /// The test's view of released counts, their sizes floored at 1.
     pub fn new(counts: &ReleasedCounts) -> Self {
-        let ReleasedCounts { x, n_x, y, n_y, .. } = *counts;
+        let counts = counts.sizes_floored();
+        let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
         let reciprocals = |n: f64| [1.0 / n, 1.0 / (n * n), 1.0 / (n * n * n)];
         Self {
-            counts: *counts,
+            counts,
             cases: [x.clamp(0.0, n_x), y.clamp(0.0, n_y)],
             proportions: [x / n_x, y / n_y],
             reciprocals: [reciprocals(n_x), reciprocals(n_y)],
         }
     }
 
-    /// [`ReleasedCounts::proportion_variance`] of arm `arm` (0 exposed, 1 unexposed) at risk
-    /// `p`, `q = 1 − p`, by the reciprocals of its size.
+    /// The delta-method variance of arm `arm`'s released proportion (0 exposed, 1 unexposed) at
+    /// risk `p`, `q = 1 − p`, with the release's per-cell noise variance `s²`:
+    /// `pq/ñ + s²·w/ñ²`, `w` the size mode's [`super::ratio::GroupSizes::noise_weight`]
+    /// (docs/intervals.md §1; the paper's Theorem Gaussian_Valid_CI variance, per arm).
     fn proportion_variance(&self, arm: usize, p: f64, q: f64) -> f64 {
         let [inv_n, inv_n2, _] = self.reciprocals[arm];
         let counts = &self.counts;

@@ -57,7 +57,7 @@ pub fn odds_ratio_restricted_risks(
 /// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
 /// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`),
 /// `v` the variance of a released proportion including the exact noise variance `s²`
-/// ([`ReleasedCounts::proportion_variance`], the paper's Theorem Gaussian_Valid_CI variance per
+/// (`ScoreCounts::proportion_variance`, the paper's Theorem Gaussian_Valid_CI variance per
 /// arm) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`), and the denominator its variance, the arms and their noises
@@ -150,7 +150,7 @@ struct ArmTerms {
     g: f64,
     /// `dg/dt = (q̄ − p̄)g`.
     dg: f64,
-    /// `v`, the variance of the released proportion ([`ReleasedCounts::proportion_variance`]).
+    /// `v`, the variance of the released proportion (`ScoreCounts::proportion_variance`).
     v: f64,
     /// `dv/dt` at fixed `ñ`.
     dv: f64,
@@ -311,7 +311,7 @@ impl<'a> Expansion<'a> {
 }
 
 impl OddsRatioScore {
-    /// The statistic's parts at `θ` for released counts (sizes already floored at 1).
+    /// The statistic's parts at `θ` for released counts (sizes floored at 1).
     pub fn at(theta: f64, counts: &ReleasedCounts) -> Self {
         ScoreCounts::new(counts).odds_ratio_parts(theta)
     }
@@ -325,9 +325,8 @@ impl OddsRatioScore {
 /// release cannot exclude that zero cell. Likewise `upper = +∞` when it cannot exclude
 /// `C = 0` (`T → −Ỹ/s`, when `X̃ + Ỹ ≤ ñ_x`) or `B = 0` (`T → −B̃/s`).
 pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
-    let counts = counts.sizes_floored();
-    let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
     let test = ScoreCounts::new(&counts);
+    let ReleasedCounts { x, n_x, y, n_y, .. } = test.counts;
     invert_score_test(
         |theta| test.odds_ratio_statistic(theta),
         z,

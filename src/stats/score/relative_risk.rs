@@ -39,8 +39,7 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
     (theta * p_y, p_y)
 }
 
-/// The score statistic `T(θ)` of the module docs for released counts (sizes already floored
-/// at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's,
+/// The score statistic `T(θ)` of the module docs for released counts (sizes floored at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's,
 /// `s² = c_x² + c_y²` (the log ratio's delta-method variance).
 pub fn score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
     ScoreCounts::new(counts).relative_risk_statistic(theta)
@@ -74,12 +73,12 @@ impl ScoreCounts {
 /// cannot exclude `X = 0`); as `θ → ∞`, `T → −Ỹ/s` and all the error goes to the upper end, so
 /// `upper` is `+∞` when `Ỹ ≤ Φ⁻¹(1 − α)·s` (it cannot exclude `Y = 0`).
 pub fn relative_risk_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
-    let counts = counts.sizes_floored();
     let test = ScoreCounts::new(&counts);
+    let ReleasedCounts { x, n_x, y, n_y, .. } = test.counts;
     invert_score_test(
         |theta| test.relative_risk_statistic(theta),
         z,
-        (counts.x / counts.n_x) / (counts.y / counts.n_y),
+        (x / n_x) / (y / n_y),
     )
 }
 
@@ -120,8 +119,11 @@ mod tests {
         let (px, py) = restricted_risks(3.563643, 40.0, 200.0, 20.0, 200.0);
         assert!((py - 0.064360).abs() < 1e-6 && (px - 0.229355).abs() < 1e-6);
         let counts = ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, GroupSizes::Public, 8.0);
-        let vx = counts.proportion_variance(px, 1.0 - px, 200.0);
-        let vy = counts.proportion_variance(py, 1.0 - py, 200.0);
+        let test = ScoreCounts::new(&counts);
+        let (vx, vy) = (
+            test.proportion_variance(0, px, 1.0 - px),
+            test.proportion_variance(1, py, 1.0 - py),
+        );
         assert!((vx - 0.00108376).abs() < 1e-8 && (vy - 0.00050109).abs() < 1e-8);
         let t = score_statistic(3.563643, &counts);
         assert!((t.statistic + 1.811911).abs() < 1e-5, "{t:?}");
