@@ -79,11 +79,18 @@ from or_width_bound import paper_or  # noqa: E402
 ALPHA = 0.05
 # --uncentred: the odds ratio's statistic before session 10 (no centring, no skewness term).
 UNCENTRED = "--uncentred" in sys.argv
+# --unweighted: the second-order terms applied in full, as in sessions 10-11 (the crate since
+# session 12 weights them by or_score_mean.expansion_weight).
+UNWEIGHTED = "--unweighted" in sys.argv
 # --no-skewness: centred, but without the Cornish-Fisher quantiles.
 NO_SKEWNESS = "--no-skewness" in sys.argv
 # --kurtosis: the Cornish-Fisher quantiles to the next order, with the excess kurtosis of the
 # statistic's linear part (or_score_mean.or_kurtosis; not in the crate).
 KURTOSIS = "--kurtosis" in sys.argv
+# --normal-laplace: instead of the fourth-order term, the quantile of a normal plus a Laplace
+# law whose excess kurtosis is the statistic's (3 w^2 for a Laplace share w of the variance),
+# then the skewness term as in the crate (session 12; nl_quantile).
+NORMAL_LAPLACE = "--normal-laplace" in sys.argv
 # The fourth cumulant of the cell noise as a function of its variance, for the odds ratio's
 # skewness: 0 (Gaussian) unless run_setting sets the discrete Laplace's.
 NOISE_K4 = lambda s2: 0.0  # noqa: E731
@@ -169,12 +176,15 @@ def or_stat(theta, x, nx, y, ny, s2, private):
     t = or_T(theta, x, nx, y, ny, s2, private)
     gamma = kurt = None
     if not UNCENTRED:
-        from or_score_mean import or_kurtosis, or_mean, or_skewness
+        from or_score_mean import expansion_weight, or_kurtosis, or_mean, or_skewness
         k4 = NOISE_K4(s2) if s2 > 0 else 0.0
         with np.errstate(all="ignore"):
-            mu = or_mean(theta, x, nx, y, ny, s2, private)
-            gamma = or_skewness(theta, x, nx, y, ny, s2, private, k4)
-            if KURTOSIS:
+            # Both second-order terms weighted as the crate does since session 12 (--unweighted
+            # for the statistic before it).
+            w = 1.0 if UNWEIGHTED else expansion_weight(theta, x, nx, y, ny, s2, private)
+            mu = w * or_mean(theta, x, nx, y, ny, s2, private)
+            gamma = w * or_skewness(theta, x, nx, y, ny, s2, private, k4)
+            if KURTOSIS or NORMAL_LAPLACE:
                 kurt = np.nan_to_num(or_kurtosis(theta, x, nx, y, ny, s2, private, k4),
                                      nan=0.0, posinf=0.0, neginf=0.0)
         t = t - np.where(np.isfinite(mu), mu, 0.0)
@@ -211,9 +221,62 @@ def cornish_fisher_bounds(zl, zu, gamma, kurt=None):
     zl2, zu2 = zl + cornish_fisher(zl, gamma), zu - cornish_fisher(zu, gamma)
     if kurt is None:
         return zl2, zu2
+    if NORMAL_LAPLACE:
+        w = laplace_share(kurt)
+        return zl2 + nl_shift(zl, w), zu2 + nl_shift(zu, w)
     even = lambda z: (kurt * (np.minimum(z, 3.0) ** 3 - 3 * np.minimum(z, 3.0)) / 24  # noqa: E731
                       - gamma**2 * (2 * np.minimum(z, 3.0) ** 3 - 5 * np.minimum(z, 3.0)) / 36)
     return zl2 + even(zl), zu2 + even(zu)
+
+
+def nl_sf(x, w):
+    """P(X > x) for X = sqrt(1 - w) Z + sqrt(w) L, Z standard normal, L a unit-variance Laplace
+    (scale b = sqrt(w / 2)): E over Z of the Laplace's tail beyond x - sigma Z, in closed form
+    (Reed & Jorgensen 2004, the normal-Laplace law)."""
+    sig, b = np.sqrt(1 - w), np.sqrt(w / 2)
+    if b == 0:
+        return norm.sf(x)
+    c, r = x / sig, sig / b
+    lead = r * r / 2
+    up = np.exp(lead - x / b + norm.logcdf(c - r))
+    down = np.exp(lead + x / b + norm.logsf(c + r))
+    return norm.sf(c) + 0.5 * (up - down)
+
+
+def _nl_table(zs=np.arange(0.0, 3.0001, 0.01), ws=np.arange(0.0, 0.9901, 0.01)):
+    """shift[w, z] = F_w^-1(Phi(z)) - z, the normal-Laplace quantile over the normal one, by
+    bisection on nl_sf."""
+    out = np.zeros((len(ws), len(zs)))
+    for i, w in enumerate(ws):
+        target = norm.sf(zs)
+        a, b = zs.copy() - 1, zs.copy() + 6
+        for _ in range(60):
+            mid = (a + b) / 2
+            big = nl_sf(mid, w) > target
+            a, b = np.where(big, mid, a), np.where(big, b, mid)
+        out[i] = (a + b) / 2 - zs
+    return zs, ws, out
+
+
+NL_Z, NL_W, NL_SHIFT = _nl_table() if NORMAL_LAPLACE else (None, None, None)
+
+
+def laplace_share(kurt):
+    """The Laplace share w of the variance with the same excess kurtosis: 3 w^2 = kurt."""
+    return np.clip(np.sqrt(np.clip(kurt, 0, None) / 3), 0.0, NL_W[-1])
+
+
+def nl_shift(z, w):
+    """F_w^-1(Phi(z)) - z by bilinear interpolation, with z capped at 3 like the skewness term
+    (beyond it the shift stays constant, so the bound stays increasing in z)."""
+    z = np.minimum(np.broadcast_to(z, np.shape(w)) if np.ndim(w) else z, 3.0)
+    fz = np.clip((z - NL_Z[0]) / 0.01, 0, len(NL_Z) - 1.000001)
+    fw = np.clip(w / 0.01, 0, len(NL_W) - 1.000001)
+    iz, iw = fz.astype(int), fw.astype(int)
+    tz, tw = fz - iz, fw - iw
+    t = NL_SHIFT
+    return ((1 - tw) * ((1 - tz) * t[iw, iz] + tz * t[iw, iz + 1])
+            + tw * ((1 - tz) * t[iw + 1, iz] + tz * t[iw + 1, iz + 1]))
 
 
 def _crossing(g, start, R, iters=60):

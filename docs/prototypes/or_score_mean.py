@@ -61,6 +61,15 @@ def _expansion(theta, x, nx, y, ny, s2, private):
                 kx=kx, ky=ky, H=A / np.sqrt(B), lnH=(lnH_t, lnH_nx, lnH_ny))
 
 
+def expansion_weight(theta, x, nx, y, ny, s2, private):
+    """The share of or_mean and or_skewness the crate applies (session 12; Expansion::weight):
+    1 / (1 + r^4), r^2 = E[tau^2] = (V_x + V_y) / W^2 the variance of the restricted estimate's
+    logit, the expansion's parameter; 0 where r is not finite."""
+    e = _expansion(theta, x, nx, y, ny, s2, private)
+    r2 = (e["Vx"] + e["Vy"]) / e["W"] ** 2
+    return np.where(np.isfinite(r2), 1.0 / (1.0 + r2 * r2), 0.0)
+
+
 def or_mean(theta, x, nx, y, ny, s2, private):
     """mu(theta) over the statistic's SD: H (E[D2] + dlnH/dt E[D1 tau] + dlnH/dn_x E[D1 dn_x]
     + dlnH/dn_y E[D1 dn_y]), written out term by term (section 2, "Centring")."""
