@@ -269,7 +269,7 @@ def laplace_share(kurt):
 def nl_shift(z, w):
     """F_w^-1(Phi(z)) - z by bilinear interpolation, with z capped at 3 like the skewness term
     (beyond it the shift stays constant, so the bound stays increasing in z)."""
-    z = np.minimum(np.broadcast_to(z, np.shape(w)) if np.ndim(w) else z, 3.0)
+    z, w = np.broadcast_arrays(np.minimum(z, 3.0), w)
     fz = np.clip((z - NL_Z[0]) / 0.01, 0, len(NL_Z) - 1.000001)
     fw = np.clip(w / 0.01, 0, len(NL_W) - 1.000001)
     iz, iw = fz.astype(int), fw.astype(int)

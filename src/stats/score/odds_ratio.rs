@@ -1,7 +1,7 @@
 //! The odds ratio's noise-aware score statistic and interval (the default of `dp_or_ci`),
 //! after Miettinen & Nurminen (1985): restricted maximum-likelihood risks under `OR = θ`, the
-//! statistic centred by its second-order mean and its quantiles corrected for its skewness
-//! (docs/intervals.md §2).
+//! statistic centred by its second-order mean and its quantiles corrected for its skewness,
+//! both weighted by how well their expansion holds (docs/intervals.md §2).
 
 use super::{denominator_skew, invert_score_test, standardised, ScoreAt, ScoreCounts};
 use crate::stats::ratio::{GroupSizes, ReleasedCounts};
@@ -58,7 +58,8 @@ pub fn odds_ratio_restricted_risks(
 /// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`),
 /// `v` the variance of a released proportion including the exact noise variance `s²`
 /// (`ScoreCounts::proportion_variance`, the paper's Theorem Gaussian_Valid_CI variance per
-/// arm) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]).
+/// arm) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]),
+/// times the expansion's weight, which also scales the skewness `γ` (`Expansion::weight`).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`), and the denominator its variance, the arms and their noises
 /// being independent. Without noise and without `μ` it is Miettinen & Nurminen's (1985) score
@@ -461,10 +462,11 @@ mod tests {
         assert!((corner.expansion_weight - 1.0 / (1.0 + r2 * r2)).abs() < 1e-12);
         // Two rows per arm under the noise of ε = 0.1 (s² ≈ 800 per cell), 1 of 2 against 0 of
         // 2, at OR = 9: the expansion's mean is 3.6 standard deviations (r = 64). Applied in
-        // full, means like it rejected the truth in 4 of 10 releases at (0.5, 0.1)
-        // (docs/intervals.md §2, "Where the expansion holds"). The weight takes it below
-        // 0.01 SD, and the interval of a release that says nothing about the odds ratio is
-        // [0, +∞] again ([0.53, 1.08] with the full mean: 0 of 1 against 1 of 1 at s² = 3200).
+        // full, means like it rejected the truth in about half the releases at (0.5, 0.1)
+        // (coverage 0.53; docs/intervals.md §2, "Where the expansion holds"). The weight takes
+        // it below 0.01 SD, and the interval of a release that says nothing about the odds
+        // ratio is [0, +∞] again: 0 of 1 against 1 of 1 at s² = 3200 got [0.51, 1.08]
+        // (public sizes) and [0.62, 1.06] (private) with the terms in full.
         let swamped = OddsRatioScore::at(
             9.0,
             &ReleasedCounts::new(1.0, 2.0, 0.0, 2.0, GroupSizes::Public, 800.0),
