@@ -822,6 +822,44 @@ fn odds_ratio_score_keeps_its_coverage_in_small_noisy_tables() {
 }
 
 #[test]
+fn relative_risk_score_keeps_its_coverage_where_noise_makes_counts_negative() {
+    // Three and ten rows per arm under Laplace noise at ε = 0.1 (noise SD 28 per cell): about
+    // half the releases have a negative count, where the statistic can rise in θ and the
+    // accepted set is a half-line [θ*, ∞) (score::invert_score_test). The first version
+    // returned [0, 0] there and covered 0.912 and 0.919 in these cells
+    // (docs/coverage-small-groups.md before session 12's fix), against about 0.95 accepted at
+    // the truth. 20,000 tables per cell: each must reach coverage_floor(0.93), 4 SE (0.007)
+    // below the smallest target the issue sets, which the first version misses by 0.004-0.011.
+    const TABLES: usize = 20_000;
+    let floor = coverage_floor(0.93, TABLES);
+    for (c, (n, exposed_risk, unexposed_risk)) in
+        [(3, 0.7, 0.1), (10, 0.5, 0.1)].into_iter().enumerate()
+    {
+        let design = Design {
+            exposed_size: n,
+            unexposed_size: n,
+            exposed_risk,
+            unexposed_risk,
+        };
+        let (covered, _) = coverage(
+            &design,
+            RatioStatistic::RelativeRisk,
+            &noise_at(Mechanism::Laplace, 0.1, GroupSizes::Public),
+            0.95,
+            IntervalMethod::Score,
+            TABLES,
+            &mut ChaCha20Rng::seed_from_u64(99_100 + c as u64),
+        )
+        .unwrap();
+        eprintln!("n = {n}, ({exposed_risk}, {unexposed_risk}): {covered:.4}");
+        assert!(
+            covered >= floor,
+            "n = {n}, ({exposed_risk}, {unexposed_risk}): {covered:.4} < {floor:.4}"
+        );
+    }
+}
+
+#[test]
 fn odds_ratio_default_keeps_its_coverage_at_rare_outcomes_where_woolf_does_not() {
     // Why dp_or_ci defaults to the score interval (docs/intervals.md §6): off the paper's grid,
     // at a risk of 1.1% (2.2 expected cases of 200) under Gaussian noise at ε = 0.5, Woolf's

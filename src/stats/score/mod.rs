@@ -143,9 +143,12 @@ fn denominator_skew(cv2_denominator: f64, log_ratio_variance: f64) -> f64 {
 /// `e^28` (the release cannot exclude a zero count; the statistics' limits are in their docs);
 /// `[0, 0]` or `[+∞, +∞]` when every `θ` in range is rejected from above or from below. Where
 /// `T` is not monotone (Fieller's case: it dips below `−z_U` and comes back), the end values
-/// decide first, so such an upper end is `+∞`. The one inversion every score interval of the
-/// crate uses (relative risk: Koopman 1984, Miettinen & Nurminen 1985; odds ratio: Miettinen &
-/// Nurminen 1985).
+/// decide first, so such an upper end is `+∞`. Where the noise released a negative count `T`
+/// can instead increase in `θ` (the relative risk's numerator `p̃_x − θp̃_y` when `Ỹ < 0`):
+/// below the band at `e^-28` and inside or above it at `e^28`, so the accepted set is bounded
+/// by the crossings where `T` rises through `−z_U` and then `z_L` (an upper end of `+∞` when it
+/// stays in the band). The one inversion every score interval of the crate uses (relative
+/// risk: Koopman 1984, Miettinen & Nurminen 1985; odds ratio: Miettinen & Nurminen 1985).
 pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (f64, f64) {
     let split = TailSplit::at(z);
     // T − z_L and T + z_U at ln θ.
@@ -155,13 +158,14 @@ pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (
         (at.statistic - z_lower, at.statistic + z_upper)
     };
     let (low, high) = (ends(-LOG_THETA_RANGE), ends(LOG_THETA_RANGE));
-    // Every θ in range rejected from one side: the ratio is beyond every bound (for the
-    // relative risk possible only when the noise pushed `Ỹ` to or below 0 while `X̃ > z_L·s`),
-    // or below every bound. The interval is then the degenerate `[+∞, +∞]` or `[0, 0]`.
-    if high.0 > 0.0 {
+    // Rejected from the same side at both ends of the range: the ratio is beyond every bound
+    // (for the relative risk possible only when the noise pushed `Ỹ` to or below 0 while
+    // `X̃ > z_L·s`), or below every bound. The interval is then the degenerate `[+∞, +∞]` or
+    // `[0, 0]`.
+    if low.0 > 0.0 && high.0 > 0.0 {
         return (f64::INFINITY, f64::INFINITY);
     }
-    if low.1 < 0.0 {
+    if low.1 < 0.0 && high.1 < 0.0 {
         return (0.0, 0.0);
     }
     let start = if estimate > 0.0 && estimate.is_finite() {
@@ -172,6 +176,22 @@ pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (
     // Both searches start at the estimate: one evaluation serves both ends.
     let mut at_start = None;
     let mut from_start = || *at_start.get_or_insert_with(|| ends(start));
+    if low.1 < 0.0 || high.0 > 0.0 {
+        // T rises through the band: below it at the low end, or above it at the high end
+        // (and, by the checks above, not on that same side at the other end). Each end is an
+        // upward crossing, found as the crossing of the negated, decreasing function.
+        let lower = if low.1 < 0.0 {
+            crossing(&|u| -ends(u).1, start, -from_start().1).exp()
+        } else {
+            0.0
+        };
+        let upper = if high.0 > 0.0 {
+            crossing(&|u| -ends(u).0, start, -from_start().0).exp()
+        } else {
+            f64::INFINITY
+        };
+        return (lower, upper);
+    }
     let lower = if low.0 > 0.0 {
         crossing(&|u| ends(u).0, start, from_start().0).exp()
     } else {
@@ -200,11 +220,25 @@ mod tests {
             (at.statistic - zl, at.statistic + zu)
         };
         let r = LOG_THETA_RANGE;
-        if g(r).0 > 0.0 {
+        if g(-r).0 > 0.0 && g(r).0 > 0.0 {
             return (f64::INFINITY, f64::INFINITY);
         }
-        if g(-r).1 < 0.0 {
+        if g(-r).1 < 0.0 && g(r).1 < 0.0 {
             return (0.0, 0.0);
+        }
+        if g(-r).1 < 0.0 || g(r).0 > 0.0 {
+            // T rising through the band: upward crossings.
+            let lower = if g(-r).1 < 0.0 {
+                bisect_crossing(&|u| -g(u).1, -r, r).exp()
+            } else {
+                0.0
+            };
+            let upper = if g(r).0 > 0.0 {
+                bisect_crossing(&|u| -g(u).0, -r, r).exp()
+            } else {
+                f64::INFINITY
+            };
+            return (lower, upper);
         }
         let lower = if g(-r).0 > 0.0 {
             bisect_crossing(&|u| g(u).0, -r, r).exp()
@@ -236,6 +270,45 @@ mod tests {
             while z < 14.0 {
                 assert!(q(z + 0.01) > q(z), "{g} {z}");
                 z += 0.01;
+            }
+        }
+    }
+
+    #[test]
+    fn a_statistic_rising_through_the_band_gives_the_accepted_half_line() {
+        // Three rows per arm under Laplace noise at ε = 0.1 (s² = 799.7 per cell), released
+        // as X̃ = −48, Ỹ = −46: the relative risk's numerator p̃_x − θp̃_y then increases in θ,
+        // from T = −1.69 (below −z_U) near θ = 0 to +1.62 (inside the band) as θ → ∞. The
+        // accepted set is a half-line [θ*, ∞); the first version of the inversion assumed T
+        // decreasing, read "below the band at the low end" as "every θ rejected" and
+        // returned [0, 0], which missed the truth in 3.6% of the releases of such a group
+        // (coverage 0.918 against 0.952 accepted at the truth, 20,000 releases at (0.7, 0.1)).
+        let s2 = 799.7;
+        let split = TailSplit::at(Z95);
+        for (x, y) in [(-48.0, -46.0), (-53.0, 21.0), (-90.0, -34.0)] {
+            let counts = ReleasedCounts::new(x, 3.0, y, 3.0, GroupSizes::Public, s2);
+            let (lower, upper) = relative_risk_score_interval(counts, Z95);
+            assert!(
+                lower > 0.0 && upper == f64::INFINITY,
+                "{x} {y}: [{lower}, {upper}]"
+            );
+            let band = |th: f64| {
+                let at = score_statistic(th, &counts);
+                let (zl, zu) = split.quantiles_at(&at);
+                (at.statistic + zu, at.statistic - zl)
+            };
+            // The lower end is where T rises through −z_U ...
+            assert!(band(lower).0.abs() < 1e-9, "{x} {y}: {:?}", band(lower));
+            // ... and every θ of a scan over the range is accepted exactly when it lies in
+            // the interval (away from the end, within the scan's resolution).
+            let mut u = -LOG_THETA_RANGE;
+            while u <= LOG_THETA_RANGE {
+                let (above_lower, below_upper) = band(u.exp());
+                let accepted = above_lower >= 0.0 && below_upper <= 0.0;
+                if (u - lower.ln()).abs() > 1e-6 {
+                    assert_eq!(accepted, u.exp() > lower, "{x} {y}: θ = {}", u.exp());
+                }
+                u += 0.01;
             }
         }
     }
