@@ -699,7 +699,7 @@ fn odds_ratio_score_is_centred_where_two_cells_are_small() {
             let released = noise.release(&design.draw(&mut rng), &mut rng);
             let score = OddsRatioScore::at(theta, &released.counts().unwrap());
             let sd = score.variance.sqrt();
-            centred.push((score.numerator - score.expansion_weight * score.mean) / sd);
+            centred.push(score.statistic());
             uncentred.push(score.numerator / sd);
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -747,14 +747,12 @@ fn odds_ratio_score_skewness_matches_the_simulated_one() {
             noise.cell.variance,
         )
         .with_noise_fourth_cumulant(noise.cell.fourth_cumulant);
-        let at_expected = OddsRatioScore::at(theta, &expected);
-        let gamma = at_expected.expansion_weight * at_expected.skewness;
+        let gamma = OddsRatioScore::at(theta, &expected).applied_skewness();
         let mut rng = ChaCha20Rng::seed_from_u64(98_000 + c as u64);
         let t: Vec<f64> = (0..TABLES)
             .map(|_| {
                 let released = noise.release(&design.draw(&mut rng), &mut rng);
-                let score = OddsRatioScore::at(theta, &released.counts().unwrap());
-                (score.numerator - score.expansion_weight * score.mean) / score.variance.sqrt()
+                OddsRatioScore::at(theta, &released.counts().unwrap()).statistic()
             })
             .collect();
         let n = TABLES as f64;
@@ -798,8 +796,8 @@ fn odds_ratio_score_keeps_its_coverage_in_small_noisy_tables() {
 
 #[test]
 fn relative_risk_score_keeps_its_coverage_where_noise_makes_counts_negative() {
-    // Three and ten rows per arm under Laplace noise at ε = 0.1 (noise SD 28 per cell): about
-    // half the releases have a negative count, where the statistic can rise in θ and the
+    // Three and ten rows per arm under Laplace noise at ε = 0.1 (noise SD 28 per cell): each
+    // released count is negative about half the time, and where one is the statistic can rise in θ and the
     // accepted set is a half-line [θ*, ∞) (score::invert_score_test). The first version
     // returned [0, 0] there and covered 0.912 and 0.919 in these cells
     // (docs/coverage-small-groups.md before session 12's fix), against about 0.95 accepted at

@@ -176,31 +176,24 @@ pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (
     // Both searches start at the estimate: one evaluation serves both ends.
     let mut at_start = None;
     let mut from_start = || *at_start.get_or_insert_with(|| ends(start));
-    if low.1 < 0.0 || high.0 > 0.0 {
-        // T rises through the band: below it at the low end, or above it at the high end
-        // (and, by the checks above, not on that same side at the other end). Each end is an
-        // upward crossing, found as the crossing of the negated, decreasing function.
-        let lower = if low.1 < 0.0 {
-            crossing(&|u| -ends(u).1, start, -from_start().1).exp()
-        } else {
-            0.0
-        };
-        let upper = if high.0 > 0.0 {
-            crossing(&|u| -ends(u).0, start, -from_start().0).exp()
-        } else {
-            f64::INFINITY
-        };
-        return (lower, upper);
-    }
+    // Each end of the range that is rejected bounds the interval by the crossing of the band's
+    // edge it is beyond: above the band at the low end (T falling through z_L, the usual case)
+    // or below it (T rising through −z_U); below it at the high end (T falling through −z_U,
+    // the usual case) or above it (T rising through z_L). `crossing` wants a function that
+    // falls through 0, so a rising edge is searched on its negation.
     let lower = if low.0 > 0.0 {
         crossing(&|u| ends(u).0, start, from_start().0).exp()
+    } else if low.1 < 0.0 {
+        crossing(&|u| -ends(u).1, start, -from_start().1).exp()
     } else {
         0.0
     };
-    let upper = if high.1 >= 0.0 {
-        f64::INFINITY
-    } else {
+    let upper = if high.1 < 0.0 {
         crossing(&|u| ends(u).1, start, from_start().1).exp()
+    } else if high.0 > 0.0 {
+        crossing(&|u| -ends(u).0, start, -from_start().0).exp()
+    } else {
+        f64::INFINITY
     };
     (lower, upper)
 }
@@ -220,35 +213,26 @@ mod tests {
             (at.statistic - zl, at.statistic + zu)
         };
         let r = LOG_THETA_RANGE;
-        if g(-r).0 > 0.0 && g(r).0 > 0.0 {
+        let (low, high) = (g(-r), g(r));
+        if low.0 > 0.0 && high.0 > 0.0 {
             return (f64::INFINITY, f64::INFINITY);
         }
-        if g(-r).1 < 0.0 && g(r).1 < 0.0 {
+        if low.1 < 0.0 && high.1 < 0.0 {
             return (0.0, 0.0);
         }
-        if g(-r).1 < 0.0 || g(r).0 > 0.0 {
-            // T rising through the band: upward crossings.
-            let lower = if g(-r).1 < 0.0 {
-                bisect_crossing(&|u| -g(u).1, -r, r).exp()
-            } else {
-                0.0
-            };
-            let upper = if g(r).0 > 0.0 {
-                bisect_crossing(&|u| -g(u).0, -r, r).exp()
-            } else {
-                f64::INFINITY
-            };
-            return (lower, upper);
-        }
-        let lower = if g(-r).0 > 0.0 {
+        let lower = if low.0 > 0.0 {
             bisect_crossing(&|u| g(u).0, -r, r).exp()
+        } else if low.1 < 0.0 {
+            bisect_crossing(&|u| -g(u).1, -r, r).exp()
         } else {
             0.0
         };
-        let upper = if g(r).1 >= 0.0 {
-            f64::INFINITY
-        } else {
+        let upper = if high.1 < 0.0 {
             bisect_crossing(&|u| g(u).1, -r, r).exp()
+        } else if high.0 > 0.0 {
+            bisect_crossing(&|u| -g(u).0, -r, r).exp()
+        } else {
+            f64::INFINITY
         };
         (lower, upper)
     }

@@ -79,11 +79,10 @@ impl ScoreCounts {
     /// ([`odds_ratio_score_statistic`]).
     pub fn odds_ratio_statistic(&self, theta: f64) -> ScoreAt {
         let score = self.odds_ratio_parts(theta);
-        let weight = score.expansion_weight;
         ScoreAt {
-            statistic: standardised(score.numerator - weight * score.mean, score.variance),
+            statistic: score.statistic(),
             denominator_skew: score.denominator_skew,
-            skewness: weight * score.skewness,
+            skewness: score.applied_skewness(),
         }
     }
 
@@ -343,6 +342,19 @@ impl OddsRatioScore {
     /// The statistic's parts at `θ` for released counts (sizes floored at 1).
     pub fn at(theta: f64, counts: &ReleasedCounts) -> Self {
         ScoreCounts::new(counts).odds_ratio_parts(theta)
+    }
+
+    /// `T(θ)`: the numerator less its weighted mean, over its standard deviation.
+    pub fn statistic(&self) -> f64 {
+        standardised(
+            self.numerator - self.expansion_weight * self.mean,
+            self.variance,
+        )
+    }
+
+    /// The skewness the quantiles are corrected for: `γ` times the expansion's weight.
+    pub fn applied_skewness(&self) -> f64 {
+        self.expansion_weight * self.skewness
     }
 }
 

@@ -39,8 +39,9 @@ pub fn restricted_risks(theta: f64, x: f64, n_x: f64, y: f64, n_y: f64) -> (f64,
     (theta * p_y, p_y)
 }
 
-/// The score statistic `T(θ)` of the module docs for released counts (sizes floored at 1), with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's,
-/// `s² = c_x² + c_y²` (the log ratio's delta-method variance).
+/// The score statistic `T(θ)` of the module docs for released counts (sizes floored at 1),
+/// with its skew `c_D²/s`: `c² = v/p̄²` per arm, `c_D` the unexposed arm's, `s² = c_x² + c_y²`
+/// (the log ratio's delta-method variance).
 pub fn score_statistic(theta: f64, counts: &ReleasedCounts) -> ScoreAt {
     ScoreCounts::new(counts).relative_risk_statistic(theta)
 }
