@@ -82,6 +82,8 @@ UNCENTRED = "--uncentred" in sys.argv
 # --unweighted: the second-order terms applied in full, as in sessions 10-11 (the crate since
 # session 12 weights them by or_score_mean.expansion_weight).
 UNWEIGHTED = "--unweighted" in sys.argv
+# The statistics divided by the delta method's variance alone (before session 13).
+DELTA_VARIANCE = "--delta-variance" in sys.argv
 # --no-skewness: centred, but without the Cornish-Fisher quantiles.
 NO_SKEWNESS = "--no-skewness" in sys.argv
 # --kurtosis: the Cornish-Fisher quantiles to the next order, with the excess kurtosis of the
@@ -156,12 +158,24 @@ def fixed_critical(share_up=0.7):
 
 # ---- statistics and log-ratio standard errors at the restricted estimates --------------------
 
+def contrast_variance(cx, cy, vx, vy, px, py, nx, ny, s2, private):
+    """The crate's ScoreCounts::contrast_variance (session 13): the exact variance of
+    c_x p~_x - c_y p~_y under H0, times n_x n_y a bilinear form in independent arms (Goodman
+    1960); with private sizes the delta method's c_x^2 v_x + c_y^2 v_y gains the size noises'
+    terms. --delta-variance: the delta method alone, as before session 13."""
+    if not private or DELTA_VARIANCE:
+        return cx * cx * vx + cy * cy * vy
+    kx, ky = s2 * (1 - 2 * px) / nx**2, s2 * (1 - 2 * py) / ny**2
+    return cx * cx * vx * (1 + 2 * s2 / ny**2) + cy * cy * vy * (1 + 2 * s2 / nx**2) - 2 * cx * cy * kx * ky
+
+
 def rr_stat(theta, x, nx, y, ny, s2, private):
-    """score_prototype.score_ci's T (FM restricted) and s(theta) at the same restricted risks."""
+    """score_prototype.score_ci's T (FM restricted), divided by the exact contrast variance
+    since session 13, and s(theta) at the same restricted risks."""
     pxt, pyt = x / nx, y / ny
     p1, p2 = sp.fm_restricted(theta, np.clip(x, 0, nx), nx, np.clip(y, 0, ny), ny)
     v1, v2 = sp.arm_var(p1, nx, s2, private), sp.arm_var(p2, ny, s2, private)
-    t = (pxt - theta * pyt) / np.sqrt(v1 + theta**2 * v2)
+    t = (pxt - theta * pyt) / np.sqrt(contrast_variance(1.0, theta, v1, v2, p1, p2, nx, ny, s2, private))
     with np.errstate(divide="ignore", invalid="ignore"):
         cn2, cd2 = v1 / p1**2, v2 / p2**2  # squared CVs of numerator and denominator
         s = np.sqrt(cn2 + cd2)
@@ -197,6 +211,11 @@ def or_stat(theta, x, nx, y, ny, s2, private):
         px = on / (on + od)
         qx = od / (on + od)
         vx, vy = sp.arm_var(px, nx, s2, private), sp.arm_var(py, ny, s2, private)
+        # or_T and or_mean are in units of the delta method's SD; since session 13 the crate
+        # divides the centred numerator by the exact contrast variance's (contrast_variance).
+        gx, gy = px * qx, py * (1 - py)
+        t = t * np.sqrt((vx * gy * gy + vy * gx * gx)
+                        / contrast_variance(gy, gx, vx, vy, px, py, nx, ny, s2, private))
         s = np.sqrt(vx / (px * qx) ** 2 + vy / (py * (1 - py)) ** 2)
         cd2 = vx / qx**2 + vy / py**2  # OR = p_x q_y / (q_x p_y): denominator factors q_x, p_y
         r = np.where(np.isfinite(cd2), cd2 / s, np.inf)

@@ -87,6 +87,15 @@ impl GroupSizes {
         }
     }
 
+    /// `Var(ñ)/s²`, the variance of a released size's noise per unit of cell noise variance:
+    /// 2 with private sizes (`ñ = X̃ + B̃`, two noised cells), 0 with public ones.
+    pub fn size_noise_variance(self) -> f64 {
+        match self {
+            Self::Public => 0.0,
+            Self::Private => 2.0,
+        }
+    }
+
     /// For each noised cell of an arm, the first-order deviations `(n(p̃ − p), ñ − n)` one unit
     /// of its noise causes: the cases alone with public sizes; cases and non-cases with private
     /// ones (`q·e_X − p·e_B`, `e_X + e_B`). [`Self::noise_weight`] and

@@ -101,8 +101,11 @@ impl ScoreCounts {
             ArmTerms::new(p_y, q_y, 1, self),
         );
         let numerator = (self.proportions[0] - p_x) * ay.g - (self.proportions[1] - p_y) * ax.g;
-        let variance = ax.v * ay.g * ay.g + ay.v * ax.g * ax.g;
-        let expansion = Expansion::new(&ax, &ay, variance);
+        // The expansion is of the numerator under the delta method's variance, whose
+        // derivatives it takes. Its mean is in the numerator's units and its skewness is
+        // scale-free, so both carry over to the exact variance the statistic is divided by.
+        let expansion = Expansion::new(&ax, &ay, ax.v * ay.g * ay.g + ay.v * ax.g * ax.g);
+        let variance = self.contrast_variance([ay.g, ax.g], [ax.v, ay.v], [p_x, p_y]);
         let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
         OddsRatioScore {
             numerator,
@@ -129,7 +132,8 @@ pub struct OddsRatioScore {
     /// released margin, so where two cells are small (`p_x` low, `p_y` high) the uncentred
     /// statistic has mean −0.1 at n = 200, which moves coverage from the upper end's tail.
     pub mean: f64,
-    /// The numerator's variance, `v_x (p̄_y q̄_y)² + v_y (p̄_x q̄_x)²`.
+    /// The numerator's variance: `v_x (p̄_y q̄_y)² + v_y (p̄_x q̄_x)²` by the delta method, plus
+    /// the product-of-noises terms with private sizes (`ScoreCounts::contrast_variance`).
     pub variance: f64,
     /// The statistic's skewness `γ` (standardised third cumulant) under `H₀` to `O(n^{-1/2})`
     /// (docs/intervals.md §2, "Skewness"), 0 where it is not finite.
@@ -426,9 +430,18 @@ mod tests {
         let public = at(20.0, 200.0, 180.0, 200.0, GroupSizes::Public, 32.0);
         assert!((public + 1.0 / 9.0).abs() < 1e-12, "{public}");
         // Private sizes, same cells: docs/prototypes/or_score_mean.py delta (½ Σ ∂²T/∂u_i∂u_j
-        // Cov(u_i, u_j) over the four released cells, Hessian by central differences: 6 digits).
-        let private = at(20.0, 200.0, 180.0, 200.0, GroupSizes::Private, 32.0);
+        // Cov(u_i, u_j) over the four released cells, Hessian by central differences: 6 digits),
+        // in units of the delta method's SD, sqrt(2·0.09²·v), v = 0.09/200 + 32·0.82/200²;
+        // the statistic's own SD (contrast_variance) is 0.1% larger.
+        let delta_sd = (2.0 * 0.0081 * (0.09 / 200.0 + 32.0 * 0.82 / 40_000.0f64)).sqrt();
+        let private_at = |theta, x, y| {
+            let counts = ReleasedCounts::new(x, 200.0, y, 200.0, GroupSizes::Private, 32.0);
+            let s = OddsRatioScore::at(theta, &counts);
+            (s.mean / delta_sd, s.variance.sqrt() / delta_sd)
+        };
+        let (private, sd_ratio) = private_at(1.0 / 81.0, 20.0, 180.0);
         assert!((private + 0.120892).abs() < 2e-6, "{private}");
+        assert!(sd_ratio > 1.0009 && sd_ratio < 1.0011, "{sd_ratio}");
         // The statistic's parts: T is the centred numerator over its SD.
         let counts = ReleasedCounts::new(25.0, 190.0, 170.0, 205.0, GroupSizes::Private, 32.0);
         let (s, t) = (
@@ -438,11 +451,8 @@ mod tests {
         let centred = s.numerator - s.expansion_weight * s.mean;
         assert!((centred / s.variance.sqrt() - t).abs() < 1e-12);
         // The mirror table (arms swapped, θ → 1/θ) flips the sign of the mean.
-        let mirror = OddsRatioScore::at(
-            81.0,
-            &ReleasedCounts::new(180.0, 200.0, 20.0, 200.0, GroupSizes::Private, 32.0),
-        );
-        assert!((mirror.mean / mirror.variance.sqrt() - 0.120892).abs() < 2e-6);
+        let (mirror, _) = private_at(81.0, 180.0, 20.0);
+        assert!((mirror - 0.120892).abs() < 2e-6, "{mirror}");
         // Skewness. Without noise at (0.9, 0.1) (public, θ = 81) the quadratic terms cancel by
         // symmetry and γ = κ₃(L) = H³(n g/W)³·n g·[(q_x − p_x) − (q_y − p_y)] with H = 1/3,
         // n g/W = 1/2, n g = 18: (1/27)(1/8)·18·(−1.6) = −2/15.
@@ -575,8 +585,8 @@ mod tests {
                 200.0,
                 GroupSizes::Private,
                 8.0,
-                1.0852905986533814,
-                4.031059900051244,
+                1.0851552652234513,
+                4.0315217550724896,
             ),
         ] {
             let (l, u) =
@@ -593,7 +603,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!((ci.estimate - 2.25).abs() < 1e-12);
-        assert!((ci.lower / 1.0852905986533814 - 1.0).abs() < 1e-9);
+        assert!((ci.lower / 1.0851552652234513 - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -6,14 +6,16 @@
 //! For a candidate ratio `θ` the released table tests `H₀: p_x = θ·p_y` with
 //!
 //! ```text
-//! T(θ) = (p̃_x − θ·p̃_y) / sqrt(v_x(p̄_x) + θ²·v_y(p̄_y)),
+//! T(θ) = (p̃_x − θ·p̃_y) / sqrt(v_x(p̄_x)(1 + κ_y) + θ²·v_y(p̄_y)(1 + κ_x) − 2θ·k_x k_y),
 //! v(p) = p(1 − p)/n + s²·w(p)/n²,   w = 1 (public sizes), p² + (1 − p)² (private sizes),
 //! ```
 //!
 //! `p̃ = X̃/ñ` the released proportions, `(p̄_x, p̄_y)` the binomial maximum-likelihood
 //! estimates restricted to `p_x = θ·p_y` (Miettinen & Nurminen's closed form, as given by
-//! Farrington & Manning 1990) and `v` the delta-method variance of a noisy proportion
-//! (docs/intervals.md §1, the paper's Theorem Gaussian_Valid_CI extended to private sizes).
+//! Farrington & Manning 1990), `v` the delta-method variance of a noisy proportion
+//! (docs/intervals.md §1, the paper's Theorem Gaussian_Valid_CI extended to private sizes), and
+//! `κ = 2s²/n²`, `k = s²(1 − 2p̄)/n²` the released sizes' noise terms (0 with public sizes) that
+//! make the denominator the contrast's exact variance (`ScoreCounts::contrast_variance`).
 //! The interval is `{θ ≥ 0 : −z_U ≤ T(θ) ≤ z_L}`, the error split between the ends at each `θ`
 //! by the ratio's skew there ([`TailSplit`](super::TailSplit)). Unlike `p̃ ± z·Ṽ` or
 //! its log-scale version, the variance is evaluated where each `θ` puts the risks, not at the
@@ -58,7 +60,7 @@ impl ScoreCounts {
         ScoreAt {
             statistic: standardised(
                 self.proportions[0] - theta * self.proportions[1],
-                v_x + theta * theta * v_y,
+                self.contrast_variance([1.0, theta], [v_x, v_y], [p_x, p_y]),
             ),
             denominator_skew: denominator_skew(cv2_y, cv2_x + cv2_y),
             skewness: 0.0,
@@ -130,13 +132,15 @@ mod tests {
         assert!((t.statistic + 1.811911).abs() < 1e-5, "{t:?}");
         // The ends with the split of TailSplit, against an independent computation
         // (docs/prototypes/adaptive_split.py check: z_c solved exactly at every θ, ends by
-        // brentq): public [1.0359355, 3.3878499], private [1.0582949, 3.3412853] (private sizes
-        // weight the noise by w = p² + (1 − p)² < 1, so the interval is shorter). The fixed
+        // brentq): public [1.0359355, 3.3878499], private [1.0581822, 3.3416275] (private sizes
+        // weight the noise by w = p² + (1 − p)² < 1, so the interval is shorter; the size
+        // noises' terms of contrast_variance widen it by 1e-4; `--delta-variance`, without
+        // them, gives the [1.0582949, 3.3412853] of the delta method). The fixed
         // 30/70 split gave [1.077238, 3.563643] (public): the skew at the upper end moves
         // error there and shortens both arms' sum.
         for (sizes, lo, hi) in [
             (GroupSizes::Public, 1.0359355342819265, 3.3878499473115573),
-            (GroupSizes::Private, 1.058294894885206, 3.3412853045733746),
+            (GroupSizes::Private, 1.0581821846771187, 3.341627518440479),
         ] {
             let (l, u) = relative_risk_score_interval(
                 ReleasedCounts::new(40.0, 200.0, 20.0, 200.0, sizes, 8.0),
