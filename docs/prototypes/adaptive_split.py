@@ -186,7 +186,9 @@ def rr_stat(theta, x, nx, y, ny, s2, private):
 def or_stat(theta, x, nx, y, ny, s2, private):
     """off_grid_coverage.or_T, centred by or_score_mean.or_mean (the crate since session 10;
     --uncentred for the statistic of the runs quoted above), and s(theta) at the same
-    restricted risks."""
+    restricted risks. The sizes arrive floored (invert floors them), so the crate's numerator
+    for a size released below 1 (session 13: X~ - p ñ with ñ as released) is not modelled;
+    it differs only in those releases."""
     t = or_T(theta, x, nx, y, ny, s2, private)
     gamma = kurt = None
     if not UNCENTRED:

@@ -361,6 +361,9 @@ pub struct ReleasedCounts {
     pub noise_variance: f64,
     /// Fourth cumulant `κ₄` of that noise (0 for Gaussian noise; [`Self::new`] sets 0).
     pub noise_fourth_cumulant: f64,
+    /// The sizes as released, before any floor (`n_x`, `n_y` where none applied; see
+    /// [`Self::with_released_sizes`]).
+    pub released_sizes: [f64; 2],
 }
 
 impl ReleasedCounts {
@@ -375,6 +378,15 @@ impl ReleasedCounts {
             sizes,
             noise_variance,
             noise_fourth_cumulant: 0.0,
+            released_sizes: [n_x, n_y],
+        }
+    }
+
+    /// The same counts, whose sizes `n_x`, `n_y` were floored from the released `raw` ones.
+    pub fn with_released_sizes(self, raw: [f64; 2]) -> Self {
+        Self {
+            released_sizes: raw,
+            ..self
         }
     }
 
@@ -462,7 +474,8 @@ impl ReleasedTable {
                 self.sizes,
                 self.noise_variance,
             )
-            .with_noise_fourth_cumulant(self.noise_fourth_cumulant),
+            .with_noise_fourth_cumulant(self.noise_fourth_cumulant)
+            .with_released_sizes([self.exposed_total as f64, self.unexposed_total as f64]),
         )
     }
 

@@ -39,12 +39,15 @@ pub struct ScoreCounts {
     proportions: [f64; 2],
     /// `(1/ñ, 1/ñ², 1/ñ³)` per arm.
     reciprocals: [[f64; 3]; 2],
+    /// The released size over the floored one per arm: 1 unless the release put the size
+    /// below 1.
+    size_shares: [f64; 2],
 }
 
 impl ScoreCounts {
     /// The test's view of released counts, their sizes floored at 1.
-    pub fn new(counts: &ReleasedCounts) -> Self {
-        let counts = counts.sizes_floored();
+    pub fn new(released: &ReleasedCounts) -> Self {
+        let counts = released.sizes_floored();
         let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
         let reciprocals = |n: f64| [1.0 / n, 1.0 / (n * n), 1.0 / (n * n * n)];
         Self {
@@ -52,6 +55,10 @@ impl ScoreCounts {
             cases: [x.clamp(0.0, n_x), y.clamp(0.0, n_y)],
             proportions: [x / n_x, y / n_y],
             reciprocals: [reciprocals(n_x), reciprocals(n_y)],
+            size_shares: [
+                released.released_sizes[0] / n_x,
+                released.released_sizes[1] / n_y,
+            ],
         }
     }
 
@@ -67,10 +74,12 @@ impl ScoreCounts {
 
     /// The variance of a score contrast `c_x·p̃_x − c_y·p̃_y` under `H₀`, at restricted risks
     /// `p̄` where it has mean 0, given each proportion's variance `v`
-    /// ([`Self::proportion_variance`]). Times `ñ_x ñ_y` the contrast is `c_x D_x ñ_y − c_y D_y ñ_x`, `D = X̃ − p̄ñ`, a bilinear
-    /// form in independent arms, whose exact variance (Goodman 1960) is
-    /// `c_x² v_x (1 + κ_y) + c_y² v_y (1 + κ_x) − 2 c_x c_y k_x k_y`, with `κ = Var(ñ)/ñ²` and
-    /// `k = Cov(D, ñ)/ñ²`. The delta method keeps the first two terms' 1 only. The rest is of
+    /// ([`Self::proportion_variance`]). Times both sizes the contrast is
+    /// `c_x D_x ñ_y − c_y D_y ñ_x`, `D = X̃ − p̄ñ`, a bilinear form in independent arms, whose
+    /// exact variance (Goodman 1960) over `n_x² n_y²` is
+    /// `c_x² v_x (1 + κ_y) + c_y² v_y (1 + κ_x) − 2 c_x c_y k_x k_y`, with `κ = Var(ñ)/n²` and
+    /// `k = Cov(D, ñ)/n²` (`n` plugged in as the released size, floored at 1). The delta method
+    /// keeps the first two terms' 1 only. The rest is of
     /// relative order `s²/ñ²` (0.007 at n = 200, Gaussian ε = 0.5), but where a released size is
     /// mostly noise (5 rows against noise SD 16) it dominates: without it the relative risk's
     /// test accepted the truth in 0.91 of releases (docs/intervals.md §5, "Sizes that are mostly

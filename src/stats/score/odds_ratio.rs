@@ -54,11 +54,14 @@ pub fn odds_ratio_restricted_risks(
 ///        / sqrt(v_x(p̄_x)/(p̄_x q̄_x)² + v_y(p̄_y)/(p̄_y q̄_y)²),
 /// ```
 ///
-/// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1), `(p̄, q̄)` the
-/// restricted risks of [`odds_ratio_restricted_risks`] (from the cases clamped to `[0, ñ]`),
-/// `v` the variance of a released proportion including the exact noise variance `s²`
-/// (`ScoreCounts::proportion_variance`, the paper's Theorem Gaussian_Valid_CI variance per
-/// arm) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]),
+/// `p̃ = X̃/ñ` the released proportions (cases as released, sizes floored at 1; where a size
+/// was released below 1, `p̃ − p̄` is `(X̃ − p̄ñ)/1` with `ñ` as released, so that the count's
+/// deviation keeps the noise it shares with the size: docs/intervals.md §2, "A size released
+/// below 1"), `(p̄, q̄)` the restricted risks of [`odds_ratio_restricted_risks`] (from the
+/// cases clamped to `[0, ñ]`), `v` the variance of a released proportion including the exact
+/// noise variance `s²` (`ScoreCounts::proportion_variance`, the paper's Theorem
+/// Gaussian_Valid_CI variance per arm; with private sizes the denominator is the contrast's
+/// exact variance, `ScoreCounts::contrast_variance`) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]),
 /// times the expansion's weight, which also scales the skewness `γ` (`Expansion::weight`).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`), and the denominator its variance, the arms and their noises
@@ -100,7 +103,9 @@ impl ScoreCounts {
             ArmTerms::new(p_x, q_x, 0, self),
             ArmTerms::new(p_y, q_y, 1, self),
         );
-        let numerator = (self.proportions[0] - p_x) * ay.g - (self.proportions[1] - p_y) * ax.g;
+        let [share_x, share_y] = self.size_shares;
+        let numerator = (self.proportions[0] - p_x * share_x) * ay.g
+            - (self.proportions[1] - p_y * share_y) * ax.g;
         // The expansion is of the numerator under the delta method's variance, whose
         // derivatives it takes. Its mean is in the numerator's units and its skewness is
         // scale-free, so both carry over to the exact variance the statistic is divided by.
@@ -470,6 +475,30 @@ mod tests {
         assert!((public + 0.1712).abs() < 1e-12, "{public}");
         let private = gamma(1.0 / 81.0, 20.0, 180.0, GroupSizes::Private, 32.0, 3104.0);
         assert!((private + 0.194172145717979).abs() < 1e-12, "{private}");
+    }
+
+    #[test]
+    fn a_size_released_below_one_keeps_the_counts_deviation() {
+        // Private sizes: 3 exposed cases released with an exposed size of −4, floored at 1.
+        // The exposed term is the released count's deviation D = X̃ − p̄ñ with ñ = −4 as
+        // released, over the floored size: (3 + 4p̄_x)/1, not 3/1 − p̄_x, whose missing
+        // p̄_x(1 − ñ) is the size's noise. The restricted risks see the floored table (cases
+        // clamped to [0, 1]).
+        let theta = 0.5;
+        let t = released(3, -4, 20, 40, GroupSizes::Private, 30.0);
+        let counts = t.counts().unwrap();
+        assert_eq!((counts.n_x, counts.released_sizes), (1.0, [-4.0, 40.0]));
+        let [(p_x, q_x), (p_y, q_y)] = odds_ratio_restricted_risks(theta, 1.0, 1.0, 20.0, 40.0);
+        let (g_x, g_y) = (p_x * q_x, p_y * q_y);
+        let score = OddsRatioScore::at(theta, &counts);
+        let deviation = (3.0 + 4.0 * p_x) * g_y - (0.5 - p_y) * g_x;
+        assert!((score.numerator - deviation).abs() < 1e-12, "{score:?}");
+        // A size released as 1 needs no floor, and the term is 3/1 − p̄_x.
+        let at_one = OddsRatioScore::at(
+            theta,
+            &ReleasedCounts::new(3.0, 1.0, 20.0, 40.0, GroupSizes::Private, 30.0),
+        );
+        assert!((at_one.numerator - ((3.0 - p_x) * g_y - (0.5 - p_y) * g_x)).abs() < 1e-12);
     }
 
     #[test]
