@@ -45,7 +45,8 @@ pub struct ScoreCounts {
 }
 
 impl ScoreCounts {
-    /// The test's view of released counts, their sizes floored at 1.
+    /// The test's view of released counts, their sizes floored at 1 (with the share of the
+    /// size as released kept for the odds ratio's numerator).
     pub fn new(released: &ReleasedCounts) -> Self {
         let counts = released.sizes_floored();
         let ReleasedCounts { x, n_x, y, n_y, .. } = counts;
@@ -79,11 +80,11 @@ impl ScoreCounts {
     /// exact variance (Goodman 1960) over `n_x² n_y²` is
     /// `c_x² v_x (1 + κ_y) + c_y² v_y (1 + κ_x) − 2 c_x c_y k_x k_y`, with `κ = Var(ñ)/n²` and
     /// `k = Cov(D, ñ)/n²` (`n` plugged in as the released size, floored at 1). The delta method
-    /// keeps the first two terms' 1 only. The rest is of
-    /// relative order `s²/ñ²` (0.007 at n = 200, Gaussian ε = 0.5), but where a released size is
-    /// mostly noise (5 rows against noise SD 16) it dominates: without it the relative risk's
-    /// test accepted the truth in 0.91 of releases (docs/intervals.md §5, "Sizes that are mostly
-    /// noise"). Public sizes are exact: `κ = k = 0`.
+    /// keeps the first two terms' 1 only. The rest is of relative order `s²/n²` (0.007 at
+    /// n = 200, Gaussian ε = 0.5), but where a released size is mostly noise (5 rows against
+    /// noise SD 16) it dominates: without it the relative risk's test accepted the truth in
+    /// 0.91 of releases (docs/intervals.md §5, "Sizes that are mostly noise"). Public sizes are
+    /// exact: `κ = k = 0`.
     fn contrast_variance(
         &self,
         [c_x, c_y]: [f64; 2],
