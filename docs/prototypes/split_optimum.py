@@ -54,6 +54,7 @@ Usage, from docs/prototypes (each run < 6 min on one core):
     python3 split_optimum.py family          # screen of fam:K:a
     python3 split_optimum.py floor2d 4000    # 2-D split-class floor, RR and OR, 81 cells x 8
     python3 split_optimum.py corner 10000    # the OR's corner (0.1, 0.9): constant splits
+    python3 split_optimum.py or_floor_cf 4000   # the OR's floor for its centred, CF statistic
     python3 split_optimum.py minimax reduced 800 max01,focus,pareto   # objectives (a') (c) (d)
     python3 split_optimum.py check2d 4000 fam:8:2 '{"name": {"laplace:0.5": [12 knots],
                                                             "gaussian:1": [12 knots]}}'
@@ -534,6 +535,45 @@ def mode_floor2d(tables=4000, settings=None):
                       flush=True)
 
 
+def mode_or_floor_cf(tables=4000):
+    """Session 13: the split-class floor for the odds ratio's statistic as the crate has it
+    since session 10 (centred, quantiles moved by the Cornish-Fisher term, session 12's weight,
+    session 13's contrast variance). Every split has base quantiles z_L, z_U >= z_alpha and the
+    shift is increasing in z, so every interval of the class contains the set where T lies
+    between the shifted z_alpha quantiles. Cells of the p_y <= 0.2 columns and p_x >= 0.8 rows
+    at n = 200, Laplace eps = 0.5 and Gaussian eps = 1 (the settings with misses), seeds as
+    mode_floor2d: the crate's rule and the floor, each as median width over paper_or."""
+    from or_score_mean import laplace_k4
+    from or_width_bound import paper_or
+    grid = [round(p, 1) for p in sp.GRID]
+
+    def floor(sr):
+        z = np.full(np.shape(sr[0]), Z1)
+        return ad.cornish_fisher_bounds(z, z, sr[2]) if len(sr) > 2 else (z, z)
+    for mech, eps in [("laplace", 0.5), ("gaussian", 1.0)]:
+        noise = sp.Noise(mech, eps)
+        ad.NOISE_K4 = laplace_k4 if mech == "laplace" else (lambda s2: 0.0)
+        for private in (True, False):
+            rows = []
+            for i, px in enumerate(grid):
+                for j, py in enumerate(grid):
+                    if not (py <= 0.2 or px >= 0.8):
+                        continue
+                    x, nx, y, ny = sp.release(np.random.default_rng(i * 9 + j), N, px, py, noise, private, tables)
+                    lo, hi = paper_or(x, nx, y, ny, noise.var, private)
+                    ref = np.median(hi - lo)
+                    est = ad.or_estimate(x, nx, y, ny)
+                    ratio = []
+                    for crit in (lambda sr: ad.critical(sr, 4.0, 0.0, "denf"), floor):
+                        lo, hi = ad.invert(ad.or_stat, crit, x, nx, y, ny, noise.var, private, estimate=est)
+                        ratio.append(np.median(np.where(np.isinf(hi), np.inf, hi - lo)) / ref)
+                    if ratio[0] > 1.05:
+                        rows.append((px, py, ratio[0], ratio[1]))
+            print(f"n={N} eps={eps:g} {mech} {'private' if private else 'public'}: rule > 1.05 in {len(rows)} cells, "
+                  f"floor > 1.05 in {sum(r[3] > 1.05 for r in rows)} of them: "
+                  + " ".join(f"({a},{b}) {u:.3f}/{f:.3f}" for a, b, u, f in rows), flush=True)
+
+
 def mode_corner(tables=10000):
     """The odds ratio's corners (0.1, 0.9), (0.2, 0.9), (0.1, 0.8) with constant splits
     d = z_L - z_U against the crate's rule: coverage / median-width ratio to paper_or, seeds as
@@ -575,6 +615,8 @@ if __name__ == "__main__":
         mode_check2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000, rules)
     elif mode == "corner":
         mode_corner(int(sys.argv[2]) if len(sys.argv) > 2 else 10000)
+    elif mode == "or_floor_cf":
+        mode_or_floor_cf(int(sys.argv[2]) if len(sys.argv) > 2 else 4000)
     elif mode == "floor2d":
         mode_floor2d(int(sys.argv[2]) if len(sys.argv) > 2 else 4000)
     elif mode == "family":
