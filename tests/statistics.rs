@@ -802,8 +802,9 @@ fn relative_risk_score_keeps_its_coverage_where_noise_makes_counts_negative() {
     use GroupSizes::Public;
     use Mechanism::Laplace;
     // Three and ten rows per arm under Laplace noise at ε = 0.1 (noise SD 28 per cell): each
-    // released count is negative about half the time, and where one is the statistic can rise in θ and the
-    // accepted set is a half-line [θ*, ∞) (score::invert_score_test). The first version
+    // released count is negative about half the time, and where one is the statistic can
+    // rise in θ and the accepted set is a half-line [θ*, ∞) (score::invert_score_test). The
+    // first version
     // returned [0, 0] there and covered 0.912 and 0.919 in these cells
     // (docs/coverage-small-groups.md before session 12's fix), against about 0.95 accepted at
     // the truth. 20,000 tables per cell: each must reach coverage_floor(0.93), 4 SE (0.007)

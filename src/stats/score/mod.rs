@@ -284,13 +284,11 @@ mod tests {
         noise: &[(f64, f64)],
         sizes: GroupSizes,
     ) -> Vec<(f64, f64, f64)> {
+        use statrs::distribution::{Binomial, Discrete};
+        let cases = Binomial::new(p, u64::from(n)).unwrap();
         let mut out = Vec::new();
-        let mut choose = 1.0;
         for a in 0..=n {
-            if a > 0 {
-                choose *= f64::from(n - a + 1) / f64::from(a);
-            }
-            let pa = choose * p.powi(a as i32) * (1.0 - p).powi((n - a) as i32);
+            let pa = cases.pmf(u64::from(a));
             for &(e_a, pe_a) in noise {
                 match sizes {
                     GroupSizes::Public => out.push((f64::from(a) + e_a, f64::from(n), pa * pe_a)),

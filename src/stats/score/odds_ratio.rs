@@ -61,8 +61,9 @@ pub fn odds_ratio_restricted_risks(
 /// cases clamped to `[0, ñ]`), `v` the variance of a released proportion including the exact
 /// noise variance `s²` (`ScoreCounts::proportion_variance`, the paper's Theorem
 /// Gaussian_Valid_CI variance per arm; with private sizes the denominator is the contrast's
-/// exact variance, `ScoreCounts::contrast_variance`) and `μ(θ)` the numerator's mean under `H₀` to second order ([`OddsRatioScore`]),
-/// times the expansion's weight, which also scales the skewness `γ` (`Expansion::weight`).
+/// exact variance, `ScoreCounts::contrast_variance`) and `μ(θ)` the numerator's mean under
+/// `H₀` to second order ([`OddsRatioScore`]), times the expansion's weight, which also scales
+/// the skewness `γ` (`Expansion::weight`).
 /// The numerator is the first-order change of `ln OR` between the restricted and the released
 /// risks (`d logit p = dp/pq`), and the denominator its variance, the arms and their noises
 /// being independent. Without noise and without `μ` it is Miettinen & Nurminen's (1985) score
@@ -436,9 +437,14 @@ mod tests {
         assert!((public + 1.0 / 9.0).abs() < 1e-12, "{public}");
         // Private sizes, same cells: docs/prototypes/or_score_mean.py delta (½ Σ ∂²T/∂u_i∂u_j
         // Cov(u_i, u_j) over the four released cells, Hessian by central differences: 6 digits),
-        // in units of the delta method's SD, sqrt(2·0.09²·v), v = 0.09/200 + 32·0.82/200²;
-        // the statistic's own SD (contrast_variance) is 0.1% larger.
-        let delta_sd = (2.0 * 0.0081 * (0.09 / 200.0 + 32.0 * 0.82 / 40_000.0f64)).sqrt();
+        // in units of the delta method's SD, sqrt(2·0.09²·v), v = 0.09/200 + 32·0.82/200².
+        // The statistic's own variance (contrast_variance) is that times 1 + κ + k²/v by hand:
+        // κ = 2·32/200² for the other arm's size, and the covariance term 2g²k² with
+        // k = ±32·0.8/200² (opposite signs in the two arms, so it adds).
+        let v = 0.09 / 200.0 + 32.0 * 0.82 / 40_000.0f64;
+        let delta_sd = (2.0 * 0.0081 * v).sqrt();
+        let k = 32.0 * 0.8 / 40_000.0;
+        let by_hand = (1.0 + 64.0 / 40_000.0 + k * k / v).sqrt();
         let private_at = |theta, x, y| {
             let counts = ReleasedCounts::new(x, 200.0, y, 200.0, GroupSizes::Private, 32.0);
             let s = OddsRatioScore::at(theta, &counts);
@@ -446,7 +452,7 @@ mod tests {
         };
         let (private, sd_ratio) = private_at(1.0 / 81.0, 20.0, 180.0);
         assert!((private + 0.120892).abs() < 2e-6, "{private}");
-        assert!(sd_ratio > 1.0009 && sd_ratio < 1.0011, "{sd_ratio}");
+        assert!((sd_ratio - by_hand).abs() < 1e-12, "{sd_ratio} {by_hand}");
         // The statistic's parts: T is the centred numerator over its SD.
         let counts = ReleasedCounts::new(25.0, 190.0, 170.0, 205.0, GroupSizes::Private, 32.0);
         let (s, t) = (
