@@ -13,17 +13,28 @@ use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::*;
 use datafusion_dp::stats::{Contribution, CountNoise, GaussianCalibration, Mechanism};
 use datafusion_dp::{analyst_sql, lock, protect, Protection};
+use std::sync::Arc;
 
 /// The owner's session: `t` (one row per person, protected row by row, as in the issue),
 /// `visits` (several rows per patient, protected by `patient_id`), public `lookup` (with
 /// repeated keys), `regions` and `sink`, and two views the owner defined. Locked when `locked`.
 async fn session(locked: bool) -> Result<SessionContext> {
+    session_with(locked, T_ROWS).await
+}
+
+/// The rows of `t`: five people, person 3 among them.
+const T_ROWS: &str = "(1, 1, true, true, 'a'), (2, 2, true, false, 'a'), (3, 3, false, true, 'b'),
+    (4, 4, false, false, 'b'), (5, 5, true, true, 'a')";
+
+/// [`session`] with `t` holding `t_rows`.
+async fn session_with(locked: bool, t_rows: &str) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(config(4, false));
     datafusion_dp::register(&ctx)?;
+    let t = format!(
+        "CREATE TABLE t (id INT, x INT, outcome BOOLEAN, exposed BOOLEAN, g VARCHAR) AS VALUES {t_rows}"
+    );
     for sql in [
-        "CREATE TABLE t (id INT, x INT, outcome BOOLEAN, exposed BOOLEAN, g VARCHAR) AS VALUES
-           (1, 1, true, true, 'a'), (2, 2, true, false, 'a'), (3, 3, false, true, 'b'),
-           (4, 4, false, false, 'b'), (5, 5, true, true, 'a')",
+        t.as_str(),
         "CREATE TABLE visits (patient_id INT, region VARCHAR, outcome BOOLEAN, exposed BOOLEAN,
            tags VARCHAR) AS VALUES
            (1, 'north', true, true, 'x'), (1, 'north', true, true, 'y'), (1, 'south', false, true, 'x'),
@@ -169,6 +180,25 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT count(*) FROM generate_series(1, (SELECT max(x) FROM t))", Refused("")),
     ("SELECT dp_count(x, 1.0) FILTER (WHERE x < (SELECT max(x) FROM t)) FROM t", Refused("max(t.x) over protected table 't' is computed exactly")),
     ("SELECT dp_count(x, (SELECT max(x) FROM t)) FROM t", Refused("")),
+    // Errors are outputs: an expression that fails on a row would print the row's values
+    // ("Cannot cast string 'a' ...") or tell whether a row exists. In a DP query every
+    // expression that can fail gives NULL on that row instead, so these are answered with
+    // noise; SIMILAR TO, which has no total form, is refused before anything runs.
+    ("SELECT dp_count(x, 1.0) FROM t WHERE CAST(g || '|' || CAST(outcome AS VARCHAR) AS INT) > 0", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE CASE WHEN id = 3 THEN CAST(CAST(outcome AS VARCHAR) AS INT) ELSE 0 END = 0", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE g = 5", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE x / (x - 3) >= 0 AND x % (id - 1) >= 0", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE regexp_like('a', '(' || g)", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE g ~ ('(' || g)", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE abs(arrow_cast(x, 'Int64') * 0 - 9223372036854775807 - 1) > 0", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE to_timestamp(g) > now()", Answered),
+    ("SELECT dp_count(CAST(g AS INT), 1.0) FROM t", Answered),
+    ("SELECT dp_rr_ci(CAST(g AS BOOLEAN), exposed, 1.0) FROM t", Answered),
+    ("SELECT dp_count(x, 1.0) FILTER (WHERE CAST(g AS DATE) IS NULL) FROM t", Answered),
+    ("SELECT dp_count(region, 1.0) FROM visits JOIN lookup ON CAST(visits.tags AS INT) = lookup.v", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE x IN (SELECT CAST(k AS INT) FROM lookup)", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE id <> 3 OR g LIKE repeat('_%', 2000000)", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE g SIMILAR TO '(a'", Refused("SIMILAR TO over protected rows")),
     // What stays allowed.
     ("SET dp.confidence = 0.9", Answered),
     ("SET dp.max_rows_per_unit = 2", Answered),
@@ -522,5 +552,61 @@ async fn unnamed_dataframe_scans_are_protected_unless_declared() -> Result<()> {
         .collect()
         .await?;
     assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), 10);
+    Ok(())
+}
+
+/// The targeted probes of the attack table, on neighbouring tables: with and without the
+/// person the probe names (`id = 3`). An error on one and an answer on the other would be the
+/// exact answer; both are answered, and the error's text (the row's values) never shows.
+#[tokio::test]
+async fn an_error_cannot_tell_whether_a_row_exists() -> Result<()> {
+    let probes = [
+        "SELECT dp_count(x, 1.0) FROM t WHERE CASE WHEN id = 3 THEN CAST(g || CAST(outcome AS VARCHAR) AS INT) ELSE 0 END = 0",
+        "SELECT dp_count(x, 1.0) FROM t WHERE CASE WHEN id = 3 THEN x / (x - 3) ELSE 1 END > 0",
+        "SELECT dp_count(x, 1.0) FROM t WHERE id <> 3 OR regexp_like(g, '(' || g)",
+        "SELECT dp_count(x, 1.0) FROM t WHERE id <> 3 OR to_date(g) IS NULL",
+    ];
+    let without_3 = "(1, 1, true, true, 'a'), (2, 2, true, false, 'a'), (4, 4, false, false, 'b'),
+        (5, 5, true, true, 'a')";
+    for (removed, rows) in [(false, T_ROWS), (true, without_3)] {
+        let ctx = session_with(true, rows).await?;
+        for sql in probes {
+            let answer = run(&ctx, sql).await;
+            assert!(
+                answer.is_ok(),
+                "{sql} (person 3 removed: {removed}): {answer:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Below a DP aggregation an error's text is withheld: the real DataFusion error of a cast
+/// that fails on a protected value ("Cannot cast string 'a' ...") run under the release guard.
+#[tokio::test]
+async fn the_release_guard_withholds_an_errors_text() -> Result<()> {
+    use datafusion::physical_plan::collect;
+    use datafusion_dp::sql::privacy::release::ReleaseOnceExec;
+    let ctx = SessionContext::new();
+    ctx.sql("CREATE TABLE t (g VARCHAR) AS VALUES ('secret-value')")
+        .await?
+        .collect()
+        .await?;
+    let failing = ctx
+        .sql("SELECT CAST(g AS INT) FROM t")
+        .await?
+        .create_physical_plan()
+        .await?;
+    let unguarded = collect(failing.clone(), ctx.task_ctx()).await.unwrap_err();
+    assert!(
+        unguarded.to_string().contains("secret-value"),
+        "{unguarded}"
+    );
+    let guarded = collect(Arc::new(ReleaseOnceExec::new(failing)), ctx.task_ctx())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(guarded.contains("The error is withheld"), "{guarded}");
+    assert!(!guarded.contains("secret-value"), "{guarded}");
     Ok(())
 }

@@ -298,3 +298,31 @@ async fn the_release_guard_travels_with_the_stage() {
         .unwrap();
     assert_eq!(shown(back.as_ref()), shown(plan.as_ref()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn total_expressions_run_on_the_executors() {
+    // In a DP query a cast, a function and an operator that can fail on a row are made total
+    // (`TRY_CAST`; `regexp_like` simplifies to the `~` operator, made `try_regex_match`;
+    // `try_divide`: NULL where they fail). The last two are functions of this crate's: the
+    // executors must decode them as themselves (by name alone they would not exist there).
+    // Every third patient's division fails (by zero).
+    let sql = "SET dp.public_groups = 'assert';
+         SELECT region, dp_count(1, 1.0) FILTER (WHERE CAST(CAST(region AS VARCHAR) || 'x' AS INT) IS NULL
+                AND regexp_like(CAST(patient AS VARCHAR), '^1') AND patient / (patient % 3) >= 0) AS n
+         FROM t GROUP BY region ORDER BY region";
+    let ctx = remote().await;
+    let plan = run(
+        &ctx,
+        &format!(
+            "{}; EXPLAIN {}",
+            &sql[..sql.find(';').unwrap()],
+            &sql[sql.find(';').unwrap() + 1..]
+        ),
+    )
+    .await;
+    for total in ["TRY_CAST", "try_regex_match", "try_divide"] {
+        assert!(plan.contains(total), "{total} missing from {plan}");
+    }
+    let released = run(&ctx, sql).await;
+    assert_eq!(released.lines().count(), 40 + 4, "{released}");
+}

@@ -294,7 +294,9 @@ fn csv_files_that_disagree_on_a_column_type() {
         ],
         &[],
     );
-    one_error_line(&output, &["as type 'Boolean'", "value '"]);
+    // Reading a protected table: the parser's error names the value, so its text is withheld.
+    let line = one_error_line(&output, &["dp_rr_ci", "The error is withheld"]);
+    assert!(!line.contains("value '"), "{line}");
 }
 
 #[test]

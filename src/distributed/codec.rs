@@ -14,13 +14,16 @@
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
 use crate::sql::privacy::release::ReleaseOnceExec;
+use crate::sql::privacy::total::{operator_from_name, TryBinary, TryFunction};
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{plan_err, Result, TableReference};
 use datafusion::datasource::file_format::FileFormatFactory;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::{AggregateUDF, Extension, LogicalPlan, ScalarUDF, WindowUDF};
+use datafusion::logical_expr::{
+    AggregateUDF, Extension, LogicalPlan, ScalarUDF, ScalarUDFImpl, WindowUDF,
+};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
@@ -30,6 +33,28 @@ use std::sync::Arc;
 /// A [`ReleaseOnceExec`] travels as this marker (its input is encoded as a child); each
 /// decoded copy runs each of its partitions once.
 const RELEASE_ONCE: &[u8] = b"datafusion-dp/release-once/1";
+
+/// A [`TryBinary`] travels as this marker and its operator's name; a [`TryFunction`] as its
+/// marker, the wrapped function's name, a newline and that function's own definition (empty
+/// for a function found by name: DataFusion's and this crate's).
+const TRY_BINARY: &[u8] = b"datafusion-dp/try-binary/1:";
+const TRY_FUNCTION: &[u8] = b"datafusion-dp/try/1:";
+
+/// The scalar function registered as `name` in a session with DataFusion's default functions
+/// and this crate's, where a decoded [`TryFunction`] finds the function it wraps.
+fn registered_function(name: &str) -> Result<Arc<ScalarUDF>> {
+    use datafusion::execution::FunctionRegistry;
+    static FUNCTIONS: std::sync::OnceLock<datafusion::execution::SessionState> =
+        std::sync::OnceLock::new();
+    let state = FUNCTIONS.get_or_init(|| {
+        let ctx = datafusion::prelude::SessionContext::new();
+        // Registering functions on a fresh session does not fail; if it did, only this
+        // crate's functions would be missing, and their lookup fails below.
+        let _ = crate::register(&ctx);
+        ctx.state()
+    });
+    state.udf(name)
+}
 
 fn encode_udaf(node: &AggregateUDF) -> Option<Vec<u8>> {
     node.inner().downcast_ref::<DpAggregate>()?.encode()
@@ -48,10 +73,44 @@ fn decode_udaf(name: &str, buf: &[u8]) -> Option<Result<Arc<AggregateUDF>>> {
 macro_rules! function_methods {
     () => {
         fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+            if let Some(op) = buf.strip_prefix(TRY_BINARY) {
+                let op = std::str::from_utf8(op).ok().and_then(operator_from_name);
+                let Some(op) = op else {
+                    return plan_err!("{name}: not an operator this build knows");
+                };
+                return Ok(Arc::new(ScalarUDF::new_from_impl(TryBinary::new(op))));
+            }
+            if let Some(rest) = buf.strip_prefix(TRY_FUNCTION) {
+                let Some(split) = rest.iter().position(|b| *b == b'\n') else {
+                    return plan_err!("{name}: malformed definition");
+                };
+                let inner_name = String::from_utf8_lossy(&rest[..split]).into_owned();
+                let inner_buf = &rest[split + 1..];
+                let inner = if inner_buf.is_empty() {
+                    registered_function(&inner_name)?
+                } else {
+                    self.try_decode_udf(&inner_name, inner_buf)?
+                };
+                return Ok(Arc::new(ScalarUDF::new_from_impl(TryFunction::new(inner))));
+            }
             self.inner.try_decode_udf(name, buf)
         }
 
         fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+            if let Some(binary) = node.inner().downcast_ref::<TryBinary>() {
+                buf.extend_from_slice(TRY_BINARY);
+                buf.extend_from_slice(binary.name().trim_start_matches("try_").as_bytes());
+                return Ok(());
+            }
+            if let Some(function) = node.inner().downcast_ref::<TryFunction>() {
+                let mut inner = Vec::new();
+                self.try_encode_udf(function.inner(), &mut inner)?;
+                buf.extend_from_slice(TRY_FUNCTION);
+                buf.extend_from_slice(function.inner().name().as_bytes());
+                buf.push(b'\n');
+                buf.extend_from_slice(&inner);
+                return Ok(());
+            }
             self.inner.try_encode_udf(node, buf)
         }
 
@@ -237,4 +296,46 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
     }
 
     function_methods!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The total forms of a function and an operator (`sql::privacy::total`) reach executors
+    /// as themselves: decoded by name alone, `try_regexp_like` would not exist there, and
+    /// `regexp_like` would raise the errors the planner made total.
+    #[test]
+    fn total_functions_travel_as_themselves() {
+        let codec = DpPhysicalCodec::default();
+        let logical = DpLogicalCodec::default();
+        let regexp_like = datafusion::functions::regex::regexp_like();
+        let katz = crate::sql::functions::scalar::rr_ci_katz::udf();
+        for udf in [
+            ScalarUDF::new_from_impl(TryFunction::new(regexp_like)),
+            ScalarUDF::new_from_impl(TryFunction::new(katz)),
+            ScalarUDF::new_from_impl(TryBinary::new(datafusion::logical_expr::Operator::Divide)),
+            ScalarUDF::new_from_impl(TryBinary::new(
+                datafusion::logical_expr::Operator::RegexIMatch,
+            )),
+        ] {
+            let mut buf = Vec::new();
+            codec.try_encode_udf(&udf, &mut buf).unwrap();
+            assert!(!buf.is_empty(), "{}", udf.name());
+            assert_eq!(
+                codec.try_decode_udf(udf.name(), &buf).unwrap().as_ref(),
+                &udf
+            );
+            let mut buf = Vec::new();
+            logical.try_encode_udf(&udf, &mut buf).unwrap();
+            assert_eq!(
+                logical.try_decode_udf(udf.name(), &buf).unwrap().as_ref(),
+                &udf
+            );
+        }
+        let unknown = [TRY_FUNCTION, b"no_such_function\n".as_slice()].concat();
+        assert!(codec
+            .try_decode_udf("try_no_such_function", &unknown)
+            .is_err());
+    }
 }

@@ -12,3 +12,4 @@ pub mod public_groups;
 pub mod release;
 pub mod rule;
 pub mod selection;
+pub mod total;

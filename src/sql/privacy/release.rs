@@ -7,9 +7,16 @@
 //! - each bound call carries a [`ReleaseTicket`], taken when a physical plan is made from it
 //!   ([`ReleaseOnce`], a physical optimizer rule): a second physical plan of the same bound
 //!   call is refused (planning the SQL again binds, and charges, anew);
-//! - every aggregation that draws noise (a final or single-stage `AggregateExec` with DP
-//!   calls) is wrapped in a [`ReleaseOnceExec`], which runs each of its output partitions at
-//!   most once: a second execution of the same physical plan is refused.
+//! - every aggregation with DP calls (the final or single-stage one draws the noise) is
+//!   wrapped in a [`ReleaseOnceExec`], which runs each of its output partitions at most once:
+//!   a second execution of the same physical plan is refused.
+//!
+//! [`ReleaseOnceExec`] also withholds the text of every error raised below it: rows of
+//! protected tables are read only below DP aggregations, and an error's text can hold their
+//! values (Arrow's "Cannot cast string 'HIV' ..."). So partial aggregations with DP calls are
+//! wrapped too (they draw no noise and run once anyway): on Ballista they run on executors,
+//! in a stage of their own. The planner rule makes expressions total ([`super::total`]), so
+//! what remains are operators' errors; their occurrence still shows.
 //!
 //! Recursive terms with DP calls are refused by the planner rule. On Ballista each task runs
 //! a freshly decoded copy of its stage; the scheduler runs each partition once (a retried
@@ -18,14 +25,16 @@
 use crate::sql::functions::aggregate::DpAggregate;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_err, plan_err, Result};
+use datafusion::common::{exec_err, plan_err, DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
+use futures::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -92,10 +101,13 @@ impl PhysicalOptimizerRule for ReleaseOnce {
             Ok(TreeNodeRecursion::Continue)
         })?;
         plan.transform_up(|node| {
-            let draws_noise = node.downcast_ref::<AggregateExec>().is_some_and(|a| {
-                !matches!(a.mode(), AggregateMode::Partial) && !dp_calls(a).is_empty()
-            });
-            if draws_noise {
+            // Partial aggregations too: they draw no noise, but they read the protected rows
+            // (on a Ballista executor, in a stage of their own), and errors' text is withheld
+            // where it is raised.
+            let dp_aggregation = node
+                .downcast_ref::<AggregateExec>()
+                .is_some_and(|a| !dp_calls(a).is_empty());
+            if dp_aggregation {
                 Ok(Transformed::yes(
                     Arc::new(ReleaseOnceExec::new(node)) as Arc<dyn ExecutionPlan>
                 ))
@@ -120,14 +132,38 @@ impl PhysicalOptimizerRule for ReleaseOnce {
 pub struct ReleaseOnceExec {
     input: Arc<dyn ExecutionPlan>,
     executed: Vec<AtomicBool>,
+    /// The DP functions of the aggregation, named in a withheld error.
+    functions: String,
+}
+
+/// The error that replaces one raised while reading protected rows (module docs).
+fn withheld(functions: &str) -> DataFusionError {
+    DataFusionError::Execution(format!(
+        "{functions}: the query failed while reading protected rows. The error is withheld: its \
+         text can contain their values. (In a DP query an expression that fails on a row gives \
+         NULL; this error came from reading the table, e.g. a value that does not parse as its \
+         column's type, or from an operator, e.g. memory.) The data owner can see it by reading \
+         the table with its protection lifted, in a session of their own"
+    ))
 }
 
 impl ReleaseOnceExec {
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let partitions = input.output_partitioning().partition_count();
+        let mut functions: Vec<&str> = input
+            .downcast_ref::<AggregateExec>()
+            .map(|a| dp_calls(a).iter().map(|c| c.function().name()).collect())
+            .unwrap_or_default();
+        functions.dedup();
+        let functions = if functions.is_empty() {
+            "DP aggregate".to_string()
+        } else {
+            functions.join(", ")
+        };
         Self {
             input,
             executed: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            functions,
         }
     }
 
@@ -190,6 +226,15 @@ impl ExecutionPlan for ReleaseOnceExec {
                  drawn once per charge. Plan the query again from SQL (a new charge) to run it again"
             );
         }
-        self.input.execute(partition, context)
+        let functions = self.functions.clone();
+        let stream = self
+            .input
+            .execute(partition, context)
+            .map_err(|_| withheld(&functions))?;
+        let schema = stream.schema();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map(move |batch| batch.map_err(|_| withheld(&functions))),
+        )))
     }
 }

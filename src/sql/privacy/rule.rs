@@ -20,7 +20,9 @@
 //! ([`crate::sql::privacy::selection`]). Ungrouped aggregations ignore the option. Then (5) the
 //! whole plan's output must be public: DP releases, declared keys and what does not depend on
 //! protected rows; anything else (`SELECT *`, `count(*)`, a scalar subquery over protected
-//! rows) is refused with the table and the operator. Finally (6) the query is charged to the
+//! rows) is refused with the table and the operator; and every expression that could fail on a
+//! row is made total ([`crate::sql::privacy::total`]): an error would be an exact output.
+//! Finally (6) the query is charged to the
 //! session's privacy budget ([`crate::sql::accounting::budget`]), refusing it before anything
 //! executes when it does not fit; a plan whose DP calls were all bound by an earlier pass is
 //! not charged (nor rewritten) again. Declaring keys public costs nothing; private selection
@@ -150,6 +152,12 @@ impl AnalyzerRule for DpPlannerRule {
             .data;
         // Only DP leaves a protected table.
         analysis.check_output(&bound)?;
+        // An error is an output too: in a query with a DP call no expression may fail on a row.
+        let bound = if plan_has_dp_call(&bound)? {
+            crate::sql::privacy::total::make_total(bound)?
+        } else {
+            bound
+        };
         if charge {
             self.accountant.charge(&bound, &session)?;
         }
@@ -178,6 +186,20 @@ fn has_dp_call(expr: &Expr) -> bool {
         })
     })
     .unwrap_or(false)
+}
+
+/// Whether `plan` or one of its subqueries holds a DP aggregate call.
+fn plan_has_dp_call(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found = node.expressions().iter().any(has_dp_call);
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(found)
 }
 
 /// Refuses DP aggregates in the recursive term of a recursive query: the term runs once per

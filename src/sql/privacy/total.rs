@@ -1,0 +1,610 @@
+//! Expressions over protected rows never raise an error: a row on which one fails gets NULL.
+//!
+//! An error is an output. `CAST(diagnosis AS INT)` fails with "Cannot cast string 'HIV' to
+//! ..."; `CASE WHEN patient_id = 17 THEN CAST(outcome || 'x' AS INT) END` fails exactly when
+//! patient 17 is in the table and prints their outcome; any DP call's budget, however small,
+//! would buy that exact answer. So in every query with a DP call the planner rule makes each
+//! expression that can fail *total* before the plan is optimised (so filters pushed into scans
+//! or below aggregates carry the total form), as Spark's `try_` functions are:
+//! - a cast that can fail becomes `TRY_CAST` (NULL where the value does not convert);
+//! - a scalar function call `f(..)` becomes [`TryFunction`] `try_f(..)`, which evaluates `f`
+//!   on the batch and, only if that fails, row by row, giving NULL on the rows where it fails
+//!   (a function that simplifies to another expression, `regexp_like` to `~`, is simplified
+//!   first and the result made total);
+//! - an operator that can fail (`/` and `%` unless by a constant other than 0 and -1, the
+//!   regular-expression matches, shifts, arithmetic on other than integers and floats, ...)
+//!   becomes [`TryBinary`] (`try_divide(a, b)`), the operator's own kernel with the same
+//!   row-by-row fallback;
+//! - `LIKE`, whose pattern compiles to a regular expression (which fails past a size limit),
+//!   becomes the operator form with the same kernel, `try_like_match(a, pattern)`;
+//! - `SIMILAR TO`, which has no operator form, is refused (use `regexp_like`, which becomes
+//!   `try_regex_match`).
+//!
+//! What is left is total: columns, constants, comparisons, `AND`/`OR`/`NOT`, `IS [NOT] NULL`,
+//! `CASE`, `IN` lists, `BETWEEN` and integer and float `+ - *` (which wrap). Output
+//! column names are kept. Errors raised by operators rather than expressions (a window
+//! function's overflow, memory exhausted) are still possible; [`super::release`] withholds
+//! the text of every error raised below a DP aggregation, so at most their occurrence shows.
+
+use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{plan_err, DFSchema, DFSchemaRef, Result, ScalarValue};
+use datafusion::logical_expr::expr::{ScalarFunction, TryCast};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::physical_expr::expressions::{BinaryExpr as PhysicalBinary, Column};
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+
+/// `f` wrapped to be total: `try_f(..)` is `f(..)` where that succeeds and NULL on a row where
+/// it fails (module docs).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct TryFunction {
+    inner: Arc<ScalarUDF>,
+    name: String,
+}
+
+impl TryFunction {
+    pub fn new(inner: Arc<ScalarUDF>) -> Self {
+        let name = format!("try_{}", inner.name());
+        Self { inner, name }
+    }
+
+    /// The wrapped function.
+    pub fn inner(&self) -> &Arc<ScalarUDF> {
+        &self.inner
+    }
+}
+
+impl ScalarUDFImpl for TryFunction {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<arrow::datatypes::FieldRef> {
+        let field = self.inner.return_field_from_args(args)?;
+        Ok(Arc::new(field.as_ref().clone().with_nullable(true)))
+    }
+
+    fn is_strict(&self) -> bool {
+        self.inner.inner().is_strict()
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let updated = self.inner.inner().with_updated_config(config)?;
+        Some(ScalarUDF::new_from_impl(TryFunction::new(Arc::new(
+            updated,
+        ))))
+    }
+
+    /// `f`'s own simplification, made total: some functions are only ever run as what they
+    /// simplify to (`arrow_cast(x, 'UInt64')` is `CAST(x AS UInt64)`, here `TRY_CAST`).
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        Ok(match self.inner.simplify(args, info)? {
+            ExprSimplifyResult::Simplified(expr) => {
+                ExprSimplifyResult::Simplified(total_expr(expr, info.schema())?.data)
+            }
+            original => original,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        or_null(args, |args| self.inner.invoke_with_args(args))
+    }
+}
+
+/// A binary operator that can fail, as a total function: `try_divide(a, b)` is `a / b`, NULL
+/// on a row where that fails (module docs). Evaluated by DataFusion's own kernel for `op`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct TryBinary {
+    op: Operator,
+    name: String,
+    signature: Signature,
+}
+
+impl TryBinary {
+    pub fn new(op: Operator) -> Self {
+        Self {
+            op,
+            name: format!("try_{}", operator_name(op)),
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+
+    pub fn op(&self) -> Operator {
+        self.op
+    }
+
+    /// The operator's physical expression over a two-column batch of `left` and `right`.
+    fn kernel(&self, left: &DataType, right: &DataType) -> (Arc<Schema>, PhysicalBinary) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("left", left.clone(), true),
+            Field::new("right", right.clone(), true),
+        ]));
+        let expr = PhysicalBinary::new(
+            Arc::new(Column::new("left", 0)),
+            self.op,
+            Arc::new(Column::new("right", 1)),
+        );
+        (schema, expr)
+    }
+}
+
+impl ScalarUDFImpl for TryBinary {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        let [left, right] = arg_types else {
+            return plan_err!("{} takes two arguments", self.name);
+        };
+        let (schema, expr) = self.kernel(left, right);
+        expr.data_type(&schema)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let types: Vec<DataType> = args.args.iter().map(|a| a.data_type()).collect();
+        let [left, right] = types.as_slice() else {
+            return plan_err!("{} takes two arguments", self.name);
+        };
+        let (schema, expr) = self.kernel(left, right);
+        or_null(args, |args| {
+            let rows = args.number_rows;
+            let columns = args
+                .args
+                .iter()
+                .map(|a| a.to_array(rows))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            expr.evaluate(&batch)
+        })
+    }
+}
+
+/// `evaluate(args)`, or where it fails, `evaluate` on each row alone with NULL for the rows
+/// where it fails. Rows where it succeeds get the same values either way (every function
+/// here is row-wise), so the result depends on each row alone.
+fn or_null(
+    args: ScalarFunctionArgs,
+    evaluate: impl Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
+) -> Result<ColumnarValue> {
+    if let Ok(value) = evaluate(args.clone()) {
+        return Ok(value);
+    }
+    let return_type = args.return_field.data_type().clone();
+    if args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+    {
+        let mut one = args.clone();
+        one.number_rows = 1;
+        return Ok(match evaluate(one) {
+            Ok(value) => value,
+            Err(_) => ColumnarValue::Scalar(ScalarValue::try_from(&return_type)?),
+        });
+    }
+    let mut rows: Vec<ArrayRef> = Vec::with_capacity(args.number_rows);
+    for row in 0..args.number_rows {
+        let one = ScalarFunctionArgs {
+            args: args
+                .args
+                .iter()
+                .map(|a| match a {
+                    ColumnarValue::Array(array) => ColumnarValue::Array(array.slice(row, 1)),
+                    scalar => scalar.clone(),
+                })
+                .collect(),
+            number_rows: 1,
+            ..args.clone()
+        };
+        rows.push(match evaluate(one).and_then(|v| v.to_array(1)) {
+            Ok(value) if value.len() == 1 => value,
+            _ => new_null_array(&return_type, 1),
+        });
+    }
+    let parts: Vec<&dyn Array> = rows.iter().map(|a| a.as_ref()).collect();
+    Ok(ColumnarValue::Array(arrow::compute::concat(&parts)?))
+}
+
+/// The lower-case name of an operator in `try_` names (Spark's: `try_divide`).
+fn operator_name(op: Operator) -> String {
+    match op {
+        Operator::Plus => "add".into(),
+        Operator::Minus => "subtract".into(),
+        Operator::Multiply => "multiply".into(),
+        Operator::Divide => "divide".into(),
+        Operator::Modulo => "mod".into(),
+        Operator::IntegerDivide => "div".into(),
+        other => {
+            // Names like RegexMatch → regex_match.
+            let mut name = String::new();
+            for (i, c) in format!("{other:?}").chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    name.push('_');
+                }
+                name.push(c.to_ascii_lowercase());
+            }
+            name
+        }
+    }
+}
+
+/// Every operator a [`TryBinary`] can carry, for decoding one by its name.
+pub fn operator_from_name(name: &str) -> Option<Operator> {
+    use Operator::*;
+    [
+        Plus,
+        Minus,
+        Multiply,
+        Divide,
+        Modulo,
+        IntegerDivide,
+        RegexMatch,
+        RegexIMatch,
+        RegexNotMatch,
+        RegexNotIMatch,
+        LikeMatch,
+        ILikeMatch,
+        NotLikeMatch,
+        NotILikeMatch,
+        BitwiseAnd,
+        BitwiseOr,
+        BitwiseXor,
+        BitwiseShiftRight,
+        BitwiseShiftLeft,
+        AtArrow,
+        ArrowAt,
+        Arrow,
+        LongArrow,
+        HashArrow,
+        HashLongArrow,
+        AtAt,
+        HashMinus,
+        AtQuestion,
+        Question,
+        QuestionAnd,
+        QuestionPipe,
+        Colon,
+    ]
+    .into_iter()
+    .find(|op| operator_name(*op) == name)
+}
+
+fn is_number(t: &DataType) -> bool {
+    t.is_integer() || t.is_floating()
+}
+
+/// Whether `left op right` cannot fail on any row (module docs).
+fn operator_is_total(op: Operator, left: &DataType, right: &DataType, divisor: &Expr) -> bool {
+    use Operator::*;
+    match op {
+        Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom | And | Or
+        | StringConcat => true,
+        // Integers wrap and floats overflow to infinity; decimals, dates and intervals fail.
+        Plus | Minus | Multiply | BitwiseAnd | BitwiseOr | BitwiseXor => {
+            is_number(left) && is_number(right)
+        }
+        Divide | Modulo => {
+            (left.is_floating() && right.is_floating())
+                || (left.is_integer()
+                    && right.is_integer()
+                    && matches!(divisor, Expr::Literal(v, _) if nonzero_not_minus_one(v)))
+        }
+        _ => false,
+    }
+}
+
+/// Whether a constant divisor is safe for every dividend: not NULL, 0 or -1 (`MIN / -1`
+/// overflows).
+fn nonzero_not_minus_one(value: &ScalarValue) -> bool {
+    match value.cast_to(&DataType::Float64) {
+        Ok(ScalarValue::Float64(Some(v))) => v != 0.0 && v != -1.0 && v.fract() == 0.0,
+        _ => false,
+    }
+}
+
+/// Whether a cast from `from` to `to` cannot fail: the same type, to a string from anything
+/// but bytes, or a widening between numbers (integers to wider integers of the same
+/// signedness or to floats, `Float32` to `Float64`).
+fn cast_is_total(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    if from == to || from.is_null() {
+        return true;
+    }
+    let width = |t: &DataType| match t {
+        Int8 | UInt8 => 8,
+        Int16 | UInt16 => 16,
+        Int32 | UInt32 => 32,
+        Int64 | UInt64 => 64,
+        _ => 0,
+    };
+    match (from, to) {
+        (Binary | LargeBinary | BinaryView | FixedSizeBinary(_), _) => false,
+        (_, Utf8 | LargeUtf8 | Utf8View) => !from.is_nested() && !matches!(from, Dictionary(..)),
+        (f, t) if f.is_signed_integer() && t.is_signed_integer() => width(f) <= width(t),
+        (f, t) if f.is_unsigned_integer() && t.is_unsigned_integer() => width(f) <= width(t),
+        (f, t) if f.is_unsigned_integer() && t.is_signed_integer() => width(f) < width(t),
+        (f, Float32 | Float64) if f.is_integer() => true,
+        (Float16 | Float32, Float64) | (Float16, Float32) => true,
+        _ => false,
+    }
+}
+
+/// The total form of `expr`, evaluated over rows of `schema` (module docs).
+fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
+    expr.transform_up(|e| match e {
+        Expr::Cast(cast) => {
+            let from = cast.expr.get_type(schema).ok();
+            if from.is_some_and(|from| cast_is_total(&from, cast.field.data_type())) {
+                Ok(Transformed::no(Expr::Cast(cast)))
+            } else {
+                Ok(Transformed::yes(Expr::TryCast(TryCast::new_from_field(
+                    cast.expr,
+                    cast.field.as_ref().clone().with_nullable(true).into(),
+                ))))
+            }
+        }
+        Expr::ScalarFunction(call) => {
+            let func = call.func.inner();
+            let ours = call.func.name().starts_with("dp_")
+                || func.downcast_ref::<TryFunction>().is_some()
+                || func.downcast_ref::<TryBinary>().is_some();
+            if ours {
+                return Ok(Transformed::no(Expr::ScalarFunction(call)));
+            }
+            // A function that simplifies to another expression is only ever run as that
+            // (`arrow_cast(1, 'UInt64')` is `CAST(1 AS UInt64)`; run as itself it fails, so its
+            // total form would be NULL): simplify it first and make the result total.
+            let context = SimplifyContext::builder()
+                .with_schema(Arc::clone(schema))
+                .build();
+            // (A simplification that fails, e.g. on a column it cannot resolve, is skipped.)
+            let ScalarFunction { func, args } = call;
+            match func
+                .simplify(args.clone(), &context)
+                .unwrap_or(ExprSimplifyResult::Original(args))
+            {
+                ExprSimplifyResult::Simplified(expr) => {
+                    Ok(Transformed::yes(total_expr(expr, schema)?.data))
+                }
+                ExprSimplifyResult::Original(args) => {
+                    let wrapped = ScalarUDF::new_from_impl(TryFunction::new(func));
+                    Ok(Transformed::yes(Expr::ScalarFunction(
+                        ScalarFunction::new_udf(Arc::new(wrapped), args),
+                    )))
+                }
+            }
+        }
+        Expr::BinaryExpr(binary) => {
+            let left = binary.left.get_type(schema).ok();
+            let right = binary.right.get_type(schema).ok();
+            let total = match (left, right) {
+                (Some(left), Some(right)) => {
+                    operator_is_total(binary.op, &left, &right, &binary.right)
+                }
+                _ => false,
+            };
+            if total {
+                return Ok(Transformed::no(Expr::BinaryExpr(binary)));
+            }
+            let BinaryExpr { left, op, right } = binary;
+            let udf = ScalarUDF::new_from_impl(TryBinary::new(op));
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(udf), vec![*left, *right]),
+            )))
+        }
+        // A LIKE pattern compiles to a regular expression, which can fail (a pattern past the
+        // size limit, built from a row's values): the operator form with the same kernel.
+        // (An escape character other than the backslash is refused when planned.)
+        Expr::Like(like) if matches!(like.escape_char, None | Some('\\')) => {
+            let op = match (like.negated, like.case_insensitive) {
+                (false, false) => Operator::LikeMatch,
+                (false, true) => Operator::ILikeMatch,
+                (true, false) => Operator::NotLikeMatch,
+                (true, true) => Operator::NotILikeMatch,
+            };
+            let udf = ScalarUDF::new_from_impl(TryBinary::new(op));
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(udf), vec![*like.expr, *like.pattern]),
+            )))
+        }
+        Expr::SimilarTo(_) => plan_err!(
+            "SIMILAR TO over protected rows: its pattern is compiled to a regular expression, \
+             which can fail on a row, and an error would tell which rows exist. Use \
+             regexp_like(value, pattern), which gives NULL on such a row"
+        ),
+        other => Ok(Transformed::no(other)),
+    })
+}
+
+/// Makes every expression of `plan` and its subqueries total (module docs), keeping output
+/// names. Applied by the planner rule to each query with a DP call.
+pub fn make_total(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        if node.expressions().is_empty() {
+            return Ok(Transformed::no(node));
+        }
+        let schema = match node.inputs().as_slice() {
+            [] => None,
+            [only] => Some(Arc::clone(only.schema())),
+            // Where the inputs' columns cannot be merged (the same qualified name on two
+            // sides), types are unknown, and every cast and operator counts as fallible.
+            [first, rest @ ..] => Some(Arc::new(
+                rest.iter()
+                    .try_fold(first.schema().as_ref().clone(), |schema, other| {
+                        schema.join(other.schema())
+                    })
+                    .unwrap_or_else(|_| DFSchema::empty()),
+            )),
+        };
+        let Some(schema) = schema else {
+            return Ok(Transformed::no(node));
+        };
+        let names = NamePreserver::new(&node);
+        let rewritten = node.map_expressions(|expr| {
+            let saved = names.save(&expr);
+            let total = total_expr(expr, &schema)?;
+            Ok(total.update_data(|e| saved.restore(e)))
+        })?;
+        if !rewritten.transformed {
+            return Ok(rewritten);
+        }
+        rewritten.map_data(|plan| plan.recompute_schema())
+    })
+    .map(|t| t.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::FieldRef;
+
+    fn args(columns: Vec<ArrayRef>, return_type: DataType) -> ScalarFunctionArgs {
+        let rows = columns[0].len();
+        ScalarFunctionArgs {
+            arg_fields: columns
+                .iter()
+                .map(|c| Arc::new(Field::new("a", c.data_type().clone(), true)) as FieldRef)
+                .collect(),
+            args: columns.into_iter().map(ColumnarValue::Array).collect(),
+            number_rows: rows,
+            return_field: Arc::new(Field::new("r", return_type, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        }
+    }
+
+    #[test]
+    fn a_failing_division_gives_null_on_its_rows_only() {
+        let divide = TryBinary::new(Operator::Divide);
+        let numerators: ArrayRef = Arc::new(Int64Array::from(vec![10, 7, i64::MIN, 9]));
+        let divisors: ArrayRef = Arc::new(Int64Array::from(vec![2, 0, -1, 3]));
+        // The batch fails (7 / 0, MIN / -1); the other rows keep their quotients.
+        let out = divide
+            .invoke_with_args(args(vec![numerators, divisors], DataType::Int64))
+            .unwrap()
+            .to_array(4)
+            .unwrap();
+        let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(5), None, None, Some(3)]
+        );
+    }
+
+    #[test]
+    fn a_failing_function_gives_null_on_its_rows_only() {
+        let regexp_like = datafusion::functions::regex::regexp_like();
+        let wrapped = TryFunction::new(regexp_like);
+        assert_eq!(wrapped.name(), "try_regexp_like");
+        let values: ArrayRef = Arc::new(StringArray::from(vec!["north", "south", "east"]));
+        // "(" does not compile; the other patterns do.
+        let patterns: ArrayRef = Arc::new(StringArray::from(vec!["^n", "(", "t$"]));
+        let out = wrapped
+            .invoke_with_args(args(vec![values, patterns], DataType::Boolean))
+            .unwrap()
+            .to_array(3)
+            .unwrap();
+        let out = out
+            .as_any()
+            .downcast_ref::<arrow::array::BooleanArray>()
+            .unwrap();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(true), None, Some(true)]
+        );
+    }
+
+    #[test]
+    fn like_runs_as_its_operator() {
+        let like = TryBinary::new(Operator::LikeMatch);
+        assert_eq!(like.name(), "try_like_match");
+        let values: ArrayRef = Arc::new(StringArray::from(vec!["north", "south", "east"]));
+        let patterns: ArrayRef = Arc::new(StringArray::from(vec!["n%", "%h", "w_st"]));
+        let out = like
+            .invoke_with_args(args(vec![values, patterns], DataType::Boolean))
+            .unwrap()
+            .to_array(3)
+            .unwrap();
+        let out = out
+            .as_any()
+            .downcast_ref::<arrow::array::BooleanArray>()
+            .unwrap();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(true), Some(true), Some(false)]
+        );
+    }
+
+    #[test]
+    fn casts_that_cannot_fail_stay_casts() {
+        use DataType::*;
+        for (from, to) in [
+            (Int32, Int64),
+            (UInt32, Int64),
+            (Int64, Float64),
+            (Float32, Float64),
+            (Int64, Utf8),
+            (Boolean, Utf8),
+            (Utf8, Utf8View),
+        ] {
+            assert!(cast_is_total(&from, &to), "{from} -> {to}");
+        }
+        for (from, to) in [
+            (Utf8, Int64),
+            (Int64, Int32),
+            (Int64, UInt64),
+            (UInt64, Int64),
+            (Float64, Int64),
+            (Utf8, Date32),
+            (Binary, Utf8),
+            (Float64, Float32),
+        ] {
+            assert!(!cast_is_total(&from, &to), "{from} -> {to}");
+        }
+    }
+
+    #[test]
+    fn operator_names_decode() {
+        for op in [
+            Operator::Divide,
+            Operator::Modulo,
+            Operator::RegexMatch,
+            Operator::BitwiseShiftLeft,
+            Operator::Plus,
+        ] {
+            let udf = TryBinary::new(op);
+            let name = udf.name().strip_prefix("try_").unwrap();
+            assert_eq!(operator_from_name(name), Some(op), "{name}");
+        }
+        assert_eq!(TryBinary::new(Operator::Divide).name(), "try_divide");
+        assert_eq!(
+            TryBinary::new(Operator::RegexIMatch).name(),
+            "try_regex_i_match"
+        );
+    }
+}
