@@ -40,7 +40,7 @@ const DATASETS: [(&str, u64, u64, u64); 6] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 11] = [
+const PAIRS: [(&str, &str, &str, &str); 12] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -99,6 +99,15 @@ const PAIRS: [(&str, &str, &str, &str); 11] = [
         "dp_rd_ci vs 4 exact counts",
         "SELECT grp, dp_rd_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
         FOUR_COUNTS,
+        "",
+    ),
+    (
+        // In a DP query a cast, an operator and a function that can fail are made total
+        // (TRY_CAST, try_divide, try_abs; docs/privacy-analysis.md "Errors are outputs"); the
+        // exact query runs them as they are.
+        "dp_count vs count, fallible filter",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits WHERE CAST(grp AS INT) > -1 AND patient_id / (grp + 1) >= 0 AND abs(patient_id - 5) > 1 GROUP BY grp",
+        "SELECT grp, count(patient_id) FROM visits WHERE CAST(grp AS INT) > -1 AND patient_id / (grp + 1) >= 0 AND abs(patient_id - 5) > 1 GROUP BY grp",
         "",
     ),
     (
