@@ -156,6 +156,9 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(region, 1.0) FROM visits GROUP BY random() < 0.5", Refused("is volatile")),
     // Statements an analyst must not run.
     ("EXPLAIN ANALYZE SELECT dp_count(x, 1.0) FROM t", Refused("EXPLAIN ANALYZE reads protected table")),
+    // EXPLAIN VERBOSE prints the plan's statistics: for Parquet, the exact row count and each
+    // column's exact minimum and maximum (the largest income, from the file's metadata).
+    ("EXPLAIN VERBOSE SELECT dp_count(x, 1.0) FROM t", Refused("EXPLAIN VERBOSE: this session is locked")),
     ("COPY (SELECT * FROM t) TO '/tmp/datafusion-dp-attack.csv'", Refused("")),
     ("CREATE TABLE leak AS SELECT * FROM t", Refused("")),
     ("CREATE VIEW leak AS SELECT * FROM t", Refused("")),

@@ -96,6 +96,7 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     }
     let plan = ctx.state().create_logical_plan(sql).await?;
     refuse_owner_statements(&plan)?;
+    refuse_verbose_explain(&plan)?;
     SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
@@ -105,6 +106,22 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
             plan_datafusion_err!("{e} (this session is locked: the data owner manages tables)")
         })?;
     ctx.execute_logical_plan(plan).await
+}
+
+/// Refuses `EXPLAIN VERBOSE`: it prints the plan's statistics, which for Parquet are the exact
+/// row count and each column's exact minimum and maximum (the file's metadata). DataFusion
+/// plans an `EXPLAIN`'s query without showing the planner rule the `EXPLAIN`, so it is refused
+/// here, where the analyst's statement arrives.
+fn refuse_verbose_explain(plan: &LogicalPlan) -> Result<()> {
+    match plan {
+        LogicalPlan::Explain(explain) if explain.verbose => plan_err!(
+            "EXPLAIN VERBOSE: this session is locked; it would print the plan's statistics, \
+             which are exact row counts and each column's minimum and maximum where the source \
+             keeps them (Parquet). Use EXPLAIN (the plan, with each DP aggregate's \
+             contribution bound)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses `SET`/`RESET` of DataFusion options an analyst must not change.
