@@ -159,6 +159,7 @@ const ATTACKS: &[(&str, Expect)] = &[
     // EXPLAIN VERBOSE prints the plan's statistics: for Parquet, the exact row count and each
     // column's exact minimum and maximum (the largest income, from the file's metadata).
     ("EXPLAIN VERBOSE SELECT dp_count(x, 1.0) FROM t", Refused("EXPLAIN VERBOSE: this session is locked")),
+    ("PREPARE q AS EXPLAIN VERBOSE SELECT dp_count(x, 1.0) FROM t", Refused("EXPLAIN VERBOSE: this session is locked")),
     ("COPY (SELECT * FROM t) TO '/tmp/datafusion-dp-attack.csv'", Refused("")),
     ("CREATE TABLE leak AS SELECT * FROM t", Refused("")),
     ("CREATE VIEW leak AS SELECT * FROM t", Refused("")),
@@ -202,6 +203,12 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(x, 1.0) FROM t WHERE x IN (SELECT CAST(k AS INT) FROM lookup)", Answered),
     ("SELECT dp_count(x, 1.0) FROM t WHERE id <> 3 OR g LIKE repeat('_%', 2000000)", Answered),
     ("SELECT dp_count(x, 1.0) FROM t WHERE g SIMILAR TO '(a'", Refused("SIMILAR TO over protected rows")),
+    // A DP aggregate in a correlated subquery is decorrelated into a GROUP BY on the outer
+    // column after binding: values with no protected rows came back as NULL (session 14).
+    ("SELECT v.id, (SELECT dp_count(t.x, 0.001) FROM t WHERE t.id = v.id) FROM (VALUES (3), (99)) AS v(id)", Refused("in a correlated subquery")),
+    ("SELECT v.id FROM (VALUES (3), (99)) AS v(id) WHERE EXISTS (SELECT dp_count(t.x, 1.0) FROM t WHERE t.id = v.id)", Refused("in a correlated subquery")),
+    ("SELECT r.region, l.c FROM regions r, LATERAL (SELECT dp_count(v.patient_id, 1.0) AS c FROM visits v WHERE v.region = r.region) l", Refused("")),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE EXISTS (SELECT 1 FROM lookup WHERE lookup.k = t.g)", Answered),
     // What stays allowed.
     ("SET dp.confidence = 0.9", Answered),
     ("SET dp.max_rows_per_unit = 2", Answered),

@@ -30,6 +30,7 @@
 
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::protection::Protection;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{plan_datafusion_err, plan_err, Result};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::{SQLOptions, SessionContext};
@@ -113,14 +114,17 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
 /// plans an `EXPLAIN`'s query without showing the planner rule the `EXPLAIN`, so it is refused
 /// here, where the analyst's statement arrives.
 fn refuse_verbose_explain(plan: &LogicalPlan) -> Result<()> {
-    match plan {
-        LogicalPlan::Explain(explain) if explain.verbose => plan_err!(
+    // Anywhere in the statement: `PREPARE q AS EXPLAIN VERBOSE ...` runs it at `EXECUTE q`.
+    let verbose =
+        plan.exists(|node| Ok(matches!(node, LogicalPlan::Explain(explain) if explain.verbose)))?;
+    match verbose {
+        true => plan_err!(
             "EXPLAIN VERBOSE: this session is locked; it would print the plan's statistics, \
              which are exact row counts and each column's minimum and maximum where the source \
              keeps them (Parquet). Use EXPLAIN (the plan, with each DP aggregate's \
              contribution bound)"
         ),
-        _ => Ok(()),
+        false => Ok(()),
     }
 }
 

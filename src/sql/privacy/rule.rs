@@ -383,6 +383,54 @@ fn constant_value(expr: &Expr) -> Option<ScalarValue> {
     }
 }
 
+/// Refuses a DP aggregate in a correlated subquery (scalar, `EXISTS`/`IN`, `LATERAL`): the
+/// optimiser decorrelates it into a `GROUP BY` on the outer query's columns after this rule
+/// has bound it as ungrouped, and that grouping releases which correlation values have
+/// protected rows (a NULL or a missing row instead of noise on zero): one query returned every
+/// patient's diagnosis (session 14's red team).
+fn refuse_correlated_dp(aggregate: &Aggregate) -> Result<()> {
+    let dp_call = aggregate.aggr_expr.iter().find_map(|e| {
+        e.apply(|inner| {
+            Ok(match inner {
+                Expr::AggregateFunction(f) if as_dp(&f.func).is_some() => TreeNodeRecursion::Stop,
+                _ => TreeNodeRecursion::Continue,
+            })
+        })
+        .ok()
+        .filter(|r| *r == TreeNodeRecursion::Stop)
+        .map(|_| e.schema_name().to_string())
+    });
+    let Some(call) = dp_call else {
+        return Ok(());
+    };
+    let mut outer = None;
+    LogicalPlan::Aggregate(aggregate.clone()).apply(|node| {
+        for expr in node.expressions() {
+            expr.apply(|e| {
+                if let Expr::OuterReferenceColumn(_, column) = e {
+                    outer = Some(column.to_string());
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+        }
+        Ok(if outer.is_some() {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    match outer {
+        Some(column) => plan_err!(
+            "{call} in a correlated subquery (it refers to the outer query's {column}): the \
+             subquery is planned as a GROUP BY on that column, whose values with no protected \
+             rows would come back as NULL or missing instead of noise. Compute the DP \
+             aggregate with GROUP BY over declared keys and join its result"
+        ),
+        None => Ok(()),
+    }
+}
+
 fn bind_aggregate(
     aggregate: Aggregate,
     session: &DpOptions,
@@ -390,6 +438,7 @@ fn bind_aggregate(
     config: &ConfigOptions,
     analysis: &PlanAnalysis,
 ) -> Result<Transformed<LogicalPlan>> {
+    refuse_correlated_dp(&aggregate)?;
     let needs_binding = aggregate.aggr_expr.iter().any(|e| {
         let inner = match e {
             Expr::Alias(alias) => alias.expr.as_ref(),

@@ -31,7 +31,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{plan_err, DFSchema, DFSchemaRef, Result, ScalarValue};
-use datafusion::logical_expr::expr::{ScalarFunction, TryCast};
+use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
@@ -191,6 +191,18 @@ fn or_null(
     args: ScalarFunctionArgs,
     evaluate: impl Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
 ) -> Result<ColumnarValue> {
+    // A panic (a kernel's `capacity overflow`) counts as a failure: caught, it fails the
+    // batch or the row like an error instead of failing the query. (What the panic hook prints
+    // is the process's: `dpsql --config` installs a silent one.)
+    let evaluate = |args: ScalarFunctionArgs| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| evaluate(args))).unwrap_or_else(
+            |_| {
+                Err(datafusion::common::DataFusionError::Execution(
+                    "a function panicked".to_string(),
+                ))
+            },
+        )
+    };
     if let Ok(value) = evaluate(args.clone()) {
         return Ok(value);
     }
@@ -354,9 +366,26 @@ fn cast_is_total(from: &DataType, to: &DataType) -> bool {
     }
 }
 
+/// Whether a cast to `to` can fail for a whole batch because of one row: dictionary and
+/// run-end encoded types, whose keys are shared by the rows of a batch (a 129th distinct value
+/// overflows `Dictionary(Int8, _)`, even in `TRY_CAST`).
+fn batch_level_cast(to: &DataType) -> bool {
+    matches!(to, DataType::Dictionary(..) | DataType::RunEndEncoded(..))
+}
+
 /// The total form of `expr`, evaluated over rows of `schema` (module docs).
 fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| match e {
+        Expr::Cast(Cast { ref field, .. }) | Expr::TryCast(TryCast { ref field, .. })
+            if batch_level_cast(field.data_type()) =>
+        {
+            plan_err!(
+                "CAST to {} over protected rows: the rows of a batch share its keys, so the cast \
+                 can fail for a whole batch because of one row (too many distinct values), and \
+                 the failure would tell that row exists. Cast to the value type instead",
+                field.data_type()
+            )
+        }
         Expr::Cast(cast) => {
             let from = cast.expr.get_type(schema).ok();
             if from.is_some_and(|from| cast_is_total(&from, cast.field.data_type())) {
