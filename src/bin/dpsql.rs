@@ -267,6 +267,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.config.is_some() {
+        // A locked shell: a panic's message (a kernel's, on a worker thread, turned into a
+        // query error by DataFusion) could quote protected values; the analyst sees this line.
+        std::panic::set_hook(Box::new(|_| {
+            eprintln!("a worker thread panicked; its message is withheld (locked session)")
+        }));
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

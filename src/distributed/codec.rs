@@ -13,6 +13,7 @@
 
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
+use crate::sql::privacy::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::release::ReleaseOnceExec;
 use crate::sql::privacy::total::{operator_from_name, TryBinary, TryFunction};
 use arrow::datatypes::SchemaRef;
@@ -33,6 +34,8 @@ use std::sync::Arc;
 /// A [`ReleaseOnceExec`] travels as this marker (its input is encoded as a child); each
 /// decoded copy runs each of its partitions once.
 const RELEASE_ONCE: &[u8] = b"datafusion-dp/release-once/1";
+/// A [`ProtectedScanExec`] (a locked cluster's scan of a protected table) likewise.
+const PROTECTED_SCAN: &[u8] = b"datafusion-dp/protected-scan/1";
 
 /// A [`TryBinary`] travels as this marker and its operator's name; a [`TryFunction`] as its
 /// marker, the wrapped function's name, a newline and that function's own definition (empty
@@ -273,6 +276,12 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
             .map(|input| without_unread_sorts(Arc::clone(input)))
             .collect::<Result<Vec<_>>>()?;
         let inputs = inputs.as_slice();
+        if buf == PROTECTED_SCAN {
+            let [input] = inputs else {
+                return plan_err!("ProtectedScanExec takes one input, got {}", inputs.len());
+            };
+            return Ok(Arc::new(ProtectedScanExec::new(Arc::clone(input))));
+        }
         if buf == RELEASE_ONCE {
             let [input] = inputs else {
                 return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());
@@ -290,6 +299,10 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
     ) -> Result<()> {
         if node.downcast_ref::<ReleaseOnceExec>().is_some() {
             buf.extend_from_slice(RELEASE_ONCE);
+            return Ok(());
+        }
+        if node.downcast_ref::<ProtectedScanExec>().is_some() {
+            buf.extend_from_slice(PROTECTED_SCAN);
             return Ok(());
         }
         self.inner.try_encode(node, buf, proto_converter)

@@ -287,7 +287,10 @@ impl QueryPlanner for DpQueryPlanner {
                 .create_physical_plan(plan, session)
                 .await
         } else {
-            self.cluster.create_physical_plan(plan, session).await
+            // The scheduler plans the physical plan, and hides protected tables' statistics
+            // there when the client's session is locked (`dp.locked` travels with it).
+            let plan = crate::sql::privacy::protected_scan::unwrap_protected_tables(plan.clone())?;
+            self.cluster.create_physical_plan(&plan, session).await
         }
     }
 }

@@ -306,6 +306,18 @@ impl<'a> PlanAnalysis<'a> {
         .map(|_| ())
     }
 
+    /// Whether `scan` reads a protected table (not a view, a CTE's work table, a table
+    /// function or a public table).
+    pub fn is_protected_scan(&self, scan: &datafusion::logical_expr::TableScan) -> bool {
+        scan.source.get_logical_plan().is_none()
+            && !is_work_table(scan)
+            && !self.is_table_function(&scan.table_name)
+            && !matches!(
+                self.protections.of(&scan.table_name, self.config),
+                Protection::Public
+            )
+    }
+
     /// The relation `plan` outputs (see the module docs for each operator).
     pub fn relation(&self, plan: &LogicalPlan) -> Result<Relation> {
         self.check_subqueries(plan)?;

@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod bounding;
 pub mod lock;
+pub mod protected_scan;
 pub mod protection;
 pub mod public_groups;
 pub mod release;

@@ -21,7 +21,9 @@
 //! whole plan's output must be public: DP releases, declared keys and what does not depend on
 //! protected rows; anything else (`SELECT *`, `count(*)`, a scalar subquery over protected
 //! rows) is refused with the table and the operator; and every expression that could fail on a
-//! row is made total ([`crate::sql::privacy::total`]): an error would be an exact output.
+//! row is made total ([`crate::sql::privacy::total`]): an error would be an exact output; in a
+//! locked session the scans of protected tables hide their statistics from the optimiser
+//! ([`crate::sql::privacy::protected_scan`]).
 //! Finally (6) the query is charged to the
 //! session's privacy budget ([`crate::sql::accounting::budget`]), refusing it before anything
 //! executes when it does not fit; a plan whose DP calls were all bound by an earlier pass is
@@ -153,8 +155,16 @@ impl AnalyzerRule for DpPlannerRule {
         // Only DP leaves a protected table.
         analysis.check_output(&bound)?;
         // An error is an output too: in a query with a DP call no expression may fail on a row.
-        let bound = if plan_has_dp_call(&bound)? {
+        let has_dp_call = plan_has_dp_call(&bound)?;
+        let bound = if has_dp_call {
             crate::sql::privacy::total::make_total(bound)?
+        } else {
+            bound
+        };
+        // Nor may the plan's shape tell what the optimiser knows of protected rows.
+        let untrusted = session.locked || self.placement == Placement::Authority;
+        let bound = if has_dp_call && untrusted {
+            crate::sql::privacy::protected_scan::hide_statistics(bound, &analysis)?
         } else {
             bound
         };

@@ -36,7 +36,7 @@ use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
-    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowFunctionDefinition,
 };
 use datafusion::physical_expr::expressions::{BinaryExpr as PhysicalBinary, Column};
 use datafusion::physical_expr::PhysicalExpr;
@@ -366,6 +366,74 @@ fn cast_is_total(from: &DataType, to: &DataType) -> bool {
     }
 }
 
+/// The largest output a function whose size is an argument (`lpad`, `repeat`, `range`, ...)
+/// may generate per row in a DP query.
+pub const MAX_GENERATED: i64 = 10_000;
+
+/// The functions whose output size is an argument.
+const GENERATORS: [&str; 9] = [
+    "lpad",
+    "rpad",
+    "repeat",
+    "array_repeat",
+    "list_repeat",
+    "array_resize",
+    "list_resize",
+    "range",
+    "generate_series",
+];
+
+/// Refuses a function whose output size is an argument unless that size is a constant of at
+/// most [`MAX_GENERATED`]: `lpad('a', CASE WHEN patient_id = K THEN 1e12 ELSE 1 END)` made the
+/// process abort (a failed allocation cannot be caught) exactly when patient K exists, and a
+/// constant size is reached only on rows an `AND`/`OR` lets through (session 14's red team).
+fn check_generated_size(name: &str, args: &[Expr]) -> Result<()> {
+    let constant = |i: usize| match args.get(i) {
+        Some(Expr::Literal(value, _)) => match value.cast_to(&DataType::Int64) {
+            Ok(ScalarValue::Int64(Some(v))) => Some(v),
+            _ => None,
+        },
+        _ => None,
+    };
+    // Sizes multiply when one generates from another's output
+    // (`repeat(repeat(repeat(g, 10000), 10000), 10000)`): the input must not be generated.
+    let generates = |e: &Expr| {
+        e.exists(|inner| {
+            Ok(matches!(inner, Expr::ScalarFunction(f)
+                if GENERATORS.contains(&f.func.name().trim_start_matches("try_"))))
+        })
+        .unwrap_or(true)
+    };
+    if GENERATORS.contains(&name) && args.iter().any(generates) {
+        return plan_err!(
+            "{name} in a DP query generates from what another such function generated: the \
+             sizes multiply past what one row may allocate ({MAX_GENERATED} per function)"
+        );
+    }
+    let size = match name {
+        "lpad" | "rpad" | "repeat" | "array_repeat" | "list_repeat" | "array_resize"
+        | "list_resize" => constant(1),
+        "range" | "generate_series" => {
+            let values: Option<Vec<i64>> = (0..args.len()).map(constant).collect();
+            values.and_then(|v| match v.as_slice() {
+                [stop] => Some(*stop),
+                [start, stop] => stop.checked_sub(*start),
+                [start, stop, step] if *step != 0 => stop.checked_sub(*start).map(|d| d / step),
+                _ => None,
+            })
+        }
+        _ => return Ok(()),
+    };
+    match size {
+        Some(size) if size.unsigned_abs() <= MAX_GENERATED as u64 => Ok(()),
+        _ => plan_err!(
+            "{name} in a DP query: the size it generates must be a constant of at most \
+             {MAX_GENERATED}: a size computed from a row, or a larger one, could exhaust memory \
+             and stop the process on one row alone, which would tell that row exists"
+        ),
+    }
+}
+
 /// Whether a cast to `to` can fail for a whole batch because of one row: dictionary and
 /// run-end encoded types, whose keys are shared by the rows of a batch (a 129th distinct value
 /// overflows `Dictionary(Int8, _)`, even in `TRY_CAST`).
@@ -412,6 +480,7 @@ fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
                 .with_schema(Arc::clone(schema))
                 .build();
             // (A simplification that fails, e.g. on a column it cannot resolve, is skipped.)
+            check_generated_size(call.func.name(), &call.args)?;
             let ScalarFunction { func, args } = call;
             match func
                 .simplify(args.clone(), &context)
@@ -460,6 +529,29 @@ fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
             Ok(Transformed::yes(Expr::ScalarFunction(
                 ScalarFunction::new_udf(Arc::new(udf), vec![*like.expr, *like.pattern]),
             )))
+        }
+        // A window aggregate's accumulator can fail on a decimal (`avg` overflows where the
+        // sum does not fit), and a window `PARTITION BY` the unit runs on one person's rows.
+        Expr::WindowFunction(ref window)
+            if matches!(window.fun, WindowFunctionDefinition::AggregateUDF(_))
+                && window.params.args.iter().any(|a| {
+                    a.get_type(schema).map_or(true, |t| {
+                        matches!(
+                            t,
+                            DataType::Decimal32(..)
+                                | DataType::Decimal64(..)
+                                | DataType::Decimal128(..)
+                                | DataType::Decimal256(..)
+                        )
+                    })
+                }) =>
+        {
+            plan_err!(
+                "{} over a DECIMAL in a window of a DP query: its accumulator can fail on one \
+                 person's rows (an overflow), and the failure would tell about them. Cast the \
+                 argument to DOUBLE",
+                window.fun
+            )
         }
         Expr::SimilarTo(_) => plan_err!(
             "SIMILAR TO over protected rows: its pattern is compiled to a regular expression, \
@@ -586,6 +678,45 @@ mod tests {
         assert_eq!(
             out.iter().collect::<Vec<_>>(),
             vec![Some(true), Some(true), Some(false)]
+        );
+    }
+
+    /// A function that panics on the value 13 (as a kernel's `capacity overflow` does).
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct PanicsOn13(Signature);
+
+    impl ScalarUDFImpl for PanicsOn13 {
+        fn name(&self) -> &str {
+            "panics_on_13"
+        }
+        fn signature(&self) -> &Signature {
+            &self.0
+        }
+        fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+            Ok(DataType::Int64)
+        }
+        fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+            let values = args.args[0].to_array(args.number_rows)?;
+            let values = values.as_any().downcast_ref::<Int64Array>().unwrap();
+            assert!(!values.iter().any(|v| v == Some(13)), "13 seen");
+            Ok(ColumnarValue::Array(Arc::new(values.clone())))
+        }
+    }
+
+    #[test]
+    fn a_panicking_function_gives_null_on_its_rows_only() {
+        let inner = ScalarUDF::new_from_impl(PanicsOn13(Signature::any(1, Volatility::Immutable)));
+        let wrapped = TryFunction::new(Arc::new(inner));
+        let values: ArrayRef = Arc::new(Int64Array::from(vec![12, 13, 14]));
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let out = wrapped.invoke_with_args(args(vec![values], DataType::Int64));
+        std::panic::set_hook(hook);
+        let out = out.unwrap().to_array(3).unwrap();
+        let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(12), None, Some(14)]
         );
     }
 
