@@ -637,48 +637,41 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_failing_function_gives_null_on_its_rows_only() {
-        let regexp_like = datafusion::functions::regex::regexp_like();
-        let wrapped = TryFunction::new(regexp_like);
-        assert_eq!(wrapped.name(), "try_regexp_like");
-        let values: ArrayRef = Arc::new(StringArray::from(vec!["north", "south", "east"]));
-        // "(" does not compile; the other patterns do.
-        let patterns: ArrayRef = Arc::new(StringArray::from(vec!["^n", "(", "t$"]));
-        let out = wrapped
+    /// `udf(values, patterns)` for a function of two strings returning booleans.
+    fn booleans(
+        udf: &dyn ScalarUDFImpl,
+        values: [&str; 3],
+        patterns: [&str; 3],
+    ) -> Vec<Option<bool>> {
+        let values: ArrayRef = Arc::new(StringArray::from(values.to_vec()));
+        let patterns: ArrayRef = Arc::new(StringArray::from(patterns.to_vec()));
+        let out = udf
             .invoke_with_args(args(vec![values, patterns], DataType::Boolean))
             .unwrap()
             .to_array(3)
             .unwrap();
-        let out = out
-            .as_any()
+        out.as_any()
             .downcast_ref::<arrow::array::BooleanArray>()
-            .unwrap();
-        assert_eq!(
-            out.iter().collect::<Vec<_>>(),
-            vec![Some(true), None, Some(true)]
-        );
+            .unwrap()
+            .iter()
+            .collect()
+    }
+
+    #[test]
+    fn a_failing_function_gives_null_on_its_rows_only() {
+        let wrapped = TryFunction::new(datafusion::functions::regex::regexp_like());
+        assert_eq!(wrapped.name(), "try_regexp_like");
+        // "(" does not compile; the other patterns do.
+        let out = booleans(&wrapped, ["north", "south", "east"], ["^n", "(", "t$"]);
+        assert_eq!(out, vec![Some(true), None, Some(true)]);
     }
 
     #[test]
     fn like_runs_as_its_operator() {
         let like = TryBinary::new(Operator::LikeMatch);
         assert_eq!(like.name(), "try_like_match");
-        let values: ArrayRef = Arc::new(StringArray::from(vec!["north", "south", "east"]));
-        let patterns: ArrayRef = Arc::new(StringArray::from(vec!["n%", "%h", "w_st"]));
-        let out = like
-            .invoke_with_args(args(vec![values, patterns], DataType::Boolean))
-            .unwrap()
-            .to_array(3)
-            .unwrap();
-        let out = out
-            .as_any()
-            .downcast_ref::<arrow::array::BooleanArray>()
-            .unwrap();
-        assert_eq!(
-            out.iter().collect::<Vec<_>>(),
-            vec![Some(true), Some(true), Some(false)]
-        );
+        let out = booleans(&like, ["north", "south", "east"], ["n%", "%h", "w_st"]);
+        assert_eq!(out, vec![Some(true), Some(true), Some(false)]);
     }
 
     /// A function that panics on the value 13 (as a kernel's `capacity overflow` does).
