@@ -103,7 +103,7 @@ const PAIRS: [(&str, &str, &str, &str); 12] = [
     ),
     (
         // In a DP query a cast, an operator and a function that can fail are made total
-        // (TRY_CAST, try_divide, try_abs; docs/privacy-analysis.md "Errors are outputs"); the
+        // (try_cast_to_Int32, try_divide, try_abs; docs/privacy-analysis.md "Errors are outputs"); the
         // exact query runs them as they are.
         "dp_count vs count, fallible filter",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits WHERE CAST(grp AS INT) > -1 AND patient_id / (grp + 1) >= 0 AND abs(patient_id - 5) > 1 GROUP BY grp",

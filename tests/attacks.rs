@@ -132,6 +132,10 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(x, 1.0) FROM (SELECT x FROM t UNION SELECT x FROM t)", Refused("can repeat a protected row")),
     ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region FROM visits UNION ALL SELECT patient_id, region FROM visits)", Answered),
     ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region FROM visits UNION ALL SELECT region, patient_id FROM visits)", Refused("")),
+    // Public rows carrying a person's id would share that person's bound (session 14).
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region FROM visits UNION ALL SELECT CAST(1 AS INT) AS patient_id, 'west' AS region)", Refused("a UNION with public rows that give the unit column values")),
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region FROM visits UNION ALL SELECT CAST(NULL AS INT) AS patient_id, 'west' AS region)", Answered),
+    ("SELECT dp_count(x, 1.0) FROM (SELECT x FROM t UNION ALL SELECT 7 AS x)", Answered),
     ("SELECT x FROM t INTERSECT SELECT v FROM lookup", Refused("would output rows of protected table 't'")),
     ("SELECT dp_count(g, 1.0) FROM (SELECT g FROM t INTERSECT SELECT k FROM lookup)", Answered),
     ("SELECT dp_count(x, 1.0) FROM (SELECT x FROM t EXCEPT SELECT x FROM t WHERE x > 2)", Refused("join of protected relations")),
@@ -215,6 +219,11 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT dp_count(u, 1.0) FROM (SELECT patient_id, unnest(range(patient_id)) AS u FROM visits)", Refused("the size it generates must be a constant")),
     ("SELECT dp_count(x, 1.0) FROM t WHERE CASE WHEN id = 3 THEN repeat(repeat(repeat(g, 10000), 10000), 10000) END IS NULL", Refused("generates from what another such function generated")),
     ("SELECT dp_count(x, 1.0) FROM t WHERE lpad(g, 20) <> '' AND cardinality(range(1, 100)) > 0", Answered),
+    // Round 2: a date out of range fails to format even in a safe cast; sizes multiplied
+    // through subqueries or by replace() aborted the process (a row's output is capped).
+    ("SELECT dp_count(x, 1.0) FROM t WHERE length(CAST(arrow_cast(CASE WHEN id = 3 THEN 2147483647 ELSE 0 END, 'Date32') AS VARCHAR)) > 3", Answered),
+    ("SELECT dp_count(x, 1.0) FROM (SELECT x, repeat(w, 10000) AS z FROM (SELECT x, repeat(y, 10000) AS w FROM (SELECT x, repeat(CASE WHEN id = 3 THEN 'ab' ELSE '' END, 10000) AS y FROM t))) WHERE length(z) > 7", Answered),
+    ("SELECT dp_count(x, 1.0) FROM t WHERE length(replace(replace(replace(CASE WHEN id = 3 THEN 'a' ELSE 'b' END, 'a', repeat('a', 10000)), 'a', repeat('a', 10000)), 'a', repeat('a', 10000))) > 7", Answered),
     // A DP aggregate in a correlated subquery is decorrelated into a GROUP BY on the outer
     // column after binding: values with no protected rows came back as NULL (session 14).
     ("SELECT v.id, (SELECT dp_count(t.x, 0.001) FROM t WHERE t.id = v.id) FROM (VALUES (3), (99)) AS v(id)", Refused("in a correlated subquery")),

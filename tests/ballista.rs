@@ -302,7 +302,7 @@ async fn the_release_guard_travels_with_the_stage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn total_expressions_run_on_the_executors() {
     // In a DP query a cast, a function and an operator that can fail on a row are made total
-    // (`TRY_CAST`; `regexp_like` simplifies to the `~` operator, made `try_regex_match`;
+    // (`try_cast_to_Int32`; `regexp_like` simplifies to the `~` operator, made `try_regex_match`;
     // `try_divide`: NULL where they fail). The last two are functions of this crate's: the
     // executors must decode them as themselves (by name alone they would not exist there).
     // Every third patient's division fails (by zero).
@@ -320,7 +320,7 @@ async fn total_expressions_run_on_the_executors() {
         ),
     )
     .await;
-    for total in ["TRY_CAST", "try_regex_match", "try_divide"] {
+    for total in ["try_cast_to_Int32", "try_regex_match", "try_divide"] {
         assert!(plan.contains(total), "{total} missing from {plan}");
     }
     let released = run(&ctx, sql).await;

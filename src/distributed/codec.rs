@@ -15,7 +15,7 @@ use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
 use crate::sql::privacy::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::release::ReleaseOnceExec;
-use crate::sql::privacy::total::{operator_from_name, TryBinary, TryFunction};
+use crate::sql::privacy::total::{operator_from_name, TryBinary, TryCastRows, TryFunction};
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;
@@ -42,6 +42,8 @@ const PROTECTED_SCAN: &[u8] = b"datafusion-dp/protected-scan/1";
 /// for a function found by name: DataFusion's and this crate's).
 const TRY_BINARY: &[u8] = b"datafusion-dp/try-binary/1:";
 const TRY_FUNCTION: &[u8] = b"datafusion-dp/try/1:";
+/// A [`TryCastRows`] travels as its marker and its type's name.
+const TRY_CAST: &[u8] = b"datafusion-dp/try-cast/1:";
 
 /// The scalar function registered as `name` in a session with DataFusion's default functions
 /// and this crate's, where a decoded [`TryFunction`] finds the function it wraps.
@@ -83,6 +85,15 @@ macro_rules! function_methods {
                 };
                 return Ok(Arc::new(ScalarUDF::new_from_impl(TryBinary::new(op))));
             }
+            if let Some(to) = buf.strip_prefix(TRY_CAST) {
+                let to = std::str::from_utf8(to)
+                    .ok()
+                    .and_then(|t| t.parse::<arrow::datatypes::DataType>().ok());
+                let Some(to) = to else {
+                    return plan_err!("{name}: not a type this build knows");
+                };
+                return Ok(Arc::new(ScalarUDF::new_from_impl(TryCastRows::new(to))));
+            }
             if let Some(rest) = buf.strip_prefix(TRY_FUNCTION) {
                 let Some(split) = rest.iter().position(|b| *b == b'\n') else {
                     return plan_err!("{name}: malformed definition");
@@ -103,6 +114,11 @@ macro_rules! function_methods {
             if let Some(binary) = node.inner().downcast_ref::<TryBinary>() {
                 buf.extend_from_slice(TRY_BINARY);
                 buf.extend_from_slice(binary.name().trim_start_matches("try_").as_bytes());
+                return Ok(());
+            }
+            if let Some(cast) = node.inner().downcast_ref::<TryCastRows>() {
+                buf.extend_from_slice(TRY_CAST);
+                buf.extend_from_slice(cast.to().to_string().as_bytes());
                 return Ok(());
             }
             if let Some(function) = node.inner().downcast_ref::<TryFunction>() {
@@ -328,6 +344,10 @@ mod tests {
             ScalarUDF::new_from_impl(TryFunction::new(regexp_like)),
             ScalarUDF::new_from_impl(TryFunction::new(katz)),
             ScalarUDF::new_from_impl(TryBinary::new(datafusion::logical_expr::Operator::Divide)),
+            ScalarUDF::new_from_impl(TryCastRows::new(arrow::datatypes::DataType::Timestamp(
+                arrow::datatypes::TimeUnit::Millisecond,
+                Some("+02:00".into()),
+            ))),
             ScalarUDF::new_from_impl(TryBinary::new(
                 datafusion::logical_expr::Operator::RegexIMatch,
             )),

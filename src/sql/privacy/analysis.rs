@@ -496,14 +496,31 @@ impl<'a> PlanAnalysis<'a> {
             LogicalPlan::Join(join) => self.join(plan, join)?,
             LogicalPlan::Union(union) => {
                 let mut protected: Vec<Protected> = Vec::new();
+                let mut public = Vec::new();
                 for input in &union.inputs {
-                    if let Relation::Protected(p) = one(input)? {
-                        protected.push(p);
+                    match one(input)? {
+                        Relation::Protected(p) => protected.push(p),
+                        Relation::Public => public.push(input.as_ref()),
                     }
                 }
-                let Some(first) = protected.first().cloned() else {
+                let Some(mut first) = protected.first().cloned() else {
                     return Ok(Relation::Public);
                 };
+                // Public rows with a value in the unit column's position would join that
+                // person's rows in the bounding, which then picks among both: one person's
+                // rows would decide which of the analyst's rows count, and replacing that
+                // person would change the groups of two units (session 14's red team). Only
+                // NULL there (the phantom rows of declared keys) belongs to no unit.
+                if let Unit::Column(i) = first.unit {
+                    if public.iter().any(|branch| !null_column(branch, i)) {
+                        first.unit = Unit::Lost(
+                            "a UNION with public rows that give the unit column values (they \
+                             would share a person's contribution bound)"
+                                .into(),
+                        );
+                        protected[0].unit = first.unit.clone();
+                    }
+                }
                 let mut tables = BTreeSet::new();
                 for p in &protected {
                     tables.extend(p.tables.iter().cloned());
@@ -709,6 +726,24 @@ impl<'a> PlanAnalysis<'a> {
 }
 
 /// Whether `scan` reads the work table of a recursive CTE.
+/// Whether column `i` of `plan`'s output is a NULL constant (possibly cast or aliased).
+fn null_column(plan: &LogicalPlan, i: usize) -> bool {
+    fn is_null(expr: &Expr) -> bool {
+        match expr {
+            Expr::Literal(value, _) => value.is_null(),
+            Expr::Alias(alias) => is_null(&alias.expr),
+            Expr::Cast(cast) => is_null(&cast.expr),
+            Expr::TryCast(cast) => is_null(&cast.expr),
+            _ => false,
+        }
+    }
+    match plan {
+        LogicalPlan::Projection(projection) => projection.expr.get(i).is_some_and(is_null),
+        LogicalPlan::SubqueryAlias(alias) => null_column(&alias.input, i),
+        _ => false,
+    }
+}
+
 fn is_work_table(scan: &datafusion::logical_expr::TableScan) -> bool {
     source_as_provider(&scan.source).is_ok_and(|p| p.downcast_ref::<CteWorkTable>().is_some())
 }

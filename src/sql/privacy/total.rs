@@ -6,7 +6,9 @@
 //! would buy that exact answer. So in every query with a DP call the planner rule makes each
 //! expression that can fail *total* before the plan is optimised (so filters pushed into scans
 //! or below aggregates carry the total form), as Spark's `try_` functions are:
-//! - a cast that can fail becomes `TRY_CAST` (NULL where the value does not convert);
+//! - a cast that can fail becomes [`TryCastRows`] `try_cast_to_<type>(x)`: Arrow's safe cast
+//!   (NULL where the value does not convert), with the row-by-row fallback below where even
+//!   that fails for a batch (a date out of range does not format as a string);
 //! - a scalar function call `f(..)` becomes [`TryFunction`] `try_f(..)`, which evaluates `f`
 //!   on the batch and, only if that fails, row by row, giving NULL on the rows where it fails
 //!   (a function that simplifies to another expression, `regexp_like` to `~`, is simplified
@@ -96,7 +98,7 @@ impl ScalarUDFImpl for TryFunction {
     }
 
     /// `f`'s own simplification, made total: some functions are only ever run as what they
-    /// simplify to (`arrow_cast(x, 'UInt64')` is `CAST(x AS UInt64)`, here `TRY_CAST`).
+    /// simplify to (`arrow_cast(x, 'UInt64')` is `CAST(x AS UInt64)`, here `try_cast_to_UInt64`).
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
         Ok(match self.inner.simplify(args, info)? {
             ExprSimplifyResult::Simplified(expr) => {
@@ -107,8 +109,64 @@ impl ScalarUDFImpl for TryFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        or_null(args, |args| self.inner.invoke_with_args(args))
+        let name = self.inner.name();
+        let bound = |args: &ScalarFunctionArgs| output_bound(name, args);
+        or_null(args, |args| match bound(&args) {
+            // Past the cap on one row's output the function is not run: an allocation that
+            // fails aborts the process (session 14's red team, `repeat` nested through
+            // subqueries). On a batch, the fallback then runs row by row.
+            Some(bytes) if bytes > MAX_OUTPUT_BYTES => {
+                Err(datafusion::common::DataFusionError::Execution(format!(
+                    "{name}: output over {MAX_OUTPUT_BYTES} bytes a row"
+                )))
+            }
+            _ => self.inner.invoke_with_args(args),
+        })
     }
+}
+
+/// The most bytes a size-multiplying function (`repeat`, `replace`, ...) may produce for one
+/// row in a DP query; a row past it gets NULL.
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
+
+/// An upper bound on the bytes `name(args)` produces for its largest row, for the functions
+/// whose output can be many times their input; `None` for the others.
+fn output_bound(name: &str, args: &ScalarFunctionArgs) -> Option<u64> {
+    use arrow::array::AsArray;
+    let rows = args.number_rows;
+    // Each argument's per-row byte length (strings) or value (integers), as u64.
+    let lengths = |i: usize| -> Option<Vec<u64>> {
+        let array = args.args.get(i)?.to_array(rows).ok()?;
+        let array = arrow::compute::cast(&array, &DataType::LargeUtf8).ok()?;
+        let strings = array.as_string::<i64>();
+        Some((0..rows).map(|r| strings.value(r).len() as u64).collect())
+    };
+    let integers = |i: usize| -> Option<Vec<u64>> {
+        let array = args.args.get(i)?.to_array(rows).ok()?;
+        let array = arrow::compute::cast(&array, &DataType::Int64).ok()?;
+        let values = array.as_primitive::<arrow::datatypes::Int64Type>();
+        Some((0..rows).map(|r| values.value(r).max(0) as u64).collect())
+    };
+    let per_row: Vec<u64> = match name {
+        "repeat" => {
+            let (text, times) = (lengths(0)?, integers(1)?);
+            text.iter()
+                .zip(&times)
+                .map(|(l, n)| l.saturating_mul(*n))
+                .collect()
+        }
+        // Every match (at most one per byte, and one more) becomes the replacement, which can
+        // quote the whole input (`regexp_replace` back-references).
+        "replace" | "regexp_replace" => {
+            let (text, with) = (lengths(0)?, lengths(2)?);
+            text.iter()
+                .zip(&with)
+                .map(|(l, w)| (l + 1).saturating_mul(w + 1).saturating_mul(l + 1))
+                .collect()
+        }
+        _ => return None,
+    };
+    per_row.into_iter().max()
 }
 
 /// A binary operator that can fail, as a total function: `try_divide(a, b)` is `a / b`, NULL
@@ -180,6 +238,58 @@ impl ScalarUDFImpl for TryBinary {
                 .collect::<Result<Vec<ArrayRef>>>()?;
             let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
             expr.evaluate(&batch)
+        })
+    }
+}
+
+/// A cast that can fail, as a total function: `try_cast_to(x)` is Arrow's safe cast (NULL
+/// where a value does not convert) with the row-by-row fallback where the cast still fails for
+/// the batch (module docs).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct TryCastRows {
+    to: DataType,
+    name: String,
+    signature: Signature,
+}
+
+impl TryCastRows {
+    pub fn new(to: DataType) -> Self {
+        Self {
+            name: format!("try_cast_to_{to}"),
+            to,
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+
+    /// The type it casts to.
+    pub fn to(&self) -> &DataType {
+        &self.to
+    }
+}
+
+impl ScalarUDFImpl for TryCastRows {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.to.clone())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let options = arrow::compute::CastOptions {
+            safe: true,
+            ..Default::default()
+        };
+        or_null(args, |args| {
+            let array = args.args[0].to_array(args.number_rows)?;
+            Ok(ColumnarValue::Array(arrow::compute::cast_with_options(
+                &array, &self.to, &options,
+            )?))
         })
     }
 }
@@ -339,8 +449,8 @@ fn nonzero_not_minus_one(value: &ScalarValue) -> bool {
     }
 }
 
-/// Whether a cast from `from` to `to` cannot fail: the same type, to a string from anything
-/// but bytes, or a widening between numbers (integers to wider integers of the same
+/// Whether a cast from `from` to `to` cannot fail: the same type, to a string from a number or
+/// a boolean (or a string to a wider string type), or a widening between numbers (integers to wider integers of the same
 /// signedness or to floats, `Float32` to `Float64`).
 fn cast_is_total(from: &DataType, to: &DataType) -> bool {
     use DataType::*;
@@ -355,8 +465,10 @@ fn cast_is_total(from: &DataType, to: &DataType) -> bool {
         _ => 0,
     };
     match (from, to) {
-        (Binary | LargeBinary | BinaryView | FixedSizeBinary(_), _) => false,
-        (_, Utf8 | LargeUtf8 | Utf8View) => !from.is_nested() && !matches!(from, Dictionary(..)),
+        // To a string: numbers, booleans and strings that fit (temporal values out of range
+        // fail to format; a large string array's bytes may not fit a `Utf8` array's offsets).
+        (_, Utf8 | LargeUtf8 | Utf8View) if from.is_numeric() || matches!(from, Boolean) => true,
+        (Utf8, LargeUtf8 | Utf8View) | (LargeUtf8 | Utf8View, LargeUtf8 | Utf8View) => true,
         (f, t) if f.is_signed_integer() && t.is_signed_integer() => width(f) <= width(t),
         (f, t) if f.is_unsigned_integer() && t.is_unsigned_integer() => width(f) <= width(t),
         (f, t) if f.is_unsigned_integer() && t.is_signed_integer() => width(f) < width(t),
@@ -436,7 +548,7 @@ fn check_generated_size(name: &str, args: &[Expr]) -> Result<()> {
 
 /// Whether a cast to `to` can fail for a whole batch because of one row: dictionary and
 /// run-end encoded types, whose keys are shared by the rows of a batch (a 129th distinct value
-/// overflows `Dictionary(Int8, _)`, even in `TRY_CAST`).
+/// overflows `Dictionary(Int8, _)`, even in a safe cast).
 fn batch_level_cast(to: &DataType) -> bool {
     matches!(to, DataType::Dictionary(..) | DataType::RunEndEncoded(..))
 }
@@ -454,22 +566,25 @@ fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
                 field.data_type()
             )
         }
-        Expr::Cast(cast) => {
-            let from = cast.expr.get_type(schema).ok();
-            if from.is_some_and(|from| cast_is_total(&from, cast.field.data_type())) {
-                Ok(Transformed::no(Expr::Cast(cast)))
+        // Arrow's safe cast still fails for a whole batch in places (a date out of range
+        // does not format as a string): a cast that can fail runs as [`TryCastRows`].
+        Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
+            let from = expr.get_type(schema).ok();
+            if from.is_some_and(|from| cast_is_total(&from, field.data_type())) {
+                Ok(Transformed::no(Expr::Cast(Cast { expr, field })))
             } else {
-                Ok(Transformed::yes(Expr::TryCast(TryCast::new_from_field(
-                    cast.expr,
-                    cast.field.as_ref().clone().with_nullable(true).into(),
-                ))))
+                let udf = ScalarUDF::new_from_impl(TryCastRows::new(field.data_type().clone()));
+                Ok(Transformed::yes(Expr::ScalarFunction(
+                    ScalarFunction::new_udf(Arc::new(udf), vec![*expr]),
+                )))
             }
         }
         Expr::ScalarFunction(call) => {
             let func = call.func.inner();
             let ours = call.func.name().starts_with("dp_")
                 || func.downcast_ref::<TryFunction>().is_some()
-                || func.downcast_ref::<TryBinary>().is_some();
+                || func.downcast_ref::<TryBinary>().is_some()
+                || func.downcast_ref::<TryCastRows>().is_some();
             if ours {
                 return Ok(Transformed::no(Expr::ScalarFunction(call)));
             }
