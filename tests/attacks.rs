@@ -230,6 +230,7 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("SELECT v.id FROM (VALUES (3), (99)) AS v(id) WHERE EXISTS (SELECT dp_count(t.x, 1.0) FROM t WHERE t.id = v.id)", Refused("in a correlated subquery")),
     ("SELECT r.region, l.c FROM regions r, LATERAL (SELECT dp_count(v.patient_id, 1.0) AS c FROM visits v WHERE v.region = r.region) l", Refused("")),
     ("SELECT dp_count(x, 1.0) FROM t WHERE EXISTS (SELECT 1 FROM lookup WHERE lookup.k = t.g)", Answered),
+    ("PREPARE q AS SELECT v.id, (SELECT dp_count(t.x, 0.001) FROM t WHERE t.id = v.id) FROM (VALUES (3), (99)) AS v(id)", Refused("in a correlated subquery")),
     // What stays allowed.
     ("SET dp.confidence = 0.9", Answered),
     ("SET dp.max_rows_per_unit = 2", Answered),

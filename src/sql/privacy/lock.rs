@@ -98,6 +98,7 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let plan = ctx.state().create_logical_plan(sql).await?;
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
+    crate::sql::privacy::rule::refuse_correlated_dp_calls(&plan)?;
     SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)

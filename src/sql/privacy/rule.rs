@@ -399,6 +399,23 @@ fn constant_value(expr: &Expr) -> Option<ScalarValue> {
 /// protected rows (a NULL or a missing row instead of noise on zero): one query returned every
 /// patient's diagnosis (session 14's red team).
 fn refuse_correlated_dp(aggregate: &Aggregate) -> Result<()> {
+    refuse_correlated_dp_in(aggregate)
+}
+
+/// [`refuse_correlated_dp`] for every aggregation of `plan` and its subqueries: `analyst_sql`
+/// applies it to the statement as written, since DataFusion optimises (decorrelates) a
+/// `PREPARE`d query before this rule first sees it, at `EXECUTE`.
+pub fn refuse_correlated_dp_calls(plan: &LogicalPlan) -> Result<()> {
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Aggregate(aggregate) = node {
+            refuse_correlated_dp_in(aggregate)?;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+fn refuse_correlated_dp_in(aggregate: &Aggregate) -> Result<()> {
     let dp_call = aggregate.aggr_expr.iter().find_map(|e| {
         e.apply(|inner| {
             Ok(match inner {
