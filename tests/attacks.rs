@@ -223,6 +223,12 @@ const ATTACKS: &[(&str, Expect)] = &[
     // through subqueries or by replace() aborted the process (a row's output is capped).
     ("SELECT dp_count(x, 1.0) FROM t WHERE length(CAST(arrow_cast(CASE WHEN id = 3 THEN 2147483647 ELSE 0 END, 'Date32') AS VARCHAR)) > 3", Answered),
     ("SELECT dp_count(x, 1.0) FROM (SELECT x, repeat(w, 10000) AS z FROM (SELECT x, repeat(y, 10000) AS w FROM (SELECT x, repeat(CASE WHEN id = 3 THEN 'ab' ELSE '' END, 10000) AS y FROM t))) WHERE length(z) > 7", Answered),
+    // Round 3: a collecting window aggregate grows with one person's rows; the Gaussian
+    // calibration overflowed past e^709.78 (exact counts for a charge of (eps, delta)); a
+    // confidence of 1 - 2^-53 made the score interval's split NaN.
+    ("SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, string_agg(tags, ',') OVER (PARTITION BY patient_id) AS a FROM visits) WHERE length(a) > 0", Refused("string_agg as a window in a DP query")),
+    ("SELECT dp_count(x, 1500.0, 'mechanism=gaussian, delta=1e-6') FROM t", Refused("where the Gaussian mechanism's calibration overflows")),
+    ("SELECT dp_rr_ci(outcome, exposed, 1.0, 'confidence=0.9999999999999999') FROM t", Refused("confidence must be in")),
     ("SELECT dp_count(x, 1.0) FROM t WHERE length(replace(replace(replace(CASE WHEN id = 3 THEN 'a' ELSE 'b' END, 'a', repeat('a', 10000)), 'a', repeat('a', 10000)), 'a', repeat('a', 10000))) > 7", Answered),
     // A DP aggregate in a correlated subquery is decorrelated into a GROUP BY on the outer
     // column after binding: values with no protected rows came back as NULL (session 14).

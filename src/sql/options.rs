@@ -190,10 +190,14 @@ pub fn parse_delta(value: &str) -> std::result::Result<f64, String> {
 /// Checks a confidence level: in (0, 1).
 pub fn parse_confidence(value: &str) -> std::result::Result<f64, String> {
     let confidence = parse_f64("confidence", value)?;
-    if confidence.is_finite() && confidence > 0.0 && confidence < 1.0 {
+    // Within 1e-12 of 0 or 1 the quantile is infinite or the error split has no room (a
+    // confidence of 1 - 2^-53 made the score interval's split NaN).
+    if confidence.is_finite() && (1e-12..=1.0 - 1e-12).contains(&confidence) {
         Ok(confidence)
     } else {
-        Err(format!("confidence must be in (0, 1), got {value}"))
+        Err(format!(
+            "confidence must be in (0, 1), got {value} (it must be at least 1e-12 from either end)"
+        ))
     }
 }
 

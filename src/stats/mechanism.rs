@@ -118,12 +118,24 @@ pub fn gaussian_delta(sigma: f64, epsilon: f64, sensitivity: f64) -> f64 {
     n.cdf(a - b) - epsilon.exp() * n.cdf(-a - b)
 }
 
+/// The largest ε per noised value the Gaussian calibration accepts (`e^ε` stays finite).
+pub const MAX_GAUSSIAN_EPSILON: f64 = 700.0;
+
 /// The analytic Gaussian mechanism: the smallest `σ` with `gaussian_delta(σ, ε, Δ) <= δ`
 /// (Balle & Wang 2018, Theorem 8; paper, Theorem Gaus_mec_balle), found by bisection on the
 /// monotone condition to the last bit of an `f64`.
 pub fn analytic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Result<f64, String> {
     check_epsilon(epsilon)?;
     check_delta(delta)?;
+    // Past e^709.78 the δ condition's e^ε overflows to infinity and inf·0 is NaN: every
+    // comparison fails and the bisection would return its floor, noise of σ = 1e-6·Δ
+    // (session 14's red team: exact counts for a charge of (ε, 1e-6)).
+    if epsilon > MAX_GAUSSIAN_EPSILON {
+        return Err(format!(
+            "epsilon={epsilon} per noised value is above {MAX_GAUSSIAN_EPSILON}, where the Gaussian \
+             mechanism's calibration overflows; use a smaller epsilon or mechanism=laplace"
+        ));
+    }
     if !(sensitivity.is_finite() && sensitivity > 0.0) {
         return Err(format!("sensitivity must be > 0, got {sensitivity}"));
     }
@@ -496,6 +508,15 @@ fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gaussian_calibration_refuses_an_epsilon_whose_condition_overflows() {
+        // At 700 the calibration still works (σ well above its floor of 1e-6·Δ); past e^709.78
+        // it returned that floor.
+        let sigma = analytic_gaussian_sigma(MAX_GAUSSIAN_EPSILON, 1e-6, 1.0).unwrap();
+        assert!(sigma > 1e-3, "{sigma}");
+        assert!(analytic_gaussian_sigma(710.0, 1e-6, 1.0).is_err());
+    }
 
     #[test]
     fn analytic_sigma_meets_balle_wang_with_equality() {

@@ -155,6 +155,22 @@ fn output_bound(name: &str, args: &ScalarFunctionArgs) -> Option<u64> {
                 .map(|(l, n)| l.saturating_mul(*n))
                 .collect()
         }
+        "array_repeat" | "list_repeat" | "array_resize" | "list_resize" => {
+            let element = args.args.get(if name.ends_with("repeat") { 0 } else { 2 });
+            let element_bytes = element
+                .and_then(|e| e.to_array(rows).ok())
+                .map(|a| {
+                    (a.get_array_memory_size() as u64)
+                        .checked_div(rows as u64)
+                        .unwrap_or(0)
+                })
+                .unwrap_or(0)
+                .max(8);
+            integers(1)?
+                .iter()
+                .map(|n| n.saturating_mul(element_bytes))
+                .collect()
+        }
         // Every match (at most one per byte, and one more) becomes the replacement, which can
         // quote the whole input (`regexp_replace` back-references).
         "replace" | "regexp_replace" => {
@@ -313,6 +329,7 @@ fn or_null(
             },
         )
     };
+    let evaluate = |args: ScalarFunctionArgs| evaluate(args).and_then(cap_output);
     if let Ok(value) = evaluate(args.clone()) {
         return Ok(value);
     }
@@ -350,6 +367,86 @@ fn or_null(
     }
     let parts: Vec<&dyn Array> = rows.iter().map(|a| a.as_ref()).collect();
     Ok(ColumnarValue::Array(arrow::compute::concat(&parts)?))
+}
+
+/// `value` with NULL on each row whose string, bytes or list takes more than
+/// [`MAX_OUTPUT_BYTES`]: every total form's output is capped, so no chain of them (`s || s`
+/// once per CTE level, `array_concat(a, a)`) grows a row past it, and a function that
+/// multiplies its input's size by a bounded factor stays within memory.
+fn cap_output(value: ColumnarValue) -> Result<ColumnarValue> {
+    let ColumnarValue::Array(array) = value else {
+        return Ok(value);
+    };
+    let sizes: Option<Vec<u64>> = row_bytes(array.as_ref());
+    let Some(sizes) = sizes else {
+        return Ok(ColumnarValue::Array(array));
+    };
+    if sizes.iter().all(|s| *s <= MAX_OUTPUT_BYTES) {
+        return Ok(ColumnarValue::Array(array));
+    }
+    let keep: arrow::array::BooleanArray =
+        sizes.iter().map(|s| Some(*s <= MAX_OUTPUT_BYTES)).collect();
+    let nulls = new_null_array(array.data_type(), array.len());
+    Ok(ColumnarValue::Array(arrow::compute::kernels::zip::zip(
+        &keep, &array, &nulls,
+    )?))
+}
+
+/// Each row's bytes, for strings, bytes and lists (a list row: its elements' share of the
+/// child array's bytes); `None` for other types.
+fn row_bytes(array: &dyn Array) -> Option<Vec<u64>> {
+    use arrow::array::AsArray;
+    use DataType::*;
+    let rows = array.len();
+    Some(match array.data_type() {
+        Utf8 => {
+            let a = array.as_string::<i32>();
+            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        }
+        LargeUtf8 => {
+            let a = array.as_string::<i64>();
+            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        }
+        Utf8View => {
+            let a = array.as_string_view();
+            (0..rows).map(|i| a.value(i).len() as u64).collect()
+        }
+        Binary => {
+            let a = array.as_binary::<i32>();
+            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        }
+        LargeBinary => {
+            let a = array.as_binary::<i64>();
+            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        }
+        List(_) | LargeList(_) => {
+            let (offsets, child): (Vec<u64>, &ArrayRef) = match array.data_type() {
+                List(_) => {
+                    let a = array.as_list::<i32>();
+                    (
+                        a.value_offsets().iter().map(|o| *o as u64).collect(),
+                        a.values(),
+                    )
+                }
+                _ => {
+                    let a = array.as_list::<i64>();
+                    (
+                        a.value_offsets().iter().map(|o| *o as u64).collect(),
+                        a.values(),
+                    )
+                }
+            };
+            let per_element = (child.get_array_memory_size() as u64)
+                .checked_div(child.len() as u64)
+                .unwrap_or(0)
+                .max(1);
+            offsets
+                .windows(2)
+                .map(|w| w[1].saturating_sub(w[0]).saturating_mul(per_element))
+                .collect()
+        }
+        _ => return None,
+    })
 }
 
 /// The lower-case name of an operator in `try_` names (Spark's: `try_divide`).
@@ -398,6 +495,7 @@ pub fn operator_from_name(name: &str) -> Option<Operator> {
         BitwiseXor,
         BitwiseShiftRight,
         BitwiseShiftLeft,
+        StringConcat,
         AtArrow,
         ArrowAt,
         Arrow,
@@ -424,8 +522,9 @@ fn is_number(t: &DataType) -> bool {
 fn operator_is_total(op: Operator, left: &DataType, right: &DataType, divisor: &Expr) -> bool {
     use Operator::*;
     match op {
-        Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom | And | Or
-        | StringConcat => true,
+        Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom | And | Or => true,
+        // `||` doubles a string once per CTE level (exponential in the SQL's length): it runs
+        // as `try_string_concat`, whose output per row is capped like the functions'.
         // Integers wrap and floats overflow to infinity; decimals, dates and intervals fail.
         Plus | Minus | Multiply | BitwiseAnd | BitwiseOr | BitwiseXor => {
             is_number(left) && is_number(right)
@@ -481,6 +580,9 @@ fn cast_is_total(from: &DataType, to: &DataType) -> bool {
 /// The largest output a function whose size is an argument (`lpad`, `repeat`, `range`, ...)
 /// may generate per row in a DP query.
 pub const MAX_GENERATED: i64 = 10_000;
+
+/// Aggregates that collect their input into one value.
+const COLLECTING: [&str; 3] = ["string_agg", "array_agg", "listagg"];
 
 /// The functions whose output size is an argument.
 const GENERATORS: [&str; 9] = [
@@ -668,6 +770,20 @@ fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
                 window.fun
             )
         }
+        // An aggregate that collects its frame (`string_agg`, `array_agg`) grows with the
+        // square of a person's rows in a growing frame, and a join with a public table can
+        // give one person thousands of rows before the bounding: memory exhausted for one
+        // person aborted the process (round 3 of the red team).
+        Expr::WindowFunction(ref window)
+            if matches!(&window.fun, WindowFunctionDefinition::AggregateUDF(f)
+                if COLLECTING.contains(&f.name())) =>
+        {
+            plan_err!(
+                "{} as a window in a DP query: it collects its frame, whose size one person's \
+                 rows decide, into one value per row",
+                window.fun
+            )
+        }
         Expr::SimilarTo(_) => plan_err!(
             "SIMILAR TO over protected rows: its pattern is compiled to a regular expression, \
              which can fail on a row, and an error would tell which rows exist. Use \
@@ -829,6 +945,22 @@ mod tests {
     }
 
     #[test]
+    fn a_row_past_the_output_cap_gets_null() {
+        // `s || s` doubles a row once per CTE level: each total form's output is capped.
+        let concat = TryBinary::new(Operator::StringConcat);
+        let long = "x".repeat(40_000);
+        let left: ArrayRef = Arc::new(StringArray::from(vec!["a", long.as_str()]));
+        let right: ArrayRef = Arc::new(StringArray::from(vec!["b", long.as_str()]));
+        let out = concat
+            .invoke_with_args(args(vec![left, right], DataType::Utf8))
+            .unwrap()
+            .to_array(2)
+            .unwrap();
+        let out = out.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(out.iter().collect::<Vec<_>>(), vec![Some("ab"), None]);
+    }
+
+    #[test]
     fn casts_that_cannot_fail_stay_casts() {
         use DataType::*;
         for (from, to) in [
@@ -864,6 +996,7 @@ mod tests {
             Operator::RegexMatch,
             Operator::BitwiseShiftLeft,
             Operator::Plus,
+            Operator::StringConcat,
         ] {
             let udf = TryBinary::new(op);
             let name = udf.name().strip_prefix("try_").unwrap();
