@@ -393,40 +393,30 @@ fn constant_value(expr: &Expr) -> Option<ScalarValue> {
     }
 }
 
-/// Refuses a DP aggregate in a correlated subquery (scalar, `EXISTS`/`IN`, `LATERAL`): the
-/// optimiser decorrelates it into a `GROUP BY` on the outer query's columns after this rule
-/// has bound it as ungrouped, and that grouping releases which correlation values have
-/// protected rows (a NULL or a missing row instead of noise on zero): one query returned every
-/// patient's diagnosis (session 14's red team).
-fn refuse_correlated_dp(aggregate: &Aggregate) -> Result<()> {
-    refuse_correlated_dp_in(aggregate)
-}
-
 /// [`refuse_correlated_dp`] for every aggregation of `plan` and its subqueries: `analyst_sql`
 /// applies it to the statement as written, since DataFusion optimises (decorrelates) a
 /// `PREPARE`d query before this rule first sees it, at `EXECUTE`.
 pub fn refuse_correlated_dp_calls(plan: &LogicalPlan) -> Result<()> {
     plan.apply_with_subqueries(|node| {
         if let LogicalPlan::Aggregate(aggregate) = node {
-            refuse_correlated_dp_in(aggregate)?;
+            refuse_correlated_dp(aggregate)?;
         }
         Ok(TreeNodeRecursion::Continue)
     })
     .map(|_| ())
 }
 
-fn refuse_correlated_dp_in(aggregate: &Aggregate) -> Result<()> {
-    let dp_call = aggregate.aggr_expr.iter().find_map(|e| {
-        e.apply(|inner| {
-            Ok(match inner {
-                Expr::AggregateFunction(f) if as_dp(&f.func).is_some() => TreeNodeRecursion::Stop,
-                _ => TreeNodeRecursion::Continue,
-            })
-        })
-        .ok()
-        .filter(|r| *r == TreeNodeRecursion::Stop)
-        .map(|_| e.schema_name().to_string())
-    });
+/// Refuses a DP aggregate in a correlated subquery (scalar, `EXISTS`/`IN`, `LATERAL`): the
+/// optimiser decorrelates it into a `GROUP BY` on the outer query's columns after this rule
+/// has bound it as ungrouped, and that grouping releases which correlation values have
+/// protected rows (a NULL or a missing row instead of noise on zero): one query returned every
+/// patient's diagnosis (session 14's red team).
+fn refuse_correlated_dp(aggregate: &Aggregate) -> Result<()> {
+    let dp_call = aggregate
+        .aggr_expr
+        .iter()
+        .find(|e| has_dp_call(e))
+        .map(|e| e.schema_name().to_string());
     let Some(call) = dp_call else {
         return Ok(());
     };

@@ -203,10 +203,6 @@ impl TryBinary {
         }
     }
 
-    pub fn op(&self) -> Operator {
-        self.op
-    }
-
     /// The operator's physical expression over a two-column batch of `left` and `right`.
     fn kernel(&self, left: &DataType, right: &DataType) -> (Arc<Schema>, PhysicalBinary) {
         let schema = Arc::new(Schema::new(vec![
