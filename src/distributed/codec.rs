@@ -13,6 +13,7 @@
 
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
+use crate::sql::privacy::bounding::{internal_udf, internal_udwf};
 use crate::sql::privacy::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::release::ReleaseOnceExec;
 use crate::sql::privacy::total::{operator_from_name, TryBinary, TryCastRows, TryFunction};
@@ -45,6 +46,11 @@ const TRY_FUNCTION: &[u8] = b"datafusion-dp/try/1:";
 /// A [`TryCastRows`] travels as its marker and its type's name.
 const TRY_CAST: &[u8] = b"datafusion-dp/try-cast/1:";
 
+/// What a locked cluster's scheduler answers a client's plan that names one of the bounding
+/// rewrite's functions (the scheduler rewrites plans itself; a client never sends them).
+const INTERNAL_REFUSED: &str = "this Ballista cluster is locked by its data owner: a client's \
+    plan cannot call the contribution-bounding rewrite's internal function";
+
 /// The scalar function registered as `name` in a session with DataFusion's default functions
 /// and this crate's, where a decoded [`TryFunction`] finds the function it wraps.
 fn registered_function(name: &str) -> Result<Arc<ScalarUDF>> {
@@ -58,7 +64,10 @@ fn registered_function(name: &str) -> Result<Arc<ScalarUDF>> {
         let _ = crate::register(&ctx);
         ctx.state()
     });
-    state.udf(name)
+    match internal_udf(name) {
+        Some(udf) => Ok(udf),
+        None => state.udf(name),
+    }
 }
 
 fn encode_udaf(node: &AggregateUDF) -> Option<Vec<u8>> {
@@ -106,6 +115,12 @@ macro_rules! function_methods {
                     self.try_decode_udf(&inner_name, inner_buf)?
                 };
                 return Ok(Arc::new(ScalarUDF::new_from_impl(TryFunction::new(inner))));
+            }
+            if let Some(udf) = internal_udf(name) {
+                return match self.accept_bound_calls {
+                    true => Ok(udf),
+                    false => plan_err!("{INTERNAL_REFUSED} '{name}'"),
+                };
             }
             self.inner.try_decode_udf(name, buf)
         }
@@ -157,6 +172,12 @@ macro_rules! function_methods {
         }
 
         fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+            if let Some(udwf) = internal_udwf(name) {
+                return match self.accept_bound_calls {
+                    true => Ok(udwf),
+                    false => plan_err!("{INTERNAL_REFUSED} '{name}'"),
+                };
+            }
             self.inner.try_decode_udwf(name, buf)
         }
 

@@ -55,15 +55,10 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
     for udf in functions::scalar::analytic::udfs() {
         ctx.register_udf(udf);
     }
-    // The contribution-bounding rewrite's functions, registered so every node (a Ballista
-    // executor decoding a plan) resolves them by name.
-    ctx.register_udf(privacy::bounding::keyed_hash::udf().as_ref().clone());
-    ctx.register_udwf(privacy::bounding::unit_sample::udwf().as_ref().clone());
-    ctx.register_udwf(
-        privacy::bounding::unit_sample::udwf_ordered()
-            .as_ref()
-            .clone(),
-    );
+    // The contribution-bounding rewrite's functions (`dp_keyed_hash`, `dp_unit_sample`) are
+    // not registered: an analyst's SQL must not resolve them (one took its bounds from its
+    // first row). The rewrite inserts them as values, and a Ballista codec resolves them by
+    // name (`privacy::bounding::internal_udf`).
     // One accountant per session, shared by the planner rule (which charges) and dp_budget()
     // (which reports). Registering twice keeps the first rule: a second would charge twice.
     let registered = ctx

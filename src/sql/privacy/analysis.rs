@@ -14,7 +14,7 @@
 //! | `Join` with a public relation, `Unnest` | can repeat a row: the bound holds only after bounding per unit |
 //! | `Join` of two protected relations | only on equality of their unit columns (ZetaSQL's rule), then as above |
 //! | `Union` of protected relations | can repeat a row (the same row in two branches); the unit column must be the same column of every protected branch |
-//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` of it (each value depends on one person's rows) |
+//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` of it with constant bounds (each value depends on one person's rows) |
 //! | `Aggregate` | only DP aggregates: their output is released (the group keys by the public-groups rules) |
 //! | `Limit`, `DISTINCT ON`, outer joins that keep public rows, semi/anti joins filtering public rows by protected ones, recursive queries, extension nodes | not bounded: refused |
 //!
@@ -780,8 +780,15 @@ fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
                 .partition_by
                 .iter()
                 .any(|p| plain_column(p) == Some(unit));
+            // The bounds (the last two arguments) are constants, as the rewrite writes them: a
+            // bound read from a row would let one person's row bound everyone's.
+            let constant_bounds = params.args.len() >= 2
+                && params.args[params.args.len() - 2..]
+                    .iter()
+                    .all(|a| matches!(a, Expr::Literal(..)));
             let unit_sample = matches!(fun, WindowFunctionDefinition::WindowUDF(udwf) if is_unit_sample(udwf))
-                && params.args.first().and_then(plain_column) == Some(unit);
+                && params.args.first().and_then(plain_column) == Some(unit)
+                && constant_bounds;
             if !(partitioned || unit_sample) {
                 all = false;
             }

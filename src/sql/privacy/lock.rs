@@ -21,9 +21,10 @@
 //! `dp.public_groups`, `group_sizes`) can no longer be changed by `SET` or a call's options
 //! string, from any path into the session; `require_secure` is on. [`analyst_sql`] also
 //! refuses DDL (`CREATE TABLE`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`, `DROP`), DML
-//! (`INSERT`, `COPY ... TO`) and `SET` of DataFusion options other than
-//! `datafusion.execution.*` (the catalog defaults decide which table a declared name means;
-//! `datafusion.explain.*` can print file statistics). Accuracy options (`confidence`,
+//! (`INSERT`, `COPY ... TO`) and `SET` of DataFusion options other than the few in
+//! [`ANALYST_SETTINGS`], with bounded values (the catalog defaults decide which table a
+//! declared name means; `datafusion.explain.*` can print file statistics; some execution
+//! options size allocations by a row's value). `EXPLAIN` shows the logical plan only. Accuracy options (`confidence`,
 //! `ci_method`, `mechanism`, `delta`, `method`, `max_rows_per_unit`, ...) stay settable: they
 //! change the noise, never the guarantee. The Rust code holding the `SessionContext` is the
 //! owner's and is trusted.
@@ -74,6 +75,19 @@ pub fn lock(ctx: &SessionContext) -> Result<()> {
     with_options(ctx, DpOptions::lock, "lock")
 }
 
+/// A locked session's `EXPLAIN` shows the logical plan only (see `refuse_physical_explain`);
+/// set on every analyst statement, however the session was locked (`lock` or the owner's
+/// `SET dp.locked`), and the analyst cannot set `datafusion.explain.*` back.
+fn explain_logical_plan_only(ctx: &SessionContext) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let explain = &mut state.config_mut().options_mut().explain;
+    explain.logical_plan_only = true;
+    explain.physical_plan_only = false;
+    explain.show_statistics = false;
+    explain.format = datafusion::common::format::ExplainFormat::Indent;
+}
+
 /// Whether `ctx` is locked.
 pub fn is_locked(ctx: &SessionContext) -> bool {
     ctx.state_ref()
@@ -86,7 +100,7 @@ pub fn is_locked(ctx: &SessionContext) -> bool {
 }
 
 /// Plans and runs one statement of an untrusted analyst in a locked session: DDL, DML and
-/// `SET` of DataFusion options other than `datafusion.execution.*` are refused; `dp.*`
+/// `SET` of DataFusion options other than [`ANALYST_SETTINGS`] are refused; `dp.*`
 /// options are refused by the lock itself when they are the owner's; every query goes
 /// through the DP planner rule (only DP leaves a protected table).
 pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
@@ -95,9 +109,11 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
             "analyst_sql: the session is not locked; call datafusion_dp::lock(&ctx) first"
         );
     }
+    explain_logical_plan_only(ctx);
     let plan = ctx.state().create_logical_plan(sql).await?;
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
+    refuse_physical_explain(&plan)?;
     crate::sql::privacy::rule::refuse_correlated_dp_calls(&plan)?;
     SQLOptions::new()
         .with_allow_ddl(false)
@@ -129,19 +145,63 @@ fn refuse_verbose_explain(plan: &LogicalPlan) -> Result<()> {
     }
 }
 
-/// Refuses `SET`/`RESET` of DataFusion options an analyst must not change.
+/// The DataFusion options an analyst may set in a locked session, each with the range of
+/// values accepted. Every other option is the owner's: several turn one large value in a row
+/// into an allocation (`perfect_hash_join_min_key_density = 0` sizes a hash table by the
+/// largest key, so one person's key aborted the process), others change what `EXPLAIN`
+/// prints or which files a scan reads.
+pub const ANALYST_SETTINGS: &[(&str, u64, u64)] = &[
+    // Rows per batch: performance only; bounded so no batch buffer is sized by the analyst.
+    ("datafusion.execution.batch_size", 8, 65_536),
+    // Parallelism: the release order does not depend on it (releases are sorted).
+    ("datafusion.execution.target_partitions", 1, 64),
+];
+
+/// Refuses `SET`/`RESET` of options an analyst must not change: `dp.*` options pass (the lock
+/// refuses the owner's), DataFusion's only as [`ANALYST_SETTINGS`] allows.
 fn refuse_owner_statements(plan: &LogicalPlan) -> Result<()> {
-    let variable = match plan {
-        LogicalPlan::Statement(Statement::SetVariable(set)) => &set.variable,
-        LogicalPlan::Statement(Statement::ResetVariable(reset)) => &reset.variable,
+    let (variable, value) = match plan {
+        LogicalPlan::Statement(Statement::SetVariable(set)) => (&set.variable, Some(&set.value)),
+        LogicalPlan::Statement(Statement::ResetVariable(reset)) => (&reset.variable, None),
         _ => return Ok(()),
     };
     let key = variable.to_ascii_lowercase();
-    if key.starts_with("dp.") || key.starts_with("datafusion.execution.") {
+    if key.starts_with("dp.") {
         return Ok(());
     }
-    plan_err!(
-        "SET {variable}: this session is locked; only dp.* accuracy options and \
-         datafusion.execution.* can be set"
-    )
+    let Some((_, low, high)) = ANALYST_SETTINGS.iter().find(|(name, ..)| *name == key) else {
+        let allowed: Vec<&str> = ANALYST_SETTINGS.iter().map(|(name, ..)| *name).collect();
+        return plan_err!(
+            "SET {variable}: this session is locked; only dp.* accuracy options and {} can be \
+             set",
+            allowed.join(", ")
+        );
+    };
+    match value.map(|v| v.trim().trim_matches('\'').parse::<u64>()) {
+        None => Ok(()),
+        Some(Ok(v)) if (*low..=*high).contains(&v) => Ok(()),
+        Some(_) => plan_err!(
+            "SET {variable}: this session is locked; the value must be an integer from {low} \
+             to {high}"
+        ),
+    }
+}
+
+/// Refuses `EXPLAIN FORMAT TREE`, which prints the physical plan: a locked session's `EXPLAIN`
+/// shows the logical plan only ([`lock`]), because the physical plan names the files a table
+/// reads (in a hive layout, protected values in their paths) with their byte ranges, and its
+/// shape (file groups, partitions) follows the files' sizes.
+fn refuse_physical_explain(plan: &LogicalPlan) -> Result<()> {
+    use datafusion::common::format::ExplainFormat;
+    let physical = plan.exists(|node| {
+        Ok(matches!(node, LogicalPlan::Explain(explain)
+            if matches!(explain.explain_format, ExplainFormat::Tree)))
+    })?;
+    match physical {
+        true => plan_err!(
+            "EXPLAIN FORMAT TREE: this session is locked; it would print the physical plan, \
+             which names the files read and their byte ranges. Use EXPLAIN (the logical plan)"
+        ),
+        false => Ok(()),
+    }
 }

@@ -23,7 +23,8 @@
 //! rows) is refused with the table and the operator; and every expression that could fail on a
 //! row is made total ([`crate::sql::privacy::total`]): an error would be an exact output; in a
 //! locked session the scans of protected tables hide their statistics from the optimiser
-//! ([`crate::sql::privacy::protected_scan`]).
+//! ([`crate::sql::privacy::protected_scan`]) and its rows come out in an order fixed by their
+//! values ([`crate::sql::privacy::release_order`]).
 //! Finally (6) the query is charged to the
 //! session's privacy budget ([`crate::sql::accounting::budget`]), refusing it before anything
 //! executes when it does not fit; a plan whose DP calls were all bound by an earlier pass is
@@ -165,6 +166,12 @@ impl AnalyzerRule for DpPlannerRule {
         let untrusted = session.locked || self.placement == Placement::Authority;
         let bound = if has_dp_call && untrusted {
             crate::sql::privacy::protected_scan::hide_statistics(bound, &analysis)?
+        } else {
+            bound
+        };
+        // Nor the order of its rows tell which side of a race one person's rows slowed.
+        let bound = if has_dp_call && untrusted {
+            crate::sql::privacy::release_order::order_releases(bound)?
         } else {
             bound
         };

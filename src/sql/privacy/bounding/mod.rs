@@ -48,6 +48,23 @@ const ROW_ORDER: &str = "__dp_row_order";
 /// they balance), few enough that DataFusion's per-partition cost is negligible.
 const BUCKETS: u64 = 1024;
 
+/// The rewrite's scalar function named `name` (`dp_keyed_hash`), for a codec decoding a plan
+/// on another node: these functions are inserted by the rewrite and never registered in a
+/// session, so no analyst SQL can name them.
+pub fn internal_udf(name: &str) -> Option<Arc<datafusion::logical_expr::ScalarUDF>> {
+    (name == keyed_hash::NAME).then(keyed_hash::udf)
+}
+
+/// The rewrite's window function named `name` (`dp_unit_sample`, `dp_unit_sample_ordered`),
+/// as [`internal_udf`].
+pub fn internal_udwf(name: &str) -> Option<Arc<datafusion::logical_expr::WindowUDF>> {
+    match name {
+        unit_sample::NAME => Some(unit_sample::udwf()),
+        unit_sample::ORDERED_NAME => Some(unit_sample::udwf_ordered()),
+        _ => None,
+    }
+}
+
 /// `input` with every privacy unit's contribution bounded (see the module docs). `seed` (the
 /// non-private `dp.seed`) makes the choice of groups and of rows reproducible.
 pub fn bound_contributions(

@@ -92,6 +92,16 @@ impl WindowUDFImpl for UnitSample {
         args: PartitionEvaluatorArgs,
     ) -> Result<Box<dyn PartitionEvaluator>> {
         check_types(args.input_fields())?;
+        // The bounds are the rewrite's constants: read from a row, one person's row would
+        // bound every other person's (the evaluator takes them from its first row).
+        let exprs = args.input_exprs();
+        let constant = |e: &Arc<dyn datafusion::physical_expr::PhysicalExpr>| {
+            e.downcast_ref::<datafusion::physical_expr::expressions::Literal>()
+                .is_some()
+        };
+        if exprs.len() >= 2 && !exprs[exprs.len() - 2..].iter().all(constant) {
+            return plan_err!("{NAME}: 'max_rows' and 'max_groups' must be constants");
+        }
         Ok(Box::new(UnitSampleEvaluator {
             ordered: self.ordered,
         }))
