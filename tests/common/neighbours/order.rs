@@ -60,8 +60,9 @@ pub fn check(batches: &[RecordBatch], keys: &[(usize, bool)]) -> Result<(), Stri
     Err(last_error)
 }
 
-/// Whether the row-order contract is enforced (an answer out of order fails the test). Off
-/// until main orders locked answers (issue 27); `DP_NEIGHBOURS_ORDER=1` turns it on.
+/// Whether the row-order contract is enforced (an answer out of order fails the test): on,
+/// since locked sessions order their releases (`release_order.rs`); `DP_NEIGHBOURS_ORDER=0`
+/// turns it off to look at other differences first.
 pub fn row_order_contract_enforced() -> bool {
-    std::env::var("DP_NEIGHBOURS_ORDER").is_ok_and(|v| v == "1")
+    std::env::var("DP_NEIGHBOURS_ORDER").map_or(true, |v| v != "0")
 }
