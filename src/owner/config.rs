@@ -188,9 +188,14 @@ pub fn sql_type(sql: &str) -> std::result::Result<DataType, String> {
     {
         return Err(unknown());
     }
-    let config =
-        SessionConfig::new().set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
-    let ctx = SessionContext::new_with_config(config);
+    // One planner for every declaration (a session registers all of DataFusion's functions).
+    static PLANNER: std::sync::OnceLock<SessionContext> = std::sync::OnceLock::new();
+    let ctx = PLANNER.get_or_init(|| {
+        SessionContext::new_with_config(
+            SessionConfig::new()
+                .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false),
+        )
+    });
     match ctx.parse_sql_expr(&format!("CAST(NULL AS {sql})"), &DFSchema::empty()) {
         Ok(Expr::Cast(Cast { expr, field })) if matches!(*expr, Expr::Literal(..)) => {
             Ok(field.data_type().clone())
