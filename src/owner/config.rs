@@ -57,7 +57,8 @@ pub struct TableConfig {
     /// `parquet`, `csv` or `json`; by the file extension when absent.
     pub format: Option<String>,
     pub protection: Protection,
-    /// The declared columns (`columns = ["name TYPE", ...]`), in a CSV file's column order;
+    /// The declared columns (`columns = ["name TYPE", ...]`): a CSV file's by position (in its
+    /// header's order), NDJSON fields and Parquet columns by name (a missing one is NULL);
     /// `None`: undeclared (a Parquet table's file metadata, or a public table's inference).
     pub columns: Option<Vec<Field>>,
     /// A hive layout's partition columns (`partition_columns = ["name TYPE", ...]`), outermost

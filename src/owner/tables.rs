@@ -289,7 +289,7 @@ async fn csv_header(
 
 /// The schema every Parquet file of a table has (its columns' names, types and nullability);
 /// refused when they differ: DataFusion would merge them, and a column in one person's file
-/// would show (the files are not named in the message: their paths can hold values).
+/// would show (the message names no file and no count: paths and counts can hold values).
 async fn uniform_parquet_schema(
     state: &SessionState,
     store: &Arc<dyn ObjectStore>,
@@ -313,12 +313,12 @@ async fn uniform_parquet_schema(
         match &first {
             None => first = Some(schema),
             Some(first) if columns(first) != columns(&schema) => {
-                return Err(refuse(format!(
-                    "its {} Parquet files do not all have the same columns (types, \
+                return Err(refuse(
+                    "its Parquet files do not all have the same columns (names, types, \
                      nullability): declare the table's columns = [\"NAME TYPE\", ...] (SQL \
-                     types), which its files are read as",
-                    files.len()
-                )))
+                     types), which every file is then read as (by name; a missing one is NULL)"
+                        .to_string(),
+                ))
             }
             Some(_) => {}
         }
