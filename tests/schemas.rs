@@ -158,6 +158,22 @@ async fn a_hive_partition_of_one_person_does_not_change_the_schema() {
     .await;
     assert!(counted.is_ok(), "{counted:?}");
 
+    // A directory value that does not parse as its declared type is refused at start (a query
+    // listing it would fail with the value in the error), without the value.
+    let mut odd = layout.to_vec();
+    odd.push(("t/region=atlantis/part-0.json", atlantis));
+    let odd = dir_with("hive-odd", &odd);
+    let line = refused(
+        &odd,
+        "location = \"t\"\nformat = \"json\"\nunit = \"patient_id\"\n\
+         columns = [\"patient_id BIGINT\"]\npartition_columns = [\"region INT\"]",
+    )
+    .await;
+    assert!(
+        line.contains("partition column 'region' does not parse") && !line.contains("atlantis"),
+        "{line}"
+    );
+
     // A hive layout without declared partition columns is refused.
     let line = refused(
         &without,

@@ -4,7 +4,9 @@
 
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
+use datafusion::common::ScalarValue;
 use datafusion::common::TableReference;
+use datafusion::datasource::listing::helpers::parse_partitions_for_path;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -149,7 +151,8 @@ pub async fn register_table(
 /// NDJSON read the declared `columns` (a protected one without them is refused), Parquet reads
 /// them or, undeclared, its files' own schema when all agree (refused when they differ, as a
 /// merge would show a column of one person's file), and a hive layout's partition columns are
-/// the declared `partition_columns` (refused when the layout has some and none are declared).
+/// the declared `partition_columns` (refused when the layout has some and none are declared,
+/// or a directory's value does not parse as its type).
 /// Only a public table's undeclared CSV or NDJSON schema is inferred (its rows are released).
 pub async fn open_table(
     ctx: &SessionContext,
@@ -235,6 +238,31 @@ pub async fn open_table(
             "No files found at {}",
             url.as_str()
         )));
+    }
+    // A directory value that does not parse as its declared type would fail every query that
+    // lists it, with the value in the error's text (listing is planning, before the release
+    // guard): checked here, for the files there at start.
+    let partition_names: Vec<&str> = table
+        .partition_columns
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    for file in files.iter().filter(|_| !partition_names.is_empty()) {
+        let Some(values) = parse_partitions_for_path(&url, &file.location, partition_names.clone())
+        else {
+            continue; // not in a partition directory: DataFusion skips it
+        };
+        for (value, column) in values.into_iter().zip(&table.partition_columns) {
+            if ScalarValue::try_from_string(value.into_owned(), column.data_type()).is_err() {
+                return Err(refuse(format!(
+                    "a directory's value of partition column '{}' does not parse as its \
+                     declared type ({}): fix the layout or declare partition_columns with a type \
+                     every value parses as (VARCHAR does)",
+                    column.name(),
+                    column.data_type()
+                )));
+            }
+        }
     }
     if let (Some(columns), "CSV") = (&table.columns, format) {
         let names: Vec<&str> = columns.iter().map(|f| f.name().as_str()).collect();
