@@ -214,6 +214,24 @@ async fn undeclared_csv_or_ndjson_is_refused_at_start() {
         line.contains("does not name the declared columns in order"),
         "{line}"
     );
+    // ... in every file below the location (an analyst may have subdirectories read).
+    let nested = dir_with(
+        "nested",
+        &[
+            ("t/a.csv", CSV),
+            ("t/old/b.csv", "region,patient_id,score\nnorth,5,1\n"),
+        ],
+    );
+    let line = refused(
+        &nested,
+        "location = \"t\"\nunit = \"patient_id\"\n\
+         columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]",
+    )
+    .await;
+    assert!(
+        line.contains("does not name the declared columns in order"),
+        "{line}"
+    );
     // Protected by rows (the default) too; a public table's schema may still be inferred.
     assert!(refused(&dir, "location = \"t.csv\"")
         .await

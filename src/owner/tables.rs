@@ -178,7 +178,15 @@ pub async fn open_table(
             table.location.clone()
         };
     let url = ListingTableUrl::parse(&location)?.with_table_ref(TableReference::bare(name));
-    let state = ctx.state();
+    // The checks below see every file below the location: an analyst may SET
+    // datafusion.execution.listing_table_ignore_subdirectory = false, and queries then read the
+    // files in subdirectories too.
+    let mut state = ctx.state();
+    state
+        .config_mut()
+        .options_mut()
+        .execution
+        .listing_table_ignore_subdirectory = false;
     let mut options = HashMap::new();
     if format == "CSV" {
         options.insert("format.has_header".to_string(), "true".to_string());
