@@ -104,7 +104,8 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let visits = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
     let mut config =
-        format!("[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\n");
+        format!("[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\
+                 columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n");
     for a in 0..analysts {
         config.push_str(&format!(
             "[[analyst]]\nname = \"analyst{a}\"\npassword = \"load-test\"\nepsilon_budget = 1000000\nledger = \"analyst{a}.ledger\"\n\n"

@@ -54,7 +54,8 @@ fn cluster() -> &'static str {
         std::fs::write(
             &config,
             format!(
-                "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+                "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\
+                 columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
                  [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
                  [options]\npublic_groups = \"regions\"\nmax_rows_per_unit = 4\n\n\
                  [[analyst]]\nname = \"team\"\nepsilon_budget = {BUDGET}\nledger = \"{}\"\n",

@@ -289,7 +289,8 @@ fn owner_config(dir: &Path, name: &str, password: Option<&str>) -> (PathBuf, Pat
     std::fs::write(
         &config,
         format!(
-            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\n\
+            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\
+             columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
              [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
              [options]\npublic_groups = \"regions\"\n\n\
              [[analyst]]\nname = \"alice\"\n{password}epsilon_budget = 1.0\nledger = \"{}\"\n",

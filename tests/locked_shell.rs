@@ -17,7 +17,8 @@ fn test_dir(name: &str) -> PathBuf {
 /// `data/visits.csv` protected by `patient_id`, and analysts `(name, epsilon_budget)`.
 fn config(dir: &Path, analysts: &[(&str, f64)]) -> PathBuf {
     let mut text = format!(
-        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\n\
+        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\
+         columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
          [options]\nconfidence = 0.9\n\n"
     );
     for (name, epsilon) in analysts {
@@ -166,7 +167,7 @@ fn configuration_mistakes_are_one_line() {
     assert!(line.contains("needs unit"), "{line}");
     std::fs::write(
         &bad,
-        "[[table]]\nname = \"visits\"\nlocation = \"missing.csv\"\n\n[[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n",
+        "[[table]]\nname = \"visits\"\nlocation = \"missing.csv\"\ncolumns = [\"visit_id BIGINT\"]\n\n[[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n",
     )
     .unwrap();
     let line = error_line(&dpsql(&[

@@ -6,6 +6,7 @@
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
 use datafusion_dp::cli::session;
+use datafusion_dp::owner::{analyst_sql, Owner, OwnerConfig};
 mod common;
 use common::{create_bucket, start_moto};
 
@@ -85,6 +86,56 @@ async fn dp_query_over_partitioned_parquet_on_s3() {
         .to_string();
     assert!(listed.contains("4000"), "{listed}");
     assert_eq!(seeded_counts(&lake).await, seeded_counts(&local).await);
+
+    // The owner's configuration serves the same layout: Parquet's own schema (every file has
+    // the same), the hive partition column declared with its type.
+    let dir = std::env::temp_dir().join(format!("dp-s3-owner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let owner = |partitions: &str| {
+        let text = format!(
+            "[[table]]\nname = \"visits\"\nlocation = \"s3://dp-test/visits/\"\n\
+             format = \"parquet\"\nunit = \"patient_id\"\n{partitions}\n\
+             [[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n"
+        );
+        OwnerConfig::parse(&text, &dir, "s3.toml").unwrap()
+    };
+    let served = Owner::open(owner("partition_columns = [\"region VARCHAR\"]\n"))
+        .await
+        .unwrap();
+    let ctx = served
+        .analyst_session(served.config().analyst("a").unwrap())
+        .unwrap();
+    let described = analyst_sql(&ctx, "DESCRIBE visits")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let described = arrow::util::pretty::pretty_format_batches(&described)
+        .unwrap()
+        .to_string();
+    assert!(
+        described.contains("region") && !described.contains("Dictionary"),
+        "{described}"
+    );
+    analyst_sql(
+        &ctx,
+        "SELECT dp_count(patient_id, 0.5) FROM visits WHERE region = 'north'",
+    )
+    .await
+    .unwrap()
+    .collect()
+    .await
+    .unwrap();
+    let refused = Owner::open(owner(""))
+        .await
+        .expect_err("undeclared partitions");
+    let line = datafusion_dp::cli::one_line_error(&refused);
+    assert!(
+        line.contains("partition_columns = [\"region TYPE\"]"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 
     // A missing object is one clear error, not a panic.
     let err = lake

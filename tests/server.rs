@@ -39,7 +39,8 @@ fn write_config(dir: &Path, analysts: &[(&str, &str, f64)], extra: &str) -> Path
     )
     .unwrap();
     let mut text = format!(
-        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\n\
+        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\
+         columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
          [[table]]\nname = \"regions\"\nlocation = \"regions.csv\"\nprotection = \"public\"\n\n\
          [options]\nmax_rows_per_unit = 4\n\n"
     );

@@ -7,6 +7,9 @@
 //! name = "visits"
 //! location = "data/visits.csv"   # a file, a directory or hive layout, or s3://bucket/prefix/
 //! unit = "patient_id"            # protected: one person is every row with one patient_id
+//! columns = ["visit_id BIGINT", "patient_id BIGINT", "region VARCHAR", "month VARCHAR",
+//!            "exposed BOOLEAN", "outcome BOOLEAN"]   # SQL types; a CSV's in its column order
+//! # partition_columns = ["year INT"]   # a hive layout's key=value directories, outermost first
 //!
 //! [[table]]
 //! name = "regions"
@@ -28,9 +31,18 @@
 //! # scheduler = "df://10.0.0.5:50050"   # run queries on this trusted Ballista cluster
 //! ```
 //! Relative paths are relative to the configuration file's directory.
+//!
+//! A protected table's schema is the owner's: CSV and NDJSON tables declare `columns` (an
+//! inferred type or field would depend on the rows, so one person's value could show in
+//! `DESCRIBE`), Parquet ones may take it from their files' metadata when every file has the
+//! same, and hive layouts declare their `partition_columns`.
 
 use crate::Protection;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::DFSchema;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Cast, Expr};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +57,13 @@ pub struct TableConfig {
     /// `parquet`, `csv` or `json`; by the file extension when absent.
     pub format: Option<String>,
     pub protection: Protection,
+    /// The declared columns (`columns = ["name TYPE", ...]`): a CSV file's by position (in its
+    /// header's order), NDJSON fields and Parquet columns by name (a missing one is NULL);
+    /// `None`: undeclared (a Parquet table's file metadata, or a public table's inference).
+    pub columns: Option<Vec<Field>>,
+    /// A hive layout's partition columns (`partition_columns = ["name TYPE", ...]`), outermost
+    /// directory first; they follow `columns` in the table's schema.
+    pub partition_columns: Vec<Field>,
 }
 
 /// One `[[analyst]]` entry.
@@ -127,6 +146,8 @@ struct RawTable {
     format: Option<String>,
     protection: Option<String>,
     unit: Option<String>,
+    columns: Option<Vec<String>>,
+    partition_columns: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +176,57 @@ const PER_ANALYST: [&str; 3] = ["epsilon_budget", "delta_budget", "ledger"];
 
 /// Options the `[[table]]` sections set.
 const PER_TABLE: [&str; 2] = ["protected_tables", "public_tables"];
+
+/// The Arrow type of SQL type name `sql` (`BIGINT`, `VARCHAR`, `DECIMAL(10, 2)`, ...), as
+/// DataFusion's SQL planner reads it in a `CAST`; strings are `Utf8`, as CSV inference gives.
+pub fn sql_type(sql: &str) -> std::result::Result<DataType, String> {
+    let sql = sql.trim();
+    let unknown = || format!("unknown SQL type '{sql}'");
+    if sql.is_empty()
+        || !sql
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " _(),".contains(c))
+    {
+        return Err(unknown());
+    }
+    // One planner for every declaration (a session registers all of DataFusion's functions).
+    static PLANNER: std::sync::OnceLock<SessionContext> = std::sync::OnceLock::new();
+    let ctx = PLANNER.get_or_init(|| {
+        SessionContext::new_with_config(
+            SessionConfig::new()
+                .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false),
+        )
+    });
+    match ctx.parse_sql_expr(&format!("CAST(NULL AS {sql})"), &DFSchema::empty()) {
+        Ok(Expr::Cast(Cast { expr, field })) if matches!(*expr, Expr::Literal(..)) => {
+            Ok(field.data_type().clone())
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// The columns declared in `decls` (`"name TYPE"` each), for messages as `what` of `table`.
+fn parse_columns(
+    table: &str,
+    what: &str,
+    decls: &[String],
+) -> std::result::Result<Vec<Field>, String> {
+    let mut fields: Vec<Field> = Vec::with_capacity(decls.len());
+    for decl in decls {
+        let (name, sql) = decl.trim().split_once(char::is_whitespace).ok_or_else(|| {
+            format!("table '{table}': {what} entry '{decl}' must be \"NAME TYPE\" (e.g. \"patient_id BIGINT\")")
+        })?;
+        let data_type =
+            sql_type(sql).map_err(|e| format!("table '{table}': {what} entry '{decl}': {e}"))?;
+        if fields.iter().any(|f| f.name() == name) {
+            return Err(format!(
+                "table '{table}': column '{name}' is declared twice"
+            ));
+        }
+        fields.push(Field::new(name, data_type, true));
+    }
+    Ok(fields)
+}
 
 fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
@@ -246,11 +318,53 @@ impl OwnerConfig {
                     )));
                 }
             }
+            let columns = match &t.columns {
+                Some(decls) if decls.is_empty() => {
+                    return Err(error(format!(
+                        "table '{}': columns is empty (declare each column as \"NAME TYPE\")",
+                        t.name
+                    )))
+                }
+                Some(decls) => Some(parse_columns(&t.name, "columns", decls).map_err(&error)?),
+                None => None,
+            };
+            let partition_columns = parse_columns(
+                &t.name,
+                "partition_columns",
+                t.partition_columns.as_deref().unwrap_or_default(),
+            )
+            .map_err(&error)?;
+            let declared: Vec<&str> = columns
+                .iter()
+                .flatten()
+                .chain(&partition_columns)
+                .map(|f| f.name().as_str())
+                .collect();
+            if let Some(twice) = partition_columns
+                .iter()
+                .find(|p| columns.iter().flatten().any(|c| c.name() == p.name()))
+            {
+                return Err(error(format!(
+                    "table '{}': column '{}' is in both columns and partition_columns",
+                    t.name,
+                    twice.name()
+                )));
+            }
+            if let (Protection::Unit(unit), Some(_)) = (&protection, &columns) {
+                if !declared.contains(&unit.as_str()) {
+                    return Err(error(format!(
+                        "table '{}': unit '{unit}' is not one of its declared columns",
+                        t.name
+                    )));
+                }
+            }
             tables.push(TableConfig {
                 name: t.name,
                 location: resolve(&t.location),
                 format: t.format,
                 protection,
+                columns,
+                partition_columns,
             });
         }
 
@@ -481,6 +595,62 @@ mod tests {
     }
 
     #[test]
+    fn columns_are_sql_types_in_order() {
+        let config = parse(
+            r#"
+            [[table]]
+            name = "t"
+            location = "t/"
+            unit = "region"
+            columns = ["id BIGINT", "b BOOLEAN", "i INT", "n INTEGER", "d DOUBLE", "f FLOAT",
+                       "s VARCHAR", "x TEXT", "day DATE", "at TIMESTAMP", "amount DECIMAL(10, 2)"]
+            partition_columns = ["region VARCHAR", "year INT"]
+            "#,
+        )
+        .unwrap();
+        let t = &config.tables[0];
+        let types: Vec<_> = t
+            .columns
+            .iter()
+            .flatten()
+            .map(|f| (f.name().as_str(), f.data_type().clone()))
+            .collect();
+        use datafusion::arrow::datatypes::TimeUnit;
+        assert_eq!(
+            types,
+            vec![
+                ("id", DataType::Int64),
+                ("b", DataType::Boolean),
+                ("i", DataType::Int32),
+                ("n", DataType::Int32),
+                ("d", DataType::Float64),
+                ("f", DataType::Float32),
+                ("s", DataType::Utf8),
+                ("x", DataType::Utf8),
+                ("day", DataType::Date32),
+                ("at", DataType::Timestamp(TimeUnit::Nanosecond, None)),
+                ("amount", DataType::Decimal128(10, 2)),
+            ]
+        );
+        let parts: Vec<_> = t
+            .partition_columns
+            .iter()
+            .map(|f| (f.name().as_str(), f.data_type().clone()))
+            .collect();
+        assert_eq!(
+            parts,
+            vec![("region", DataType::Utf8), ("year", DataType::Int32)]
+        );
+        assert_eq!(
+            parse("[[table]]\nname = \"t\"\nlocation = \"t.parquet\"")
+                .unwrap()
+                .tables[0]
+                .columns,
+            None
+        );
+    }
+
+    #[test]
     fn refuses_what_it_cannot_honour() {
         let t = |extra: &str| format!("[[table]]\nname = \"t\"\nlocation = \"t.csv\"\n{extra}");
         assert!(err(&t("protection = \"unit\"")).contains("needs unit"));
@@ -510,6 +680,16 @@ mod tests {
                    [[analyst]]\nname = \"b\"\npassword = \"p\"\nepsilon_budget = 1\nledger = \"l\"";
         assert!(err(two).contains("each analyst needs their own"));
         assert!(err("[server]\ntls_cert = \"c.pem\"").contains("both tls_cert and tls_key"));
+        assert!(err(&t("columns = []")).contains("columns is empty"));
+        assert!(err(&t("columns = [\"id\"]")).contains("\"NAME TYPE\""));
+        assert!(err(&t("columns = [\"id WHATEVER\"]")).contains("unknown SQL type 'WHATEVER'"));
+        assert!(err(&t("columns = [\"id INT) + (1\"]")).contains("unknown SQL type"));
+        assert!(err(&t("columns = [\"id INT\", \"id BIGINT\"]")).contains("declared twice"));
+        assert!(err(&t(
+            "columns = [\"id INT\"]\npartition_columns = [\"id INT\"]"
+        ))
+        .contains("both columns and partition_columns"));
+        assert!(err(&t("unit = \"pid\"\ncolumns = [\"id INT\"]")).contains("unit 'pid'"));
         let syntax = err("[[table]\n");
         assert!(
             syntax.contains("config test.toml: ") && syntax.contains("line 1"),

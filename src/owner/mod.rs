@@ -2,8 +2,8 @@
 //! tables it names ([`tables`]), and locked sessions built from both ([`Owner`]), which
 //! `dpsql --config` and `dp-server` hand to analysts.
 //!
-//! Tables are opened once ([`Owner::open`]: file listing and schema inference) and shared by
-//! every session; each session gets the owner's protection declarations, options, the
+//! Tables are opened once ([`Owner::open`]: file listing, with the schemas the owner declared,
+//! never inferred from a protected table's rows) and shared by every session; each session gets the owner's protection declarations, options, the
 //! analyst's budget and ledger, and is locked before the analyst's first statement.
 
 pub mod config;
@@ -35,27 +35,14 @@ fn session_config() -> SessionConfig {
 }
 
 impl Owner {
-    /// Opens every table of `config` (listing files and inferring schemas once); an error names
-    /// the table and its location.
+    /// Opens every table of `config` (listing files once, with the declared schemas:
+    /// [`tables::open_table`]); an error names the table and its location.
     pub async fn open(config: OwnerConfig) -> Result<Self> {
         let runtime = tables::runtime()?;
         let loader = tables::session_with_runtime(session_config(), Arc::clone(&runtime))?;
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
-            let provider = async {
-                tables::register_table(
-                    &loader,
-                    &table.name,
-                    &table.location,
-                    table.format.as_deref(),
-                )
-                .await?;
-                loader
-                    .table_provider(TableReference::bare(table.name.as_str()))
-                    .await
-            }
-            .await
-            .map_err(|source| {
+            let provider = tables::open_table(&loader, table).await.map_err(|source| {
                 DataFusionError::External(Box::new(crate::cli::TableError {
                     table: table.name.clone(),
                     location: table.location.clone(),

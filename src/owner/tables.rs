@@ -2,11 +2,22 @@
 //! files, `s3://` from the environment), and registration of a file, directory or hive layout
 //! as a table. `dpsql --table`, `dpsql --config`, `dp-server` and data-lake jobs share it.
 
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
+use datafusion::common::ScalarValue;
+use datafusion::common::TableReference;
+use datafusion::datasource::listing::helpers::parse_partitions_for_path;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use object_store::ObjectStore;
+use futures::TryStreamExt;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use std::collections::HashMap;
 use std::sync::Arc;
 use url::Url;
 
@@ -88,28 +99,34 @@ pub async fn register_path(ctx: &SessionContext, name: &str, location: &str) -> 
 /// The formats a table can be stored in, as `CREATE EXTERNAL TABLE ... STORED AS` names them.
 pub const FORMATS: [&str; 3] = ["parquet", "csv", "json"];
 
+/// `format` (`parquet`, `csv`, `json`) as `STORED AS` names it or, without one, by the
+/// extension of the file at `location` (a directory: its first file's).
+fn format_of(name: &str, location: &str, format: Option<&str>) -> Result<&'static str> {
+    match format {
+        Some(format) => match format.to_ascii_lowercase().as_str() {
+            "parquet" => Ok("PARQUET"),
+            "csv" => Ok("CSV"),
+            "json" | "ndjson" => Ok("JSON"),
+            other => Err(DataFusionError::Configuration(format!(
+                "table {name}: unknown format '{other}' (expected parquet, csv or json)"
+            ))),
+        },
+        None => table_format(location),
+    }
+}
+
 /// Registers the file, directory or hive layout at `location` as table `name`, in `format`
 /// (`parquet`, `csv` with a header line, or `json` for NDJSON) or, without one, by the file
-/// extension (a directory: its first file's).
+/// extension (a directory: its first file's). The schema is inferred from the files (their
+/// rows for CSV and NDJSON): for a trusted user's session; the owner's tables are opened with
+/// [`open_table`].
 pub async fn register_table(
     ctx: &SessionContext,
     name: &str,
     location: &str,
     format: Option<&str>,
 ) -> Result<()> {
-    let format = match format {
-        Some(format) => match format.to_ascii_lowercase().as_str() {
-            "parquet" => "PARQUET",
-            "csv" => "CSV",
-            "json" | "ndjson" => "JSON",
-            other => {
-                return Err(DataFusionError::Configuration(format!(
-                    "table {name}: unknown format '{other}' (expected parquet, csv or json)"
-                )))
-            }
-        },
-        None => table_format(location)?,
-    };
+    let format = format_of(name, location, format)?;
     let header = if format == "CSV" {
         " OPTIONS ('format.has_header' 'true')"
     } else {
@@ -127,6 +144,222 @@ pub async fn register_table(
     );
     ctx.sql(&sql).await?;
     Ok(())
+}
+
+/// Opens the owner's table `table` with the schema the owner declared, so that nothing the
+/// analyst sees of it (`DESCRIBE`, `information_schema`) is inferred from its rows: CSV and
+/// NDJSON read the declared `columns` (a protected one without them is refused), Parquet reads
+/// them or, undeclared, its files' own schema when all agree (refused when they differ, as a
+/// merge would show a column of one person's file), and a hive layout's partition columns are
+/// the declared `partition_columns` (refused when the layout has some and none are declared,
+/// or a directory's value does not parse as its type).
+/// Only a public table's undeclared CSV or NDJSON schema is inferred (its rows are released).
+pub async fn open_table(
+    ctx: &SessionContext,
+    table: &crate::owner::TableConfig,
+) -> Result<Arc<dyn TableProvider>> {
+    let name = table.name.as_str();
+    let refuse = |message: String| DataFusionError::Configuration(message);
+    let format = format_of(name, &table.location, table.format.as_deref())?;
+    let public = matches!(table.protection, crate::Protection::Public);
+    if table.columns.is_none() && format != "PARQUET" && !public {
+        return Err(refuse(format!(
+            "declare its columns: a {} table's column types and fields would be inferred from \
+             its rows (one person's value could change them); add to its [[table]] section \
+             columns = [\"NAME TYPE\", ...] (SQL types, in the files' column order, e.g. \
+             columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"outcome BOOLEAN\"])",
+            if format == "CSV" { "CSV" } else { "NDJSON" }
+        )));
+    }
+    let location =
+        if std::path::Path::new(&table.location).is_dir() && !table.location.ends_with('/') {
+            format!("{}/", table.location)
+        } else {
+            table.location.clone()
+        };
+    let url = ListingTableUrl::parse(&location)?.with_table_ref(TableReference::bare(name));
+    // The checks below see every file below the location: an analyst may SET
+    // datafusion.execution.listing_table_ignore_subdirectory = false, and queries then read the
+    // files in subdirectories too.
+    let mut state = ctx.state();
+    state
+        .config_mut()
+        .options_mut()
+        .execution
+        .listing_table_ignore_subdirectory = false;
+    let mut options = HashMap::new();
+    if format == "CSV" {
+        options.insert("format.has_header".to_string(), "true".to_string());
+    }
+    let file_format = state
+        .get_file_format_factory(format)
+        .ok_or_else(|| refuse(format!("no {format} reader in this session")))?
+        .create(&state, &options)?;
+    let extension = if url.is_collection() {
+        match format {
+            "PARQUET" => ".parquet",
+            "CSV" => ".csv",
+            _ if first_file(std::path::Path::new(&table.location))
+                .is_some_and(|f| f.to_ascii_lowercase().ends_with(".ndjson")) =>
+            {
+                ".ndjson"
+            }
+            _ => ".json",
+        }
+    } else {
+        ""
+    };
+    let partition_columns: Vec<(String, DataType)> = table
+        .partition_columns
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    let listing = ListingOptions::new(Arc::clone(&file_format))
+        .with_file_extension(extension)
+        .with_table_partition_cols(partition_columns);
+    if table.partition_columns.is_empty() {
+        if url.is_collection() {
+            let keys = listing.infer_partitions(&state, &url).await?;
+            if !keys.is_empty() {
+                return Err(refuse(format!(
+                    "its files are in a hive layout ({}=...): declare partition_columns = [{}] \
+                     (SQL types)",
+                    keys.join("=.../"),
+                    keys.iter()
+                        .map(|k| format!("\"{k} TYPE\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    } else {
+        listing.validate_partitions(&state, &url).await?;
+    }
+    let store = state.runtime_env().object_store(&url)?;
+    let files: Vec<ObjectMeta> = url
+        .list_all_files(&state, store.as_ref(), &listing.file_extension)
+        .await?
+        .try_collect()
+        .await?;
+    if files.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "No files found at {}",
+            url.as_str()
+        )));
+    }
+    // A directory value that does not parse as its declared type would fail every query that
+    // lists it, with the value in the error's text (listing is planning, before the release
+    // guard): checked here, for the files there at start.
+    let partition_names: Vec<&str> = table
+        .partition_columns
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    for file in files.iter().filter(|_| !partition_names.is_empty()) {
+        let Some(values) = parse_partitions_for_path(&url, &file.location, partition_names.clone())
+        else {
+            continue; // not in a partition directory: DataFusion skips it
+        };
+        for (value, column) in values.into_iter().zip(&table.partition_columns) {
+            if ScalarValue::try_from_string(value.into_owned(), column.data_type()).is_err() {
+                return Err(refuse(format!(
+                    "a directory's value of partition column '{}' does not parse as its \
+                     declared type ({}): fix the layout or declare partition_columns with a type \
+                     every value parses as (VARCHAR does)",
+                    column.name(),
+                    column.data_type()
+                )));
+            }
+        }
+    }
+    if let (Some(columns), "CSV") = (&table.columns, format) {
+        let names: Vec<&str> = columns.iter().map(|f| f.name().as_str()).collect();
+        for file in &files {
+            if csv_header(store.as_ref(), file, &state).await? != names {
+                return Err(refuse(format!(
+                    "a CSV file's header line does not name the declared columns in order \
+                     ({}): a CSV's columns are read by position, so declare them in the files' \
+                     column order",
+                    names.join(", ")
+                )));
+            }
+        }
+    }
+    let schema: SchemaRef = match &table.columns {
+        Some(columns) => Arc::new(Schema::new(columns.clone())),
+        None if format == "PARQUET" && !public => {
+            uniform_parquet_schema(&state, &store, &files, &listing, &refuse).await?
+        }
+        None => listing.infer_schema(&state, &url).await?,
+    };
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(listing)
+        .with_schema(schema);
+    let provider = ListingTable::try_new(config)?
+        .with_cache(state.runtime_env().cache_manager.get_file_statistic_cache());
+    Ok(Arc::new(provider))
+}
+
+/// The column names in the header line of CSV `file` (its first 64 KiB), split as the
+/// session's CSV options say.
+async fn csv_header(
+    store: &dyn ObjectStore,
+    file: &ObjectMeta,
+    state: &SessionState,
+) -> Result<Vec<String>> {
+    let options = &state.default_table_options().csv;
+    let bytes = store
+        .get_range(&file.location, 0..file.size.min(64 * 1024))
+        .await?;
+    let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    let mut format = datafusion::arrow::csv::reader::Format::default()
+        .with_header(true)
+        .with_delimiter(options.delimiter)
+        .with_quote(options.quote);
+    if let Some(escape) = options.escape {
+        format = format.with_escape(escape);
+    }
+    let (schema, _) = format.infer_schema(line, Some(0))?;
+    Ok(schema.fields().iter().map(|f| f.name().clone()).collect())
+}
+
+/// The schema every Parquet file of a table has (its columns' names, types and nullability);
+/// refused when they differ: DataFusion would merge them, and a column in one person's file
+/// would show (the message names no file and no count: paths and counts can hold values).
+async fn uniform_parquet_schema(
+    state: &SessionState,
+    store: &Arc<dyn ObjectStore>,
+    files: &[ObjectMeta],
+    listing: &ListingOptions,
+    refuse: &dyn Fn(String) -> DataFusionError,
+) -> Result<SchemaRef> {
+    let columns = |schema: &Schema| {
+        schema
+            .fields()
+            .iter()
+            .map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable()))
+            .collect::<Vec<_>>()
+    };
+    let mut first: Option<SchemaRef> = None;
+    for file in files {
+        let schema = listing
+            .format
+            .infer_schema(state, store, std::slice::from_ref(file))
+            .await?;
+        match &first {
+            None => first = Some(schema),
+            Some(first) if columns(first) != columns(&schema) => {
+                return Err(refuse(
+                    "its Parquet files do not all have the same columns (names, types, \
+                     nullability): declare the table's columns = [\"NAME TYPE\", ...] (SQL \
+                     types), which every file is then read as (by name; a missing one is NULL)"
+                        .to_string(),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    first.ok_or_else(|| refuse("no Parquet files".to_string()))
 }
 
 fn table_format(location: &str) -> Result<&'static str> {

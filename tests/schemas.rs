@@ -1,0 +1,317 @@
+//! A table's schema is the data owner's, never inferred from protected rows (issue 27): in a
+//! locked session built from an owner's configuration, `DESCRIBE` and
+//! `information_schema.columns` are the same for neighbouring tables (with and without one
+//! person) whose rows would change an inferred schema: a field only in one person's NDJSON
+//! record, a CSV value of another type, a hive partition holding one person. A protected CSV or
+//! NDJSON table without declared columns, a hive layout without declared partition columns and
+//! Parquet files whose schemas differ are refused at start.
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::SessionContext;
+use datafusion_dp::owner::{analyst_sql, Owner, OwnerConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A fresh directory for one test, with `files` (relative path, contents) written into it.
+fn dir_with(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dp-schemas-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+/// The owner's configuration in `dir`: table `t` from `table` (its `[[table]]` keys but the
+/// name) and one analyst.
+fn config(dir: &Path, table: &str) -> OwnerConfig {
+    let text = format!(
+        "[[table]]\nname = \"t\"\n{table}\n\n\
+         [[analyst]]\nname = \"a\"\nepsilon_budget = 10\nledger = \"a.ledger\"\n"
+    );
+    OwnerConfig::parse(&text, dir, "schemas.toml").unwrap()
+}
+
+/// A locked session of analyst `a` over the owner's table `t` in `dir`.
+async fn session(dir: &Path, table: &str) -> SessionContext {
+    let owner = Owner::open(config(dir, table)).await.unwrap();
+    let analyst = owner.config().analyst("a").unwrap().clone();
+    owner.analyst_session(&analyst).unwrap()
+}
+
+/// Runs `sql` as the analyst; the result printed, or the error's text.
+async fn run(ctx: &SessionContext, sql: &str) -> Result<String, String> {
+    let df = analyst_sql(ctx, sql).await.map_err(|e| e.to_string())?;
+    let batches = df.collect().await.map_err(|e| e.to_string())?;
+    Ok(pretty_format_batches(&batches).unwrap().to_string())
+}
+
+/// What the analyst sees of `t`'s schema: `DESCRIBE t` and `information_schema.columns`.
+async fn shown_schema(dir: &Path, table: &str) -> String {
+    let ctx = session(dir, table).await;
+    let mut shown = String::new();
+    for sql in [
+        "DESCRIBE t",
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+         WHERE table_name = 't' ORDER BY ordinal_position",
+    ] {
+        shown.push_str(&run(&ctx, sql).await.unwrap());
+        shown.push('\n');
+    }
+    shown
+}
+
+/// The error `Owner::open` gives for table `t` declared by `table` in `dir`.
+async fn refused(dir: &Path, table: &str) -> String {
+    let err = Owner::open(config(dir, table))
+        .await
+        .expect_err("opened a table whose schema would come from its rows");
+    datafusion_dp::cli::one_line_error(&err)
+}
+
+const NDJSON: &str = "{\"patient_id\": 1, \"region\": \"north\", \"outcome\": true}\n\
+                      {\"patient_id\": 2, \"region\": \"south\", \"outcome\": false}\n\
+                      {\"patient_id\": 3, \"region\": \"north\", \"outcome\": true}\n";
+
+#[tokio::test]
+async fn a_field_in_one_persons_ndjson_record_is_not_a_column() {
+    let person = "{\"patient_id\": 4, \"region\": \"south\", \"outcome\": false, \
+                  \"diagnosis\": \"rare\", \"score\": 1.5}\n";
+    let without = dir_with("ndjson-without", &[("t.json", NDJSON)]);
+    let with = dir_with("ndjson-with", &[("t.json", &format!("{NDJSON}{person}"))]);
+    let table = "location = \"t.json\"\nunit = \"patient_id\"\n\
+                 columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"outcome BOOLEAN\"]";
+    let shown = shown_schema(&without, table).await;
+    assert_eq!(shown, shown_schema(&with, table).await);
+    assert!(
+        shown.contains("patient_id") && shown.contains("Int64") && !shown.contains("diagnosis"),
+        "{shown}"
+    );
+    // The declared columns are read; the undeclared field is ignored.
+    let ctx = session(&with, table).await;
+    let counted = run(&ctx, "SELECT dp_count(patient_id, 1.0) AS n FROM t").await;
+    assert!(counted.is_ok(), "{counted:?}");
+}
+
+const CSV: &str = "patient_id,region,score\n1,north,3\n2,south,4\n3,north,5\n";
+
+#[tokio::test]
+async fn one_persons_csv_value_does_not_change_a_column_type() {
+    let without = dir_with("csv-without", &[("t.csv", CSV)]);
+    let float = dir_with("csv-float", &[("t.csv", &format!("{CSV}4,south,1.5\n"))]);
+    let text = dir_with("csv-text", &[("t.csv", &format!("{CSV}4,south,abc\n"))]);
+    let table = "location = \"t.csv\"\nunit = \"patient_id\"\n\
+                 columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]";
+    let shown = shown_schema(&without, table).await;
+    assert!(
+        shown.contains("score") && shown.contains("Int64"),
+        "{shown}"
+    );
+    assert_eq!(shown, shown_schema(&float, table).await, "1.5");
+    assert_eq!(shown, shown_schema(&text, table).await, "abc");
+
+    // The residual: a value that does not parse as its declared type fails the query that
+    // reads its column (DataFusion's CSV reader has no NULL-on-error setting); the error's text
+    // is withheld, its occurrence is not (docs/privacy-analysis.md).
+    let ctx = session(&text, table).await;
+    let counted = run(&ctx, "SELECT dp_count(patient_id, 1.0) AS n FROM t").await;
+    assert!(counted.is_ok(), "another column parses: {counted:?}");
+    let summed = run(&ctx, "SELECT dp_count(score, 1.0) AS n FROM t").await;
+    let error = summed.expect_err("abc is not a BIGINT");
+    assert!(
+        error.contains("withheld") && !error.contains("abc"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_hive_partition_of_one_person_does_not_change_the_schema() {
+    let north = "{\"patient_id\": 1, \"outcome\": true}\n{\"patient_id\": 3, \"outcome\": true}\n";
+    let south = "{\"patient_id\": 2, \"outcome\": false}\n";
+    // Patient 9 is the only one in region atlantis, with a field of their own.
+    let atlantis = "{\"patient_id\": 9, \"outcome\": true, \"diagnosis\": \"rare\"}\n";
+    let layout = [
+        ("t/region=north/part-0.json", north),
+        ("t/region=south/part-0.json", south),
+    ];
+    let without = dir_with("hive-without", &layout);
+    let mut with_person = layout.to_vec();
+    with_person.push(("t/region=atlantis/part-0.json", atlantis));
+    let with = dir_with("hive-with", &with_person);
+    let table = "location = \"t\"\nformat = \"json\"\nunit = \"patient_id\"\n\
+                 columns = [\"patient_id BIGINT\", \"outcome BOOLEAN\"]\n\
+                 partition_columns = [\"region VARCHAR\"]";
+    let shown = shown_schema(&without, table).await;
+    assert_eq!(shown, shown_schema(&with, table).await);
+    assert!(
+        shown.contains("region") && shown.contains("Utf8") && !shown.contains("Dictionary"),
+        "{shown}"
+    );
+    // The partition column is read from the directories, with its declared type.
+    let ctx = session(&without, table).await;
+    let counted = run(
+        &ctx,
+        "SELECT dp_count(patient_id, 1.0) AS n FROM t WHERE region = 'north'",
+    )
+    .await;
+    assert!(counted.is_ok(), "{counted:?}");
+
+    // A directory value that does not parse as its declared type is refused at start (a query
+    // listing it would fail with the value in the error), without the value.
+    let mut odd = layout.to_vec();
+    odd.push(("t/region=atlantis/part-0.json", atlantis));
+    let odd = dir_with("hive-odd", &odd);
+    let line = refused(
+        &odd,
+        "location = \"t\"\nformat = \"json\"\nunit = \"patient_id\"\n\
+         columns = [\"patient_id BIGINT\"]\npartition_columns = [\"region INT\"]",
+    )
+    .await;
+    assert!(
+        line.contains("partition column 'region' does not parse") && !line.contains("atlantis"),
+        "{line}"
+    );
+
+    // A hive layout without declared partition columns is refused.
+    let line = refused(
+        &without,
+        "location = \"t\"\nformat = \"json\"\nunit = \"patient_id\"\n\
+         columns = [\"patient_id BIGINT\", \"outcome BOOLEAN\"]",
+    )
+    .await;
+    assert!(
+        line.contains("table t (") && line.contains("partition_columns = [\"region TYPE\"]"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn undeclared_csv_or_ndjson_is_refused_at_start() {
+    let dir = dir_with("undeclared", &[("t.csv", CSV), ("t.json", NDJSON)]);
+    for (file, kind) in [("t.csv", "CSV"), ("t.json", "NDJSON")] {
+        let line = refused(
+            &dir,
+            &format!("location = \"{file}\"\nunit = \"patient_id\""),
+        )
+        .await;
+        assert!(
+            line.starts_with(&format!("table t ({}", dir.join(file).display()))
+                && line.contains(&format!("a {kind} table's column types"))
+                && line.contains("columns = [\"NAME TYPE\", ...]"),
+            "{line}"
+        );
+    }
+    // CSV columns are read by position: declared in another order than the header's, refused.
+    let line = refused(
+        &dir,
+        "location = \"t.csv\"\nunit = \"patient_id\"\n\
+         columns = [\"region VARCHAR\", \"patient_id BIGINT\", \"score BIGINT\"]",
+    )
+    .await;
+    assert!(
+        line.contains("does not name the declared columns in order"),
+        "{line}"
+    );
+    // ... in every file below the location (an analyst may have subdirectories read).
+    let nested = dir_with(
+        "nested",
+        &[
+            ("t/a.csv", CSV),
+            ("t/old/b.csv", "region,patient_id,score\nnorth,5,1\n"),
+        ],
+    );
+    let line = refused(
+        &nested,
+        "location = \"t\"\nunit = \"patient_id\"\n\
+         columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]",
+    )
+    .await;
+    assert!(
+        line.contains("does not name the declared columns in order"),
+        "{line}"
+    );
+    // Protected by rows (the default) too; a public table's schema may still be inferred.
+    assert!(refused(&dir, "location = \"t.csv\"")
+        .await
+        .contains("declare its columns"));
+    let shown = shown_schema(&dir, "location = \"t.csv\"\nprotection = \"public\"").await;
+    assert!(shown.contains("score"), "{shown}");
+
+    // The locked shell says so in one line, before the analyst's first statement.
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        "[[table]]\nname = \"t\"\nlocation = \"t.csv\"\nunit = \"patient_id\"\n\n\
+         [[analyst]]\nname = \"a\"\nepsilon_budget = 1\nledger = \"a.ledger\"\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_dpsql"))
+        .args(["--config", config.to_str().unwrap(), "-c", "DESCRIBE t"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dpsql");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: table t (") && stderr.contains("declare its columns"),
+        "{stderr}"
+    );
+}
+
+/// Writes `select` (plain DataFusion, the owner's own tooling) to the Parquet file `path`.
+async fn write_parquet(path: &Path, select: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let ctx = SessionContext::new();
+    ctx.sql(&format!(
+        "COPY ({select}) TO '{}' STORED AS PARQUET",
+        path.display()
+    ))
+    .await
+    .unwrap()
+    .collect()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn parquet_files_with_different_schemas_need_declared_columns() {
+    let dir = dir_with("parquet", &[]);
+    let rows = "SELECT * FROM (VALUES (1, true), (2, false)) AS v(patient_id, outcome)";
+    write_parquet(&dir.join("same/part-0.parquet"), rows).await;
+    write_parquet(&dir.join("same/part-1.parquet"), rows).await;
+    write_parquet(&dir.join("differ/part-0.parquet"), rows).await;
+    // One person's file with a column of their own.
+    write_parquet(
+        &dir.join("differ/part-1.parquet"),
+        "SELECT 9 AS patient_id, true AS outcome, 'rare' AS diagnosis",
+    )
+    .await;
+
+    // Files that agree: their own schema (the owner's metadata) is the table's.
+    let same = shown_schema(&dir, "location = \"same\"\nunit = \"patient_id\"").await;
+    assert!(
+        same.contains("outcome") && same.contains("Boolean"),
+        "{same}"
+    );
+    // Files that differ: refused without declared columns (a merge would show `diagnosis`) ...
+    let line = refused(&dir, "location = \"differ\"\nunit = \"patient_id\"").await;
+    assert!(
+        line.contains("table t (")
+            && line.contains("Parquet files do not all have the same columns")
+            && !line.contains("diagnosis")
+            && !line.contains("part-1"),
+        "{line}"
+    );
+    // ... and read as the declared columns with them: the same schema as without the person.
+    let declared = "unit = \"patient_id\"\ncolumns = [\"patient_id BIGINT\", \"outcome BOOLEAN\"]";
+    let shown = shown_schema(&dir, &format!("location = \"differ\"\n{declared}")).await;
+    assert_eq!(
+        shown,
+        shown_schema(&dir, &format!("location = \"same\"\n{declared}")).await
+    );
+    assert!(!shown.contains("diagnosis"), "{shown}");
+}
