@@ -287,8 +287,18 @@ pub async fn open_table(
     }
     let schema: SchemaRef = match &table.columns {
         Some(columns) => Arc::new(Schema::new(columns.clone())),
+        // Every column nullable: a writer that marked a column NOT NULL because no row had a
+        // NULL would show (DESCRIBE, plans that drop `IS NULL`) whether one person's NULL is
+        // there.
         None if format == "PARQUET" && !public => {
-            uniform_parquet_schema(&state, &store, &files, &listing, &refuse).await?
+            let files_schema =
+                uniform_parquet_schema(&state, &store, &files, &listing, &refuse).await?;
+            let fields: Vec<_> = files_schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect();
+            Arc::new(Schema::new(fields))
         }
         None => listing.infer_schema(&state, &url).await?,
     };

@@ -493,8 +493,18 @@ pub fn write_dataset(people: &[Person], layout: Layout, dir: &Path) -> PathBuf {
                 table_dir
             }
         };
+        // The owner declares each table's schema (the same for D and D'); the layout with
+        // the writer's data-derived nullability keeps its Parquet files' own schema.
+        let declared = match layout {
+            Layout::ParquetDataNullability => String::new(),
+            Layout::HiveParquet if *name == "visits" => format!(
+                "{}partition_columns = [\"region VARCHAR\"]\n",
+                columns_line(batch, &["region"])
+            ),
+            _ => columns_line(batch, &[]),
+        };
         config.push_str(&format!(
-            "[[table]]\nname = \"{name}\"\nlocation = \"{}\"\n{protection}\n\n",
+            "[[table]]\nname = \"{name}\"\nlocation = \"{}\"\n{protection}\n{declared}\n",
             location.display()
         ));
     }
@@ -505,6 +515,30 @@ pub fn write_dataset(people: &[Person], layout: Layout, dir: &Path) -> PathBuf {
     let path = dir.join("owner.toml");
     std::fs::write(&path, config).unwrap();
     path
+}
+
+/// The owner's `columns = [...]` line for `batch`'s fields (SQL types), less `without`.
+fn columns_line(batch: &RecordBatch, without: &[&str]) -> String {
+    use datafusion::arrow::datatypes::DataType;
+    let columns: Vec<String> = batch
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| !without.contains(&f.name().as_str()))
+        .map(|f| {
+            let sql = match f.data_type() {
+                DataType::Int64 => "BIGINT",
+                DataType::Int32 => "INT",
+                DataType::Float64 => "DOUBLE",
+                DataType::Boolean => "BOOLEAN",
+                DataType::Date32 => "DATE",
+                DataType::Utf8 => "VARCHAR",
+                other => panic!("no SQL type for {other}"),
+            };
+            format!("\"{} {sql}\"", f.name())
+        })
+        .collect();
+    format!("columns = [{}]\n", columns.join(", "))
 }
 
 /// One dataset opened by the owner, from which fresh locked sessions are made.

@@ -22,22 +22,11 @@ pub struct KnownLeak {
 }
 
 /// Expected failures on current main. Empty this list as the fixes land.
-pub const KNOWN_LEAKS: &[KnownLeak] = &[
-    KnownLeak {
-        category: "schema-inference",
-        reason: "a CSV/NDJSON table's schema is inferred from the records: one person's record \
-                 decides a column's type (a score of 1e300 among integers) or whether a column \
-                 exists at all (an NDJSON field only that person has), visible in DESCRIBE, \
-                 information_schema, errors and plans; likewise a Parquet file's schema that \
-                 marks a column NOT NULL because no row had a NULL (the writer's choice)",
-        matches: schema_inference,
-    },
-    KnownLeak {
-        category: "tiny-epsilon",
-        reason: "at a tiny epsilon the noise wraps the integer result",
-        matches: tiny_epsilon,
-    },
-];
+pub const KNOWN_LEAKS: &[KnownLeak] = &[KnownLeak {
+    category: "tiny-epsilon",
+    reason: "at a tiny epsilon the noise wraps the integer result",
+    matches: tiny_epsilon,
+}];
 
 /// The category of a difference, `None` when it is not a known leak.
 pub fn classify(finding: &Finding) -> Option<&'static str> {
@@ -45,24 +34,6 @@ pub fn classify(finding: &Finding) -> Option<&'static str> {
         .iter()
         .find(|k| (k.matches)(finding))
         .map(|k| k.category)
-}
-
-fn mentions(program: &str, word: &str) -> bool {
-    program
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .any(|w| w.eq_ignore_ascii_case(word))
-}
-
-fn schema_inference(f: &Finding) -> bool {
-    if f.schema_changed.is_empty() {
-        return false;
-    }
-    let lower = f.program.to_ascii_lowercase();
-    lower.contains("describe")
-        || lower.contains("information_schema")
-        || lower.contains("select *")
-        || lower.contains(".*")
-        || f.schema_changed.iter().any(|c| mentions(f.program, c))
 }
 
 /// The program has a number literal below 1e-6 (an epsilon, a delta or a confidence).
