@@ -366,8 +366,9 @@ const OPTIONS: [&str; 11] = [
     "method=noised_log, bias_correction=true",
     "confidence=1e-300",
 ];
-const SETS: [&str; 14] = [
+const SETS: [&str; 15] = [
     "SET datafusion.execution.batch_size = 1",
+    "SET datafusion.execution.perfect_hash_join_min_key_density = 0",
     "SET datafusion.execution.batch_size = 3",
     "SET datafusion.execution.target_partitions = 1",
     "SET datafusion.execution.target_partitions = 7",
