@@ -355,7 +355,11 @@ fn sampler() -> Result<()> {
             };
             let start = Instant::now();
             for _ in 0..1_000_000 {
-                std::hint::black_box(table_noise.release(&table, &mut rng));
+                std::hint::black_box(
+                    table_noise
+                        .release(&table, &mut rng)
+                        .expect("counts fit i64"),
+                );
             }
             let release = start.elapsed().as_secs_f64();
             println!(
@@ -395,7 +399,11 @@ fn intervals(filter: Option<String>) -> Result<()> {
     };
     let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
     let released: Vec<_> = (0..groups)
-        .map(|_| noise.release(&design.draw(&mut rng), &mut rng))
+        .map(|_| {
+            noise
+                .release(&design.draw(&mut rng), &mut rng)
+                .expect("counts fit i64")
+        })
         .collect();
     // The relative risk's four intervals, then the odds ratio's Woolf (conservative) and score
     // (its default: centred, with Cornish-Fisher quantiles) intervals.

@@ -141,7 +141,7 @@ fn figure1(out: &Path, report: &mut String) -> Result<()> {
             };
             let hits = (0..draws)
                 .filter(|_| {
-                    let t = noise.release(&table, &mut rng);
+                    let t = noise.release(&table, &mut rng).expect("counts fit i64");
                     ((t.exposed_cases as f64 / t.unexposed_cases as f64) - z).abs() <= alpha
                 })
                 .count() as f64
@@ -223,7 +223,7 @@ fn figure2(out: &Path, report: &mut String) -> Result<()> {
                 let t = design.draw(&mut rng);
                 exact += t.a as f64 / t.c.max(1) as f64;
                 private += noise
-                    .release(&t, &mut rng)
+                    .release(&t, &mut rng)?
                     .relative_risk()
                     .expect("public sizes are positive");
                 claim += noisy_ratio_expectation(t.a as f64, t.c as f64, eps)?.unwrap_or(f64::NAN);
@@ -327,8 +327,8 @@ fn figure3(out: &Path, report: &mut String) -> Result<()> {
                     noise_variance: 0.0,
                     noise_fourth_cumulant: 0.0,
                 };
-                let lap = laplace.release(&t, &mut rng);
-                let gau = gaussian.release(&t, &mut rng);
+                let lap = laplace.release(&t, &mut rng)?;
+                let gau = gaussian.release(&t, &mut rng)?;
                 let intervals = [
                     katz_interval_at_z(t.a, n, t.c, n, z)?,
                     exact.interval_at_z(z, IntervalMethod::Plain),

@@ -494,7 +494,7 @@ async fn sql_functions_and_the_simulation_path_give_identical_output() {
                     )
                     .unwrap();
                     let mut rng = group_stream(&seeded_rng(77, &stream), 0);
-                    let released = noise.release(&SQL_TABLE, &mut rng);
+                    let released = noise.release(&SQL_TABLE, &mut rng).unwrap();
                     let spec = noise.interval_spec(0.95, method).unwrap();
                     let want = noise.interval(&released, statistic, &spec).unwrap();
                     assert_eq!(
@@ -696,7 +696,7 @@ fn odds_ratio_score_is_centred_where_two_cells_are_small() {
         let mut rng = ChaCha20Rng::seed_from_u64(97_000 + l as u64);
         let (mut centred, mut uncentred) = (Vec::new(), Vec::new());
         for _ in 0..TABLES {
-            let released = noise.release(&design.draw(&mut rng), &mut rng);
+            let released = noise.release(&design.draw(&mut rng), &mut rng).unwrap();
             let score = OddsRatioScore::at(theta, &released.counts().unwrap());
             let sd = score.variance.sqrt();
             centred.push(score.statistic());
@@ -751,7 +751,7 @@ fn odds_ratio_score_skewness_matches_the_simulated_one() {
         let mut rng = ChaCha20Rng::seed_from_u64(98_000 + c as u64);
         let t: Vec<f64> = (0..TABLES)
             .map(|_| {
-                let released = noise.release(&design.draw(&mut rng), &mut rng);
+                let released = noise.release(&design.draw(&mut rng), &mut rng).unwrap();
                 OddsRatioScore::at(theta, &released.counts().unwrap()).statistic()
             })
             .collect();

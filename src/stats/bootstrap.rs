@@ -163,7 +163,7 @@ pub fn bootstrap_interval(
             d: ny - y,
         };
         let replayed = noise.release_with(&table, &mut rng, |rng| replay.sample(rng));
-        if let Some(e) = replayed.estimate(statistic) {
+        if let Some(e) = replayed.ok().and_then(|r| r.estimate(statistic)) {
             replays.push(e);
         }
     }
@@ -243,15 +243,17 @@ mod tests {
     #[test]
     fn interval_is_a_deterministic_function_of_the_release() {
         let n = noise(GroupSizes::Private);
-        let released = n.release(
-            &TwoByTwo {
-                a: 10,
-                b: 40,
-                c: 5,
-                d: 45,
-            },
-            &mut ChaCha8Rng::seed_from_u64(1),
-        );
+        let released = n
+            .release(
+                &TwoByTwo {
+                    a: 10,
+                    b: 40,
+                    c: 5,
+                    d: 45,
+                },
+                &mut ChaCha8Rng::seed_from_u64(1),
+            )
+            .unwrap();
         let r = ReplayNoise::new(&n.cell);
         for statistic in [
             RatioStatistic::RelativeRisk,
@@ -301,6 +303,7 @@ mod tests {
                     d: 50 - y,
                 };
                 n.release_with(&t, &mut rng, |rng| r.sample(rng))
+                    .unwrap()
                     .risk_difference()
                     .unwrap()
             })

@@ -90,6 +90,80 @@ fn std_normal() -> Normal {
     Normal::new(0.0, 1.0).expect("standard normal")
 }
 
+/// The largest noise scale sampled: the discrete Laplace parameter `b = Δ/ε` of any noised
+/// count (and [`RealLaplace`]'s `Δ/ε`), `2^40 ≈ 1.1e12`.
+///
+/// Why this bound (issue 27): at `ε = 2^-70` (an exact rational the sampler accepted; `1e-300`
+/// only failed because its rational was too long) the scale was `2^70`, the discrete Laplace
+/// draw was clamped to `±i64::MAX`, and `count + noise` was `count − i64::MAX` (or wrapped),
+/// which carries the exact count. A draw of scale `b` exceeds `k` in absolute value with
+/// probability `2q^(k+1)/(1+q) < 2·exp(−k/b)`, `q = e^(−1/b)` (Canonne, Kamath & Steinke 2020,
+/// the discrete Laplace law). At `b ≤ 2^40` and `k = 2^52`: below `2·exp(−2^12) < 2^-5900`. So
+/// a count below `2^62` (no table has that many rows) plus up to four such draws (a 2x2 table's
+/// noisy group sizes add two) stays inside `±(2^62 + 4·2^52)`, within `i64`, except with
+/// probability below `2^-5897`, far below the `2^-64` at which a failure would be a meaningful
+/// `δ`; the additions are checked regardless ([`add_noise`]): an overflow is an error, never a
+/// wrap. The bound also keeps the f64 formulas of the noise's variance and fourth cumulant
+/// (`q = e^(−1/b)`) accurate to `2^-13`, and the exact sampler's integers
+/// (`t = den(ε)·Δ < 2^125`) within `u128`. Any larger `b` is refused: its counts would be pure
+/// noise anyway (a standard deviation above `1.5e12`).
+pub const MAX_NOISE_SCALE: f64 = 1_099_511_627_776.0;
+
+/// The largest epsilon per noised value, `2^40`: beyond it a Laplace count is exact except
+/// with probability below `e^-(2^40)`, and the privacy accountant's amounts
+/// ([`crate::sql::accounting::amount`]) stay far within `u128` (`2^40` is `1.1e24` of its
+/// units). The Gaussian mechanism stops earlier, at [`MAX_GAUSSIAN_EPSILON`].
+pub const MAX_EPSILON: f64 = 1_099_511_627_776.0;
+
+/// A number for messages: Rust's shortest form in the ordinary range, scientific notation
+/// outside it (`1e-300`, not three hundred zeros).
+pub fn short_number(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-6..1e16).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
+/// Checks that the epsilon one noised count of sensitivity `Δ` is calibrated for lies in
+/// `[f64::MIN_POSITIVE, MAX_EPSILON]` and, for the discrete Laplace law, that its scale
+/// `Δ/ε` is at most [`MAX_NOISE_SCALE`]. The message starts with what is wrong with that
+/// epsilon, for the caller to say where it came from.
+pub fn check_count_epsilon(
+    mechanism: Mechanism,
+    epsilon: f64,
+    sensitivity: u32,
+) -> Result<(), String> {
+    let eps = short_number(epsilon);
+    // NaN is in no range: it is refused.
+    if !(f64::MIN_POSITIVE..=MAX_EPSILON).contains(&epsilon) {
+        return Err(format!(
+            "epsilon={eps} per noised count is outside the supported range [{:e}, 2^40 = {MAX_EPSILON:e}]",
+            f64::MIN_POSITIVE
+        ));
+    }
+    if mechanism == Mechanism::Laplace {
+        let scale = sensitivity as f64 / epsilon;
+        if scale.is_nan() || scale > MAX_NOISE_SCALE {
+            return Err(format!(
+                "epsilon={eps} per noised count (sensitivity {sensitivity}) gives noise scale {scale:.3e} above the largest supported 2^40 = {MAX_NOISE_SCALE:.3e}; the smallest epsilon per count is {:.3e}",
+                sensitivity as f64 / MAX_NOISE_SCALE
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `count + noise` for a released count, in checked integer arithmetic: an error, never a
+/// wrap or a saturation, when the count does not fit `i64` or the sum leaves it (at the
+/// scales [`MAX_NOISE_SCALE`] allows, with probability below `2^-5900`).
+pub fn add_noise(count: u64, noise: i64) -> Result<i64, String> {
+    i64::try_from(count)
+        .ok()
+        .and_then(|count| count.checked_add(noise))
+        .ok_or_else(|| "a noisy count left the range of a 64-bit integer".to_string())
+}
+
 fn check_epsilon(epsilon: f64) -> Result<(), String> {
     if epsilon.is_finite() && epsilon > 0.0 {
         Ok(())
@@ -337,6 +411,7 @@ impl CountNoise {
         if sensitivity == 0 {
             return Err("sensitivity must be at least 1".into());
         }
+        check_count_epsilon(mechanism, epsilon, sensitivity)?;
         match mechanism {
             Mechanism::Laplace => {
                 // P(k) ∝ exp(-ε|k|/Δ): s/t = ε/Δ exactly.
@@ -461,9 +536,39 @@ impl RealLaplace {
                 "the grid bound must be a finite number > 0, got {grid_bound}"
             ));
         }
+        // The same range as a count's noise (MAX_NOISE_SCALE), on the scale actually sampled:
+        // the noise is drawn in grid steps and added to the value's grid steps (clamped to
+        // ±2^62), so both its scale in grid steps and its scale `(Δ + g)/ε` (the grid term
+        // dominates below ε ≈ 2^-30) must be at most 2^40. First Δ/ε and the grid bound's, so
+        // that the grid itself is computed from finite numbers.
+        let eps = short_number(epsilon);
+        if !(f64::MIN_POSITIVE..=MAX_EPSILON).contains(&epsilon) {
+            return Err(format!(
+                "epsilon={eps} is outside the supported range [{:e}, 2^40 = {MAX_EPSILON:e}]",
+                f64::MIN_POSITIVE
+            ));
+        }
+        let too_wide = |scale: f64, what: String| {
+            format!(
+                "epsilon={eps} with {what} gives noise scale {scale:.3e} above the largest supported 2^40 = {MAX_NOISE_SCALE:.3e}"
+            )
+        };
+        for (what, bound) in [("sensitivity", sensitivity), ("grid bound", grid_bound)] {
+            let scale = bound / epsilon;
+            if scale.is_nan() || scale > MAX_NOISE_SCALE {
+                return Err(too_wide(scale, format!("{what} {bound}")));
+            }
+        }
         let grid_exponent = ((grid_bound / epsilon).log2().ceil() as i32 - 30).max(-30);
         let grid = 2f64.powi(grid_exponent);
         let units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
+        let steps = units.to_f64();
+        if !(steps <= MAX_NOISE_SCALE && steps * grid <= MAX_NOISE_SCALE) {
+            return Err(too_wide(
+                steps * grid,
+                format!("sensitivity {sensitivity} on the grid 2^{grid_exponent} ({steps:.3e} grid steps)"),
+            ));
+        }
         Ok(Self {
             epsilon,
             sensitivity,
@@ -483,7 +588,9 @@ impl RealLaplace {
     }
 
     /// `value` rounded to the grid (clamped to `±2^62` grid steps) plus exact noise; an error
-    /// only for NaN.
+    /// for NaN, and (checked, never saturated: a saturation would depend on the value) when
+    /// the sum leaves `i64`, which the noise's scale of at most `2^40` grid steps makes a
+    /// probability below `2^-5900` (as for counts, [`MAX_NOISE_SCALE`]).
     pub fn release<R: RngCore + ?Sized>(&self, value: f64, rng: &mut R) -> Result<f64, String> {
         if value.is_nan() {
             return Err("cannot add noise to NaN".to_string());
@@ -492,7 +599,10 @@ impl RealLaplace {
         let units = (value / self.grid()).round().clamp(-limit, limit) as i64;
         // P(j) ∝ exp(-|j| s/t) with t/s = units.num/units.den.
         let noise = discrete_laplace(rng, self.units.den, self.units.num);
-        Ok(units.saturating_add(noise) as f64 * self.grid())
+        let noisy = units
+            .checked_add(noise)
+            .ok_or_else(|| "a noisy value left the range of a 64-bit integer".to_string())?;
+        Ok(noisy as f64 * self.grid())
     }
 }
 
@@ -508,6 +618,218 @@ fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    fn below(x: f64) -> f64 {
+        f64::from_bits(x.to_bits() - 1)
+    }
+
+    fn above(x: f64) -> f64 {
+        f64::from_bits(x.to_bits() + 1)
+    }
+
+    /// Values no calibration accepts as an epsilon: zero, negative, subnormal, NaN, infinite,
+    /// above the range.
+    fn bad_epsilons() -> [f64; 10] {
+        [
+            0.0,
+            -0.0,
+            -1.0,
+            f64::from_bits(1),
+            below(f64::MIN_POSITIVE),
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            above(MAX_EPSILON),
+            f64::MAX,
+        ]
+    }
+
+    #[test]
+    fn the_laplace_scale_limit_is_exact_at_its_edge() {
+        // The limit itself (scale exactly 2^40) is accepted, the next double below refused,
+        // at several sensitivities; the refusal says why and where the limit is.
+        for d in [1u32, 2, 3, 1000, u32::MAX] {
+            let limit = d as f64 / MAX_NOISE_SCALE;
+            for ok in [limit, above(limit), 2.0 * limit] {
+                check_count_epsilon(Mechanism::Laplace, ok, d).unwrap();
+                let noise =
+                    CountNoise::calibrate(Mechanism::Laplace, ok, None, d, Default::default())
+                        .unwrap();
+                assert!(noise.scale <= MAX_NOISE_SCALE, "{d}: {}", noise.scale);
+            }
+            let err = check_count_epsilon(Mechanism::Laplace, below(limit), d).unwrap_err();
+            assert!(
+                err.contains("above the largest supported 2^40")
+                    && err.contains(&format!("(sensitivity {d})")),
+                "{err}"
+            );
+            assert!(CountNoise::calibrate(
+                Mechanism::Laplace,
+                below(limit),
+                None,
+                d,
+                Default::default()
+            )
+            .is_err());
+        }
+        // The red team's values: 1e-300 (refused before as a rational too small to sample, now
+        // for its scale) and 2^-70, which the old sampler took and drew ±i64::MAX.
+        for epsilon in [1e-300, 2f64.powi(-70), 2f64.powi(-50), 1e-13] {
+            let err =
+                CountNoise::calibrate(Mechanism::Laplace, epsilon, None, 1, Default::default())
+                    .unwrap_err();
+            assert!(err.contains("gives noise scale"), "{epsilon}: {err}");
+        }
+    }
+
+    #[test]
+    fn epsilons_outside_the_range_are_refused_by_every_calibration() {
+        for epsilon in bad_epsilons() {
+            for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
+                assert!(
+                    check_count_epsilon(mechanism, epsilon, 1).is_err(),
+                    "{mechanism} {epsilon}"
+                );
+                assert!(
+                    CountNoise::calibrate(mechanism, epsilon, Some(1e-5), 1, Default::default())
+                        .is_err(),
+                    "{mechanism} {epsilon}"
+                );
+            }
+            assert!(RealLaplace::calibrate(epsilon, 1.0).is_err(), "{epsilon}");
+        }
+        // The ends of the range.
+        let top =
+            CountNoise::calibrate(Mechanism::Laplace, MAX_EPSILON, None, 1, Default::default())
+                .unwrap();
+        assert_eq!(top.variance, 0.0);
+        RealLaplace::calibrate(MAX_EPSILON, 1.0).unwrap();
+        // The Gaussian mechanism's σ stays bounded as ε → 0 (by δ alone): the smallest normal
+        // epsilon is answered with σ ≈ 0.4/δ, within MAX_GAUSSIAN_SIGMA.
+        let gaussian = CountNoise::calibrate(
+            Mechanism::Gaussian,
+            f64::MIN_POSITIVE,
+            Some(1e-5),
+            1,
+            Default::default(),
+        )
+        .unwrap();
+        assert!(
+            gaussian.scale > 39_000.0 && gaussian.scale < MAX_GAUSSIAN_SIGMA,
+            "{}",
+            gaussian.scale
+        );
+    }
+
+    #[test]
+    fn real_laplace_refuses_scales_past_the_limit() {
+        // Δ/ε alone, and the scale actually sampled, (Δ + g)/ε on the grid g: at ε = 2^-40
+        // the grid is 2^10 and the scale 1025·2^40.
+        let limit = 1.0 / MAX_NOISE_SCALE;
+        for epsilon in [below(limit), limit, 2f64.powi(-35)] {
+            let err = RealLaplace::calibrate(epsilon, 1.0).unwrap_err();
+            assert!(err.contains("above the largest supported 2^40"), "{err}");
+        }
+        // At ε = 2^-k the grid is 2^(k-30) and the scale (1 + 2^(k-30))·2^k: 33·2^35 > 2^40 is
+        // refused, 17·2^34 ≈ 2^38.1 accepted.
+        let noise = RealLaplace::calibrate(2f64.powi(-34), 1.0).unwrap();
+        assert!(noise.scale() <= MAX_NOISE_SCALE && noise.scale() > 2f64.powi(38));
+        // The public grid bound counts too (smooth sensitivity's grid follows it).
+        assert!(RealLaplace::calibrate_on_public_grid(1e-3, 1.0, 1e10).is_err());
+        assert!(RealLaplace::calibrate_on_public_grid(1e-3, 1.0, 1e9).is_ok());
+        // A release at the limit stays a finite multiple of the grid near the value.
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        for _ in 0..100 {
+            let v = noise.release(0.5, &mut rng).unwrap();
+            assert!(v.is_finite() && v.abs() < 60.0 * MAX_NOISE_SCALE, "{v}");
+        }
+    }
+
+    #[test]
+    fn noise_meets_counts_in_checked_arithmetic() {
+        assert_eq!(add_noise(5, -3), Ok(2));
+        assert_eq!(add_noise(0, i64::MAX), Ok(i64::MAX));
+        assert_eq!(add_noise(i64::MAX as u64, 0), Ok(i64::MAX));
+        for (count, noise) in [
+            (1, i64::MAX),
+            (i64::MAX as u64, 1),
+            (i64::MAX as u64 + 1, 0),
+            (u64::MAX, i64::MIN),
+        ] {
+            let err = add_noise(count, noise).unwrap_err();
+            assert!(err.contains("64-bit"), "{err}");
+        }
+        // What the old arithmetic did with a clamped draw: at scale 2^70 (ε = 2^-70, which
+        // the old calibration accepted) the sampler returns ±i64::MAX almost always, and
+        // `count + noise` carried the count exactly (`count − i64::MAX`, or a wrap to
+        // `count + i64::MIN + ...`). Checked, both signs are errors or far from any count,
+        // and the calibration refuses that scale in the first place.
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let draws: Vec<i64> = (0..64)
+            .map(|_| discrete_laplace(&mut rng, 1, 1 << 70))
+            .collect();
+        assert!(
+            draws.iter().all(|d| d.unsigned_abs() == i64::MAX as u64),
+            "{draws:?}"
+        );
+        for &draw in &draws {
+            let old = (17u64 as i64).wrapping_add(draw);
+            assert_eq!(old.wrapping_sub(draw), 17, "the old sum carried the count");
+            if draw > 0 {
+                assert!(add_noise(17, draw).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn draws_at_the_largest_scale_stay_far_inside_i64() {
+        // At scale 2^40, |X| > 2^52 has probability below 2·e^-4096; 2,000 draws have mean
+        // |X| ≈ 2^40 and none is anywhere near 2^52.
+        let noise = CountNoise::calibrate(
+            Mechanism::Laplace,
+            1.0 / MAX_NOISE_SCALE,
+            None,
+            1,
+            Default::default(),
+        )
+        .unwrap();
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+        let draws: Vec<i64> = (0..2000).map(|_| noise.sample(&mut rng)).collect();
+        assert!(draws.iter().all(|d| d.unsigned_abs() < 1 << 52));
+        let mean = draws.iter().map(|d| d.unsigned_abs() as f64).sum::<f64>() / 2000.0;
+        // E|X| ≈ b; sd of the mean ≈ b/√2000 ≈ 0.022·b: 5 sd.
+        assert!((mean / MAX_NOISE_SCALE - 1.0).abs() < 0.12, "{mean:e}");
+        // A whole table at that scale: the sums of noisy cells are checked too.
+        let table = crate::stats::TableNoise::calibrate(
+            Mechanism::Laplace,
+            2.0 / MAX_NOISE_SCALE,
+            None,
+            Default::default(),
+            crate::stats::GroupSizes::Private,
+        )
+        .unwrap();
+        let released = table
+            .release(
+                &crate::stats::TwoByTwo {
+                    a: 1,
+                    b: 2,
+                    c: 3,
+                    d: 4,
+                },
+                &mut rng,
+            )
+            .unwrap();
+        assert!(released.exposed_total.unsigned_abs() < 1 << 53);
+        // Counts that do not fit i64 are an error, never a wrap.
+        let huge = crate::stats::TwoByTwo {
+            a: u64::MAX,
+            b: 0,
+            c: 0,
+            d: 0,
+        };
+        assert!(table.release(&huge, &mut rng).is_err());
+    }
 
     #[test]
     fn gaussian_calibration_refuses_an_epsilon_whose_condition_overflows() {

@@ -19,7 +19,7 @@
 //! design, only `X` and `Y` noised); choosing it asserts that the number of exposed and
 //! unexposed rows in every group is public knowledge, and they are released exactly.
 
-use super::mechanism::{CountNoise, GaussianCalibration, Mechanism};
+use super::mechanism::{add_noise, CountNoise, GaussianCalibration, Mechanism};
 use rand::RngCore;
 use statrs::distribution::{ContinuousCDF, Normal};
 use std::fmt;
@@ -239,8 +239,13 @@ impl TableNoise {
         Ok(Self { cell, sizes })
     }
 
-    /// Releases the table: the one and only noise draw for this group.
-    pub fn release<R: RngCore + ?Sized>(&self, table: &TwoByTwo, rng: &mut R) -> ReleasedTable {
+    /// Releases the table: the one and only noise draw for this group. An error (never a
+    /// wrap) when a noisy cell or size leaves `i64` (see [`add_noise`]).
+    pub fn release<R: RngCore + ?Sized>(
+        &self,
+        table: &TwoByTwo,
+        rng: &mut R,
+    ) -> Result<ReleasedTable, String> {
         self.release_with(table, rng, |rng| self.cell.sample(rng))
     }
 
@@ -252,18 +257,33 @@ impl TableNoise {
         table: &TwoByTwo,
         rng: &mut R,
         mut sample: impl FnMut(&mut R) -> i64,
-    ) -> ReleasedTable {
-        let mut noisy = |count: u64, rng: &mut R| count as i64 + sample(rng);
-        let exposed_cases = noisy(table.a, rng);
-        let unexposed_cases = noisy(table.c, rng);
-        let (exposed_total, unexposed_total) = match self.sizes {
-            GroupSizes::Public => ((table.a + table.b) as i64, (table.c + table.d) as i64),
-            GroupSizes::Private => (
-                exposed_cases + noisy(table.b, rng),
-                unexposed_cases + noisy(table.d, rng),
-            ),
+    ) -> Result<ReleasedTable, String> {
+        // Checked: an overflow is an error, never a wrap (the draws are made in the same order
+        // as before, so seeded releases are unchanged).
+        let mut noisy = |count: u64, rng: &mut R| add_noise(count, sample(rng));
+        let sum = |a: i64, b: i64| {
+            a.checked_add(b)
+                .ok_or_else(|| "a noisy group size left the range of a 64-bit integer".to_string())
         };
-        ReleasedTable {
+        let public = |a: u64, b: u64| {
+            a.checked_add(b)
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| "a group size does not fit a 64-bit integer".to_string())
+        };
+        let exposed_cases = noisy(table.a, rng)?;
+        let unexposed_cases = noisy(table.c, rng)?;
+        let (exposed_total, unexposed_total) = match self.sizes {
+            GroupSizes::Public => (public(table.a, table.b)?, public(table.c, table.d)?),
+            GroupSizes::Private => {
+                let exposed_non_cases = noisy(table.b, rng)?;
+                let unexposed_non_cases = noisy(table.d, rng)?;
+                (
+                    sum(exposed_cases, exposed_non_cases)?,
+                    sum(unexposed_cases, unexposed_non_cases)?,
+                )
+            }
+        };
+        Ok(ReleasedTable {
             exposed_cases,
             exposed_total,
             unexposed_cases,
@@ -271,7 +291,7 @@ impl TableNoise {
             sizes: self.sizes,
             noise_variance: self.cell.variance,
             noise_fourth_cumulant: self.cell.fourth_cumulant,
-        }
+        })
     }
 }
 

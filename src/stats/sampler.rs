@@ -373,7 +373,11 @@ impl<'a, R: RngCore + ?Sized> RandomBits<'a, R> {
             if negative && y == 0 {
                 continue;
             }
-            // |Y| >= 2^63 has probability below exp(-2^63·s/t): never in practice.
+            // |Y| >= 2^63 has probability below exp(-2^63·s/t), below exp(-2^23) at the largest
+            // scale t/s = 2^40 any calibration accepts (mechanism::MAX_NOISE_SCALE); the clamp
+            // is never reached there, and every caller adds the draw in checked arithmetic
+            // (mechanism::add_noise), so even a clamped draw is an error, never a wrap (at 2^70,
+            // before issue 27, it was drawn almost always and `count - i64::MAX` was released).
             let y = i64::try_from(y).unwrap_or(i64::MAX);
             return if negative { -y } else { y };
         }

@@ -95,7 +95,7 @@ pub fn coverage<R: Rng + ?Sized>(
     let mut width = 0.0;
     for _ in 0..simulations {
         let table = design.draw(rng);
-        let released = noise.release(&table, rng);
+        let released = noise.release(&table, rng)?;
         if let Some(ci) = noise.interval(&released, statistic, &spec) {
             if ci.lower <= truth && truth <= ci.upper {
                 covered += 1;
@@ -154,7 +154,7 @@ pub fn coverage_study<R: Rng + ?Sized, M: Copy + Into<Construction>>(
     let mut widths: Vec<Vec<f64>> = vec![Vec::with_capacity(simulations); intervals.len()];
     for _ in 0..simulations {
         let table = design.draw(rng);
-        let released = noise.release(&table, rng);
+        let released = noise.release(&table, rng)?;
         for (k, &(statistic, construction)) in intervals.iter().enumerate() {
             let ci = match construction {
                 Construction::Method(_) => noise.interval(&released, statistic, &specs[k]),

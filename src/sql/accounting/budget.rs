@@ -31,6 +31,12 @@
 //!   an exclusive file lock extends that to every session and process sharing the file, and
 //!   the charge is synced to disk before the plan is returned (see [`crate::sql::accounting::ledger`]).
 //!
+//! **Exact amounts** ([`crate::sql::accounting::amount`]): charges, budgets and totals are
+//! whole numbers of `10^-12` of epsilon and `10^-30` of delta, summed in `u128`. A charge is
+//! rounded up to the unit (so every query costs at least `10^-12` of epsilon, and no charge is
+//! lost however large the total), a budget down; a running `f64` sum lost every charge below
+//! half its last bit (issue 27).
+//!
 //! **Budgets** come from the session options when the query is analysed. With neither set
 //! nothing is enforced (charges are still recorded); with one set, the other is 0 (setting
 //! only `dp.epsilon_budget` allows pure-DP calls only). Spent = the ledger's total (all
@@ -38,6 +44,7 @@
 //! settings of whoever controls the session: a deployment that runs untrusted SQL must stop
 //! `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
 
+use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS};
 use crate::sql::accounting::ledger;
 use crate::sql::functions::aggregate::DpAggregate;
 use crate::sql::options::DpOptions;
@@ -53,8 +60,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The privacy cost of one query, by sequential composition over its DP aggregate calls.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Cost {
-    pub epsilon: f64,
-    pub delta: f64,
+    /// The exact cost in units of `10^-12` of epsilon and `10^-30` of delta: each call's
+    /// amount rounded up to the unit, times its grouping sets, summed exactly.
+    pub epsilon_units: u128,
+    pub delta_units: u128,
     /// Number of bound DP aggregate calls found (each grouping set counted once per call).
     pub calls: usize,
 }
@@ -100,20 +109,65 @@ fn for_each_dp_call(
     .map(|_| ())
 }
 
+/// `Some(a + b)`, or an error naming what overflowed (never a wrap or a saturation).
+fn add_units(a: u128, b: u128, what: &str) -> Result<u128> {
+    a.checked_add(b).ok_or_else(|| {
+        plan_datafusion_err!(
+            "dp budget: the {what} is above the largest amount the accountant counts; refusing"
+        )
+    })
+}
+
 impl Cost {
     /// The cost of every bound DP aggregate call in `plan` (see the module docs).
     pub fn of_plan(plan: &LogicalPlan) -> Result<Self> {
         let mut cost = Cost::default();
+        let mut failed = None;
         for_each_dp_call(plan, |dp, sets, _| {
             if let Some(call) = dp.plan() {
                 let (epsilon, delta) = call.cost();
-                let k = sets as f64;
-                cost.epsilon += k * epsilon;
-                cost.delta += k * delta;
+                let units = |amount: f64, digits: u32| {
+                    amount::charge_units(amount, digits).and_then(|u| {
+                        u.checked_mul(sets as u128)
+                            .ok_or_else(|| format!("{amount} x {sets} grouping sets is too large"))
+                    })
+                };
+                match (units(epsilon, EPSILON_DIGITS), units(delta, DELTA_DIGITS)) {
+                    (Ok(e), Ok(d)) => {
+                        cost.epsilon_units =
+                            cost.epsilon_units.checked_add(e).unwrap_or_else(|| {
+                                failed.get_or_insert_with(|| "the query's epsilon".to_string());
+                                u128::MAX
+                            });
+                        cost.delta_units = cost.delta_units.checked_add(d).unwrap_or_else(|| {
+                            failed.get_or_insert_with(|| "the query's delta".to_string());
+                            u128::MAX
+                        });
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        failed.get_or_insert(format!(
+                            "{}: the charge for epsilon={epsilon}, delta={delta}: {e}",
+                            dp.function().name()
+                        ));
+                    }
+                }
                 cost.calls += sets;
             }
         })?;
+        if let Some(what) = failed {
+            return plan_err!("dp budget: {what} cannot be counted exactly; refusing");
+        }
         Ok(cost)
+    }
+
+    /// The epsilon charged, as a number (exact to the `f64` nearest the units).
+    pub fn epsilon(&self) -> f64 {
+        amount::units_to_f64(self.epsilon_units, EPSILON_DIGITS)
+    }
+
+    /// The delta charged, as a number.
+    pub fn delta(&self) -> f64 {
+        amount::units_to_f64(self.delta_units, DELTA_DIGITS)
     }
 }
 
@@ -181,16 +235,34 @@ impl Budget {
         Some((self.epsilon.unwrap_or(0.0), self.delta.unwrap_or(0.0)))
     }
 
-    /// Refuses `cost` when `spent + cost` exceeds the limits (beyond relative rounding of
-    /// 1e-12, so ten charges of 0.1 fit a budget of 1).
-    fn check(&self, cost: &Cost, spent: (f64, f64)) -> Result<()> {
-        let Some((epsilon, delta)) = self.limits() else {
+    /// The enforced limits in units (rounded down): `None` when neither budget is set.
+    pub fn limit_units(&self) -> Option<(u128, u128)> {
+        self.limits().map(|(e, d)| {
+            (
+                amount::budget_units(e, EPSILON_DIGITS),
+                amount::budget_units(d, DELTA_DIGITS),
+            )
+        })
+    }
+
+    /// Refuses `cost` when `spent + cost` exceeds the limits, all in exact units (`spent` in
+    /// units of `10^-12` of epsilon and `10^-30` of delta): ten charges of 0.1 fit a budget of
+    /// 1 exactly, and the smallest charge still counts once a large amount is spent.
+    fn check(&self, cost: &Cost, spent: (u128, u128)) -> Result<()> {
+        let Some((epsilon_limit, delta_limit)) = self.limit_units() else {
             return Ok(());
         };
-        let fits = |total: f64, limit: f64| total <= limit + limit * 1e-12;
-        if fits(spent.0 + cost.epsilon, epsilon) && fits(spent.1 + cost.delta, delta) {
+        // A total past u128 does not fit any budget.
+        let fits = |spent: u128, cost: u128, limit: u128| {
+            spent.checked_add(cost).is_some_and(|total| total <= limit)
+        };
+        if fits(spent.0, cost.epsilon_units, epsilon_limit)
+            && fits(spent.1, cost.delta_units, delta_limit)
+        {
             return Ok(());
         }
+        let e = |units: u128| amount::format_units(units, EPSILON_DIGITS);
+        let d = |units: u128| amount::format_units(units, DELTA_DIGITS);
         let unset = |v: Option<f64>, key: &str| {
             if v.is_none() {
                 format!(" (dp.{key} not set)")
@@ -200,24 +272,18 @@ impl Budget {
         };
         plan_err!(
             "dp budget exceeded: this query needs epsilon={}, delta={}; spent epsilon={} of {}{}, delta={} of {}{}; remaining epsilon={}, delta={}",
-            num(cost.epsilon),
-            num(cost.delta),
-            num(spent.0),
-            num(epsilon),
+            e(cost.epsilon_units),
+            d(cost.delta_units),
+            e(spent.0),
+            e(epsilon_limit),
             unset(self.epsilon, "epsilon_budget"),
-            num(spent.1),
-            num(delta),
+            d(spent.1),
+            d(delta_limit),
             unset(self.delta, "delta_budget"),
-            num((epsilon - spent.0).max(0.0)),
-            num((delta - spent.1).max(0.0))
+            e(epsilon_limit.saturating_sub(spent.0)),
+            d(delta_limit.saturating_sub(spent.1))
         )
     }
-}
-
-/// A number for messages: 12 significant digits, so `10 - 9.7` prints as `0.3`.
-fn num(x: f64) -> String {
-    let rounded: f64 = format!("{x:.11e}").parse().unwrap_or(x);
-    rounded.to_string()
 }
 
 /// Where a session's charge was also written.
@@ -228,12 +294,12 @@ struct LedgerRecord {
     hash: String,
 }
 
-/// One charge made by this session.
+/// One charge made by this session, in units of `10^-12` of epsilon and `10^-30` of delta.
 #[derive(Debug, Clone, PartialEq)]
 struct SessionCharge {
     unix_ms: i64,
-    epsilon: f64,
-    delta: f64,
+    epsilon_units: u128,
+    delta_units: u128,
     query: String,
     ledger: Option<LedgerRecord>,
 }
@@ -253,16 +319,19 @@ pub struct Status {
     pub budget: Budget,
     pub epsilon_spent: f64,
     pub delta_spent: f64,
+    /// The spent amounts exactly, in units of `10^-12` of epsilon and `10^-30` of delta.
+    pub spent_units: (u128, u128),
     pub history: Vec<HistoryEntry>,
 }
 
 impl Status {
-    /// What is left: `None` when no budget is enforced.
+    /// What is left (the budget rounded down to the unit, less the exact amount spent):
+    /// `None` when no budget is enforced.
     pub fn remaining(&self) -> Option<(f64, f64)> {
-        self.budget.limits().map(|(e, d)| {
+        self.budget.limit_units().map(|(e, d)| {
             (
-                (e - self.epsilon_spent).max(0.0),
-                (d - self.delta_spent).max(0.0),
+                amount::units_to_f64(e.saturating_sub(self.spent_units.0), EPSILON_DIGITS),
+                amount::units_to_f64(d.saturating_sub(self.spent_units.1), DELTA_DIGITS),
             )
         })
     }
@@ -307,24 +376,31 @@ fn check_session_charges_kept(
     Ok(())
 }
 
-/// Spent `(epsilon, delta)`: the ledger's entries plus this session's charges not in it.
+/// Spent `(epsilon, delta)` in units: the ledger's entries plus this session's charges not in
+/// it, summed exactly (an error past `u128`, never a wrap).
 fn spent(
     charges: &[SessionCharge],
     entries: &[ledger::Entry],
     identity: Option<&Path>,
-) -> (f64, f64) {
-    let mut total = (0.0, 0.0);
-    for e in entries {
-        total.0 += e.epsilon;
-        total.1 += e.delta;
+) -> Result<(u128, u128)> {
+    let mut total = (0u128, 0u128);
+    let amounts = entries
+        .iter()
+        .map(|e| (e.epsilon_units, e.delta_units))
+        .chain(
+            charges
+                .iter()
+                .filter(|c| {
+                    identity.is_none()
+                        || c.ledger.as_ref().map(|r| r.identity.as_path()) != identity
+                })
+                .map(|c| (c.epsilon_units, c.delta_units)),
+        );
+    for (epsilon, delta) in amounts {
+        total.0 = add_units(total.0, epsilon, "epsilon spent")?;
+        total.1 = add_units(total.1, delta, "delta spent")?;
     }
-    for c in charges.iter().filter(|c| {
-        identity.is_none() || c.ledger.as_ref().map(|r| r.identity.as_path()) != identity
-    }) {
-        total.0 += c.epsilon;
-        total.1 += c.delta;
-    }
-    total
+    Ok(total)
 }
 
 impl Accountant {
@@ -357,12 +433,12 @@ impl Accountant {
             let mut identity = PathBuf::new();
             let entry = ledger::append_with(path, |entries, id| {
                 check_session_charges_kept(&charges, entries, id, path)?;
-                budget.check(&cost, spent(&charges, entries, Some(id)))?;
+                budget.check(&cost, spent(&charges, entries, Some(id))?)?;
                 identity = id.to_path_buf();
                 Ok(ledger::NewCharge {
                     unix_ms: unix_ms(),
-                    epsilon: cost.epsilon,
-                    delta: cost.delta,
+                    epsilon_units: cost.epsilon_units,
+                    delta_units: cost.delta_units,
                     query: query.clone(),
                 })
             })?;
@@ -375,7 +451,7 @@ impl Accountant {
                 },
             ));
         } else {
-            budget.check(&cost, spent(&charges, &[], None))?;
+            budget.check(&cost, spent(&charges, &[], None)?)?;
         }
         let (time, ledger) = match record {
             Some((time, record)) => (time, Some(record)),
@@ -383,8 +459,8 @@ impl Accountant {
         };
         charges.push(SessionCharge {
             unix_ms: time,
-            epsilon: cost.epsilon,
-            delta: cost.delta,
+            epsilon_units: cost.epsilon_units,
+            delta_units: cost.delta_units,
             query,
             ledger,
         });
@@ -405,7 +481,7 @@ impl Accountant {
             }
             None => (Vec::new(), None),
         };
-        let (epsilon_spent, delta_spent) = spent(&charges, &entries, identity.as_deref());
+        let spent_units = spent(&charges, &entries, identity.as_deref())?;
         let mut history: Vec<HistoryEntry> = entries
             .iter()
             .map(|e| HistoryEntry {
@@ -424,16 +500,17 @@ impl Accountant {
                 })
                 .map(|c| HistoryEntry {
                     unix_ms: c.unix_ms,
-                    epsilon: c.epsilon,
-                    delta: c.delta,
+                    epsilon: amount::units_to_f64(c.epsilon_units, EPSILON_DIGITS),
+                    delta: amount::units_to_f64(c.delta_units, DELTA_DIGITS),
                     query: c.query.clone(),
                 }),
         );
         history.sort_by_key(|h| h.unix_ms);
         Ok(Status {
             budget: Budget::from_options(options),
-            epsilon_spent,
-            delta_spent,
+            epsilon_spent: amount::units_to_f64(spent_units.0, EPSILON_DIGITS),
+            delta_spent: amount::units_to_f64(spent_units.1, DELTA_DIGITS),
+            spent_units,
             history,
         })
     }
@@ -527,10 +604,16 @@ mod tests {
 
     fn cost(epsilon: f64, delta: f64) -> Cost {
         Cost {
-            epsilon,
-            delta,
+            epsilon_units: amount::charge_units(epsilon, EPSILON_DIGITS).unwrap(),
+            delta_units: amount::charge_units(delta, DELTA_DIGITS).unwrap(),
             calls: 1,
         }
+    }
+
+    /// Spent amounts in units.
+    fn spent(epsilon: f64, delta: f64) -> (u128, u128) {
+        let c = cost(epsilon, delta);
+        (c.epsilon_units, c.delta_units)
     }
 
     #[test]
@@ -540,16 +623,16 @@ mod tests {
             delta: None,
         };
         assert_eq!(none.limits(), None);
-        assert!(none.check(&cost(1e9, 0.5), (1e9, 0.5)).is_ok());
+        assert!(none.check(&cost(1e9, 0.5), spent(1e9, 0.5)).is_ok());
 
         let eps_only = Budget {
             epsilon: Some(10.0),
             delta: None,
         };
         assert_eq!(eps_only.limits(), Some((10.0, 0.0)));
-        assert!(eps_only.check(&cost(0.5, 0.0), (9.5, 0.0)).is_ok());
+        assert!(eps_only.check(&cost(0.5, 0.0), spent(9.5, 0.0)).is_ok());
         let err = eps_only
-            .check(&cost(2.0, 0.0), (9.5, 0.0))
+            .check(&cost(2.0, 0.0), spent(9.5, 0.0))
             .unwrap_err()
             .to_string();
         assert!(
@@ -557,24 +640,61 @@ mod tests {
             "{err}"
         );
         // A delta charge needs a delta budget.
-        assert!(eps_only.check(&cost(0.1, 1e-9), (0.0, 0.0)).is_err());
+        assert!(eps_only.check(&cost(0.1, 1e-9), spent(0.0, 0.0)).is_err());
 
         let both = Budget {
             epsilon: Some(1.0),
             delta: Some(1e-6),
         };
-        // Ten charges of 0.1 (which sum to 0.9999999999999999 or 1.0000000000000002 depending
-        // on order) fit a budget of 1; an eleventh does not.
-        let mut spent = (0.0, 0.0);
+        // Ten charges of 0.1 (whose f64 sum is 0.9999999999999999 or 1.0000000000000002
+        // depending on order) fill a budget of 1 exactly; an eleventh does not fit.
+        let mut total = (0, 0);
         for _ in 0..10 {
-            both.check(&cost(0.1, 1e-7), spent).unwrap();
-            spent = (spent.0 + 0.1, spent.1 + 1e-7);
+            both.check(&cost(0.1, 1e-7), total).unwrap();
+            let c = cost(0.1, 1e-7);
+            total = (total.0 + c.epsilon_units, total.1 + c.delta_units);
         }
-        assert!(both.check(&cost(0.1, 0.0), spent).is_err());
+        assert_eq!(total, spent(1.0, 1e-6));
+        assert!(both.check(&cost(0.1, 0.0), total).is_err());
         assert!(
-            both.check(&cost(1e-9, 1e-7), spent).is_err(),
+            both.check(&cost(1e-9, 1e-7), total).is_err(),
             "delta exhausted"
         );
+        // The smallest charge (1e-12) still counts: nothing fits once the budget is spent.
+        assert!(both
+            .check(&cost(1e-300, 0.0), spent(1.0 - 1e-12, 0.0))
+            .is_ok());
+        assert!(both.check(&cost(1e-300, 0.0), spent(1.0, 0.0)).is_err());
+    }
+
+    #[test]
+    fn small_charges_are_not_lost_once_much_is_spent() {
+        // With 999999.999999999 of 1e6 spent, the f64 sum's last bit is 1.2e-10, and the old
+        // running sum dropped every charge of 5e-11: here each is 50 units, and the budget's
+        // last 1e-9 holds exactly 20 of them.
+        let budget = Budget {
+            epsilon: Some(1e6),
+            delta: None,
+        };
+        let mut total = spent(999_999.999_999_999, 0.0);
+        let mut answered = 0;
+        while budget.check(&cost(5e-11, 0.0), total).is_ok() {
+            total.0 += cost(5e-11, 0.0).epsilon_units;
+            answered += 1;
+            assert!(answered <= 20, "the budget never ran out");
+        }
+        assert_eq!(answered, 20);
+        assert_eq!(total, spent(1e6, 0.0));
+        let err = budget
+            .check(&cost(5e-11, 0.0), total)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs epsilon=0.00000000005, delta=0; spent epsilon=1000000 of 1000000"),
+            "{err}"
+        );
+        // A total past u128 fits no budget; it is never wrapped.
+        assert!(budget.check(&cost(1.0, 0.0), (u128::MAX, 0)).is_err());
     }
 
     #[test]
@@ -599,12 +719,5 @@ mod tests {
             ]))]),
             3
         );
-    }
-
-    #[test]
-    fn numbers_print_short() {
-        assert_eq!(num(10.0 - 9.7), "0.3");
-        assert_eq!(num(1e-6), "0.000001");
-        assert_eq!(num(0.0), "0");
     }
 }

@@ -4,8 +4,11 @@
 //! Format: a fixed header line, then one line per charge,
 //! `seq TAB unix_ms TAB pid TAB epsilon TAB delta TAB query TAB hash`, where `hash` is the
 //! first 16 hex digits of SHA-256 over the previous line's hash and this line's content (a
-//! chain: an edited, reordered or deleted line breaks every later hash). Numbers are written in
-//! Rust's shortest round-trip form, so the totals read back are the totals charged.
+//! chain: an edited, reordered or deleted line breaks every later hash). Amounts are written as
+//! exact decimals of whole units ([`crate::sql::accounting::amount`]: `10^-12` of epsilon,
+//! `10^-30` of delta) and read back digit by digit, so the totals read back are exactly the
+//! totals charged; a line an older version wrote (Rust's shortest `f64` form, any decimal) is
+//! read rounded up to the unit.
 //!
 //! Every access holds an OS file lock (`flock` on Unix, `LockFileEx` on Windows; std's
 //! `File::lock`) for the whole read-verify-(check)-append-fsync sequence, so several processes
@@ -16,6 +19,7 @@
 //! end cannot be detected from the file alone (protect it with file permissions); a session
 //! that wrote a charge does detect its disappearance (see [`crate::sql::accounting::budget`]).
 
+use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS};
 use datafusion::common::{plan_datafusion_err, DataFusionError, Result};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
@@ -38,18 +42,22 @@ pub struct Entry {
     pub pid: u32,
     pub epsilon: f64,
     pub delta: f64,
+    /// The charge exactly, in units of `10^-12` of epsilon and `10^-30` of delta (rounded up).
+    pub epsilon_units: u128,
+    pub delta_units: u128,
     /// A description of the charged query.
     pub query: String,
     /// The chained checksum of this line.
     pub hash: String,
 }
 
-/// A charge to append: what the caller decided after seeing the current entries.
+/// A charge to append: what the caller decided after seeing the current entries, in units of
+/// `10^-12` of epsilon and `10^-30` of delta ([`crate::sql::accounting::amount`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCharge {
     pub unix_ms: i64,
-    pub epsilon: f64,
-    pub delta: f64,
+    pub epsilon_units: u128,
+    pub delta_units: u128,
     pub query: String,
 }
 
@@ -118,8 +126,8 @@ fn format_line(seq: u64, pid: u32, charge: &NewCharge, previous: &str) -> (Strin
     let content = format!(
         "{seq}\t{}\t{pid}\t{}\t{}\t{}",
         charge.unix_ms,
-        charge.epsilon,
-        charge.delta,
+        amount::format_units(charge.epsilon_units, EPSILON_DIGITS),
+        amount::format_units(charge.delta_units, DELTA_DIGITS),
         escape(&charge.query)
     );
     let hash = chain_hash(previous, &content);
@@ -172,18 +180,23 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>> {
                 "sequence number {seq}, expected {index} (lines are missing or repeated)"
             )));
         }
-        let amount = |v: &str, name: &str| -> Result<f64> {
-            match v.parse::<f64>() {
-                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        // The amount as a number (for reports) and exactly, in units rounded up.
+        let amount = |v: &str, name: &str, digits: u32| -> Result<(f64, u128)> {
+            match (v.parse::<f64>(), amount::parse_units(v, digits)) {
+                (Ok(x), Some(units)) if x.is_finite() && x >= 0.0 => Ok((x, units)),
                 _ => Err(bad(&format!("{name} '{v}' is not a finite number >= 0"))),
             }
         };
+        let (epsilon, epsilon_units) = amount(epsilon, "epsilon", EPSILON_DIGITS)?;
+        let (delta, delta_units) = amount(delta, "delta", DELTA_DIGITS)?;
         entries.push(Entry {
             seq,
             unix_ms: unix_ms.parse().map_err(|_| bad("unparsable time"))?,
             pid: pid.parse().map_err(|_| bad("unparsable process id"))?,
-            epsilon: amount(epsilon, "epsilon")?,
-            delta: amount(delta, "delta")?,
+            epsilon,
+            delta,
+            epsilon_units,
+            delta_units,
             query: unescape(query).ok_or_else(|| bad("bad escape in the query text"))?,
             hash: hash.to_string(),
         });
@@ -266,8 +279,10 @@ pub fn append_with(
         seq,
         unix_ms: charge.unix_ms,
         pid,
-        epsilon: charge.epsilon,
-        delta: charge.delta,
+        epsilon: amount::units_to_f64(charge.epsilon_units, EPSILON_DIGITS),
+        delta: amount::units_to_f64(charge.delta_units, DELTA_DIGITS),
+        epsilon_units: charge.epsilon_units,
+        delta_units: charge.delta_units,
         query: charge.query.chars().take(MAX_QUERY_CHARS).collect(),
         hash,
     })
@@ -293,10 +308,23 @@ mod tests {
     fn charge(epsilon: f64, delta: f64, query: &str) -> NewCharge {
         NewCharge {
             unix_ms: 1_700_000_000_000,
-            epsilon,
-            delta,
+            epsilon_units: amount::charge_units(epsilon, EPSILON_DIGITS).unwrap(),
+            delta_units: amount::charge_units(delta, DELTA_DIGITS).unwrap(),
             query: query.to_string(),
         }
+    }
+
+    /// A line as the format's first version wrote it: amounts in Rust's shortest `f64` form.
+    fn old_ledger_text(amounts: &[(f64, f64)]) -> String {
+        let mut text = format!("{HEADER}\n");
+        let mut previous = String::new();
+        for (i, (epsilon, delta)) in amounts.iter().enumerate() {
+            let content = format!("{}\t1700000000000\t7\t{epsilon}\t{delta}\tq", i + 1);
+            let hash = chain_hash(&previous, &content);
+            text.push_str(&format!("{content}\t{hash}\n"));
+            previous = hash;
+        }
+        text
     }
 
     fn ledger_text(charges: &[NewCharge]) -> String {
@@ -316,16 +344,56 @@ mod tests {
         let charges = [
             charge(0.1, 0.0, "dp_count(t.x, Float64(0.1)) FROM t"),
             charge(1.0 / 3.0, 1e-7, "tab\there\nnewline \\ backslash"),
+            // The smallest charge (one unit of each) and a large one.
+            charge(1e-300, 5e-324, "tiny"),
+            charge(999_999.999_999_999, 0.0, "large"),
         ];
-        let entries = parse(Path::new("l"), &ledger_text(&charges)).unwrap();
-        assert_eq!(entries.len(), 2);
+        let text = ledger_text(&charges);
+        assert!(text.contains("\t0.1\t0\t"), "{text}");
+        assert!(text.contains("\t0.333333333334\t0.0000001\t"), "{text}");
+        assert!(
+            text.contains("\t0.000000000001\t0.000000000000000000000000000001\t"),
+            "{text}"
+        );
+        assert!(text.contains("\t999999.999999999\t0\t"), "{text}");
+        let entries = parse(Path::new("l"), &text).unwrap();
+        assert_eq!(entries.len(), 4);
         for (entry, c) in entries.iter().zip(&charges) {
-            assert_eq!(entry.epsilon.to_bits(), c.epsilon.to_bits());
-            assert_eq!(entry.delta.to_bits(), c.delta.to_bits());
+            assert_eq!(entry.epsilon_units, c.epsilon_units);
+            assert_eq!(entry.delta_units, c.delta_units);
+            assert_eq!(
+                entry.epsilon,
+                amount::units_to_f64(c.epsilon_units, EPSILON_DIGITS)
+            );
             assert_eq!(entry.query, c.query);
             assert_eq!(entry.pid, 7);
         }
+        assert_eq!(entries[0].epsilon, 0.1);
+        assert_eq!(entries[1].delta, 1e-7);
+        assert_eq!(entries[2].epsilon, 1e-12);
         assert_eq!(parse(Path::new("l"), "").unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn ledgers_written_as_f64_still_load_rounded_up() {
+        // The first version wrote each amount in Rust's shortest f64 form, a decimal of any
+        // length: it still loads, each amount read exactly and rounded up to the unit.
+        let text = old_ledger_text(&[(0.1, 0.0), (0.30000000000000004, 1e-7), (1e-15, 1e-40)]);
+        let entries = parse(Path::new("l"), &text).unwrap();
+        let units: Vec<(u128, u128)> = entries
+            .iter()
+            .map(|e| (e.epsilon_units, e.delta_units))
+            .collect();
+        assert_eq!(
+            units,
+            vec![
+                (100_000_000_000, 0),
+                (300_000_000_001, 100_000_000_000_000_000_000_000),
+                (1, 1),
+            ]
+        );
+        assert_eq!(entries[1].epsilon, 0.30000000000000004);
+        assert_eq!(entries[2].delta, 1e-40);
     }
 
     #[test]
@@ -351,7 +419,9 @@ mod tests {
         // Not a ledger at all.
         assert!(err("root:x:0:0\n").contains("not a datafusion-dp ledger"));
         // A valid-looking line with a bad number fails even with a matching checksum.
-        let bad = ledger_text(&[charge(f64::NAN, 0.0, "a")]);
+        let bad = old_ledger_text(&[(f64::NAN, 0.0)]);
         assert!(err(&bad).contains("epsilon 'NaN'"), "{}", err(&bad));
+        let bad = old_ledger_text(&[(1.0, f64::INFINITY)]);
+        assert!(err(&bad).contains("delta 'inf'"), "{}", err(&bad));
     }
 }

@@ -51,6 +51,21 @@ pub fn select_groups(
             "private group selection does not support GROUPING SETS, ROLLUP or CUBE; declare the keys public (SET dp.public_groups = 'assert')"
         );
     }
+    // Each group's count is calibrated for ε/(2g) at sensitivity k (module docs): refused
+    // here, naming the setting, when its noise would be past the largest supported scale.
+    let Contribution { rows, groups } = contribution;
+    crate::stats::mechanism::check_count_epsilon(
+        Mechanism::Laplace,
+        epsilon / groups.max(1) as f64 / 2.0,
+        rows,
+    )
+    .map_err(|e| {
+        datafusion::common::plan_datafusion_err!(
+            "private group selection: dp.selection_epsilon={} is out of range: with dp.selection_epsilon / {} (2 x max_groups_per_unit), {e}",
+            crate::stats::mechanism::short_number(epsilon),
+            2 * groups.max(1) as u64
+        )
+    })?;
     let mut options = session.clone();
     options.mechanism = Mechanism::Laplace;
     options.delta = None;
@@ -71,7 +86,6 @@ pub fn select_groups(
     let Release::Count(noise) = &plan.release else {
         return plan_err!("private group selection: unexpected calibration");
     };
-    let Contribution { rows, groups } = contribution;
     let threshold = selection_threshold(noise.scale, rows, delta / (2.0 * groups as f64));
     let mut args = vec![lit(1i64), lit(epsilon)];
     if seeded {

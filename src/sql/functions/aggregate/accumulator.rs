@@ -2,6 +2,7 @@
 
 use super::dp_rr_ci::IntervalColumns;
 use super::{CallPlan, DpFunction, Release};
+use crate::stats::mechanism::add_noise;
 use crate::stats::methods::release_relative_risk;
 use crate::stats::rng::{group_key_digest, group_stream, secure_rng, seeded_rng, NoiseRng};
 use crate::stats::TwoByTwo;
@@ -266,7 +267,10 @@ impl GroupsAccumulator for CellCounts {
             Release::Count(noise) => {
                 let mut out = Vec::with_capacity(groups);
                 self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
-                    out.push(cells[0] as i64 + noise.sample(rng));
+                    // Checked: past i64 an error, never a wrap that would carry the count.
+                    let noisy = add_noise(cells[0], noise.sample(rng))
+                        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
+                    out.push(noisy);
                     Ok(())
                 })?;
                 Ok(Arc::new(Int64Array::from(out)))
@@ -295,7 +299,9 @@ impl GroupsAccumulator for CellCounts {
                 let mut estimates =
                     Vec::with_capacity(if intervals.is_some() { 0 } else { groups });
                 self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
-                    let released = noise.release(&TwoByTwo::from_cells(cells), rng);
+                    let released = noise
+                        .release(&TwoByTwo::from_cells(cells), rng)
+                        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
                     match &mut intervals {
                         Some(columns) => columns.push(&released),
                         None => estimates.push(released.estimate(statistic)),

@@ -15,6 +15,7 @@ pub mod wire;
 
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::release::ReleaseTicket;
+use crate::stats::mechanism::{check_count_epsilon, short_number, RealLaplace, MAX_EPSILON};
 use crate::stats::{
     Contribution, CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic,
     TableNoise,
@@ -215,6 +216,12 @@ impl CallPlan {
                 "{name}: argument 'epsilon' must be a finite number > 0, got {epsilon}"
             );
         }
+        if epsilon > MAX_EPSILON {
+            return plan_err!(
+                "{name}: argument 'epsilon' must be at most 2^40 = {MAX_EPSILON:e}, got {}",
+                short_number(epsilon)
+            );
+        }
         let options = match call_options {
             None => session.clone(),
             Some(v) => match v {
@@ -243,6 +250,45 @@ impl CallPlan {
         }
         let group_epsilon = epsilon / groups as f64;
         let group_delta = options.delta.map(|d| d / groups as f64);
+        // The epsilon (and delta) each noised count is calibrated for, from the call's by the
+        // splits below, checked here so that the refusal names the argument and the split
+        // (the calibration checks the same values again): a scale past MAX_NOISE_SCALE let the
+        // noise wrap the integer it is added in (issue 27).
+        let check_split = |sides: f64, side_name: &str| -> Result<()> {
+            let mut split = String::new();
+            if groups > 1 {
+                split.push_str(&format!(" / {groups} (max_groups_per_unit)"));
+            }
+            if sides > 1.0 {
+                split.push_str(&format!(" / 2 ({side_name})"));
+            }
+            let per_count = group_epsilon / sides;
+            let with = if split.is_empty() {
+                String::new()
+            } else {
+                format!("with epsilon{split}, ")
+            };
+            check_count_epsilon(options.mechanism, per_count, rows).map_err(|e| {
+                plan_datafusion_err!(
+                    "{name}: argument 'epsilon'={} is out of range: {with}{e}",
+                    short_number(epsilon)
+                )
+            })?;
+            if options.mechanism == Mechanism::Gaussian {
+                if let Some(delta) = group_delta.map(|d| d / sides) {
+                    if delta.is_nan() || delta < f64::MIN_POSITIVE {
+                        return plan_err!(
+                            "{name}: argument 'delta'={} is out of range: {}delta per noised count is {}, below the smallest supported {:e}",
+                            short_number(options.delta.unwrap_or(0.0)),
+                            with.replace("epsilon", "delta"),
+                            short_number(delta),
+                            f64::MIN_POSITIVE
+                        );
+                    }
+                }
+            }
+            Ok(())
+        };
         let release = match function {
             // Replace-one neighbours: replacing a unit can remove its rows from up to `groups`
             // groups and add rows to up to `groups` others, so a grouped count changes in up to
@@ -251,6 +297,7 @@ impl CallPlan {
             // the one count changes by at most `rows`.
             DpFunction::Count => {
                 let sides = if grouped { 2.0 } else { 1.0 };
+                check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
                 Release::Count(
                     CountNoise::calibrate(
                         options.mechanism,
@@ -287,6 +334,7 @@ impl CallPlan {
                         .check_statistic(statistic)
                         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
                 }
+                check_split(2.0, "each cell of the 2x2 table")?;
                 Release::Table {
                     noise: TableNoise::calibrate_for_unit(
                         options.mechanism,
@@ -340,6 +388,27 @@ fn local_release(function: DpFunction, options: &DpOptions, epsilon: f64) -> Res
             "{name}: method 'ptr' needs ptr_bound=<proposed bound on the local sensitivity>"
         );
     }
+    // Each method's Laplace noise is calibrated for ε (PTR: ε/2 for each of its two steps):
+    // the same range as a count's noise, checked here at the smallest sensitivity the method
+    // uses (the release checks its own, from the public sizes, again).
+    let per_step = if method == RatioMethod::Ptr {
+        epsilon / 2.0
+    } else {
+        epsilon
+    };
+    // Its real-valued release's sensitivity is at least ln 2 (NoisedLog's), ptr_bound for PTR.
+    let smallest_sensitivity = match method {
+        RatioMethod::Ptr => options.ptr_bound.unwrap_or(1.0),
+        _ => std::f64::consts::LN_2,
+    };
+    check_count_epsilon(Mechanism::Laplace, per_step, 1)
+        .and_then(|()| RealLaplace::calibrate(per_step, smallest_sensitivity).map(|_| ()))
+        .map_err(|e| {
+            plan_datafusion_err!(
+                "{name}: argument 'epsilon'={} is out of range for method '{method}': {e}",
+                short_number(epsilon)
+            )
+        })?;
     if method == RatioMethod::NoisedLog && options.bias_correction {
         crate::stats::methods::noised_log_bias_correction(epsilon)
             .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
