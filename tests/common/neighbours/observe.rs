@@ -233,9 +233,6 @@ pub struct Difference {
     pub d_prime: String,
     /// The differing tokens (D's, D''s), at most a few.
     pub tokens: Vec<(String, String)>,
-    /// Every run's text on each side.
-    pub d_runs: Vec<String>,
-    pub p_runs: Vec<String>,
 }
 
 /// Splits text into tokens: runs of letters, digits and `_.-:/=`, and single other characters
@@ -329,8 +326,6 @@ pub fn compare(aspect: &'static str, d: &[&str], p: &[&str]) -> Option<Differenc
         d: d[0].to_string(),
         d_prime: p[0].to_string(),
         tokens: differing,
-        d_runs: d.iter().map(|t| t.to_string()).collect(),
-        p_runs: p.iter().map(|t| t.to_string()).collect(),
     })
 }
 
