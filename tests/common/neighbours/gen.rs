@@ -821,7 +821,7 @@ impl Generator {
         let name = if args.len() == 2 {
             "dp_count".to_string()
         } else {
-            self.pick(&DP_RATIOS).to_string()
+            self.pick(dp_ratios()).to_string()
         };
         if self.chance(0.3) {
             args.push(Expr::Lit(format!("'{}'", self.pick(&OPTIONS))));
@@ -1021,11 +1021,7 @@ impl Generator {
     }
 }
 
-const DP_RATIOS: [&str; 6] = [
-    "dp_relative_risk",
-    "dp_rr_ci",
-    "dp_odds_ratio",
-    "dp_or_ci",
-    "dp_risk_difference",
-    "dp_rd_ci",
-];
+/// The DP aggregates over a 2x2 table: all but `dp_count`.
+fn dp_ratios() -> &'static [&'static str] {
+    &super::observe::DP_AGGREGATES[1..]
+}

@@ -9,7 +9,7 @@ use datafusion_dp::analyst_sql;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The DP aggregates: their values are releases (noise), never compared.
+/// The DP aggregates (`dp_count` first): their values are releases (noise), never compared.
 pub const DP_AGGREGATES: [&str; 7] = [
     "dp_count",
     "dp_relative_risk",
