@@ -34,6 +34,17 @@ pub async fn run_analyst_statements(
     ctx: &SessionContext,
     sql: &str,
 ) -> Result<Vec<StatementResult>> {
+    // On a thread with a large stack, as analyst_sql plans: the input is parsed, printed and
+    // dropped here, and each result is collected here (crate::sql::privacy::limits).
+    let ctx = ctx.clone();
+    let sql = sql.to_string();
+    crate::sql::privacy::limits::on_planning_stack(
+        async move { analyst_statements(&ctx, &sql).await },
+    )
+    .await
+}
+
+async fn analyst_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<StatementResult>> {
     let statements = parse_statements(ctx, sql)?;
     let single = statements.len() == 1;
     let mut results = Vec::new();
