@@ -191,3 +191,39 @@ async fn dp_server_refuses_deep_statements_and_keeps_serving() {
     let mut again = login(&server.url(), "alice", "pw").await.unwrap();
     assert_eq!(query(&mut again, HONEST).await.unwrap().len(), 1);
 }
+
+/// An aggregation of 15 million groups over `range()`, far over 64 MiB.
+const HUGE: &str =
+    "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+
+const SMALL_MEMORY: &str = "[limits]\nmemory_limit = \"64MiB\"\n";
+
+/// With `[limits] memory_limit = "64MiB"`, a huge aggregation in a locked shell fails with one
+/// resources line naming the pool's size. Before the limit the pool was unbounded and the query
+/// ran to the end, the process growing to about 900 MB (debug build).
+#[test]
+fn memory_limit_refuses_a_huge_aggregation_in_a_locked_shell() {
+    let dir = test_dir("memory-shell");
+    let cfg = config(&dir, SMALL_MEMORY);
+    let file = dir.join("huge.sql");
+    std::fs::write(&file, HUGE).unwrap();
+    let out = dpsql(&cfg, &file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("Resources exhausted"), "{stderr}");
+    assert!(stderr.contains("pool_size: 64.0 MB"), "{stderr}");
+}
+
+/// The same through a real `dp-server` with 64 MiB: refused with `ResourceExhausted`, and the
+/// server answers an honest query afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_refuses_a_huge_aggregation_and_the_server_keeps_serving() {
+    let dir = test_dir("memory-server");
+    let server = Server::start(&config(&dir, SMALL_MEMORY));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    let err = query(&mut client, HUGE).await.unwrap_err();
+    assert!(err.contains("Resources exhausted"), "{err}");
+    let batches = query(&mut client, HONEST).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}

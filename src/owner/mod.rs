@@ -10,7 +10,7 @@ pub mod config;
 mod lockdown;
 pub mod tables;
 
-pub use config::{AnalystConfig, Credential, OwnerConfig, TableConfig};
+pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, TableConfig};
 pub use lockdown::SessionBudget;
 
 use datafusion::catalog::TableProvider;
@@ -38,7 +38,7 @@ impl Owner {
     /// Opens every table of `config` (listing files once, with the declared schemas:
     /// [`tables::open_table`]); an error names the table and its location.
     pub async fn open(config: OwnerConfig) -> Result<Self> {
-        let runtime = tables::runtime()?;
+        let runtime = tables::limited_runtime(&config.limits)?;
         let loader = tables::session_with_runtime(session_config(), Arc::clone(&runtime))?;
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
