@@ -227,3 +227,44 @@ async fn memory_limit_refuses_a_huge_aggregation_and_the_server_keeps_serving() 
     let batches = query(&mut client, HONEST).await.unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 }
+
+/// An aggregation that runs about 9 s in a debug build, over a one-second deadline.
+const SLOW: &str =
+    "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+
+const ONE_SECOND: &str = "[limits]\nquery_timeout_seconds = 1\n";
+
+/// With `[limits] query_timeout_seconds = 1`, a slow query in a locked shell is stopped with
+/// one line naming the limit. Before the deadline it ran to the end (about 9 s).
+#[test]
+fn query_deadline_stops_a_slow_query_in_a_locked_shell() {
+    let dir = test_dir("deadline-shell");
+    let cfg = config(&dir, ONE_SECOND);
+    let file = dir.join("slow.sql");
+    std::fs::write(&file, SLOW).unwrap();
+    let started = std::time::Instant::now();
+    let out = dpsql(&cfg, &file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("over the limit of 1 s (query_timeout_seconds)"),
+        "{stderr}"
+    );
+    assert!(started.elapsed().as_secs() < 6, "{:?}", started.elapsed());
+}
+
+/// Through a real `dp-server`: the stream of a slow query ends with the deadline's error, and
+/// the server answers an honest query afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_deadline_stops_a_slow_stream_and_the_server_keeps_serving() {
+    let dir = test_dir("deadline-server");
+    let server = Server::start(&config(&dir, ONE_SECOND));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    let started = std::time::Instant::now();
+    let err = query(&mut client, SLOW).await.unwrap_err();
+    assert!(err.contains("query_timeout_seconds"), "{err}");
+    assert!(started.elapsed().as_secs() < 6, "{:?}", started.elapsed());
+    let batches = query(&mut client, HONEST).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}

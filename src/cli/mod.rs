@@ -56,7 +56,7 @@ async fn analyst_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<State
             statement.to_string()
         };
         let frame = crate::owner::analyst_sql(ctx, &text).await?;
-        results.push(collect(frame).await?);
+        results.push(collect_within_deadline(ctx, frame).await?);
     }
     Ok(results)
 }
@@ -93,6 +93,24 @@ pub async fn run_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<State
 async fn run_statement(ctx: &SessionContext, statement: Statement) -> Result<StatementResult> {
     let plan = ctx.state().statement_to_plan(statement).await?;
     collect(ctx.execute_logical_plan(plan).await?).await
+}
+
+/// [`collect`], stopped at the owner's per-query deadline when the session has one
+/// ([`crate::sql::privacy::limits::with_deadline`]).
+async fn collect_within_deadline(
+    ctx: &SessionContext,
+    frame: datafusion::prelude::DataFrame,
+) -> Result<StatementResult> {
+    use futures::TryStreamExt;
+    let Some(limit) = crate::sql::privacy::limits::query_deadline(ctx) else {
+        return collect(frame).await;
+    };
+    let schema = Arc::new(frame.schema().as_arrow().clone());
+    let stream = frame.execute_stream().await?;
+    let batches = crate::sql::privacy::limits::with_deadline(stream, limit)
+        .try_collect()
+        .await?;
+    Ok(StatementResult { schema, batches })
 }
 
 async fn collect(frame: datafusion::prelude::DataFrame) -> Result<StatementResult> {

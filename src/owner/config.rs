@@ -34,6 +34,7 @@
 //! [limits]
 //! memory_limit = "4GiB"          # all queries together (the default); then a resources error
 //! # spill_directory = "/var/tmp/dp-spill"   # spill there instead; no spilling by default
+//! query_timeout_seconds = 600    # a query running longer is stopped (the default)
 //! ```
 //! Relative paths are relative to the configuration file's directory.
 //!
@@ -130,7 +131,14 @@ pub struct LimitsConfig {
     /// `None` (the default): no spilling, the query fails with a resources error instead
     /// (nothing an analyst sends fills the owner's disk).
     pub spill_directory: Option<PathBuf>,
+    /// The longest a query of an analyst may run (`query_timeout_seconds`), from the start of
+    /// its execution to its last batch: then it is stopped and fails with a resources error,
+    /// so a slow query cannot hold a worker for ever. Default [`DEFAULT_QUERY_TIMEOUT_SECONDS`].
+    pub query_timeout_seconds: u64,
 }
+
+/// The default of `[limits] query_timeout_seconds`: 10 minutes.
+pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 = 600;
 
 /// The default of `[limits] memory_limit`: 4 GiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 4 << 30;
@@ -140,6 +148,7 @@ impl Default for LimitsConfig {
         Self {
             memory_limit: DEFAULT_MEMORY_LIMIT,
             spill_directory: None,
+            query_timeout_seconds: DEFAULT_QUERY_TIMEOUT_SECONDS,
         }
     }
 }
@@ -216,6 +225,7 @@ struct RawConfig {
 struct RawLimits {
     memory_limit: Option<toml::Value>,
     spill_directory: Option<String>,
+    query_timeout_seconds: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -578,6 +588,15 @@ impl OwnerConfig {
                         .map_err(|e| error(format!("[limits] memory_limit: {e}")))?,
                 },
                 spill_directory: l.spill_directory.map(|p| PathBuf::from(resolve(&p))),
+                query_timeout_seconds: match l.query_timeout_seconds {
+                    Some(0) => {
+                        return Err(error(
+                            "[limits] query_timeout_seconds must be at least 1".to_string(),
+                        ))
+                    }
+                    Some(seconds) => seconds,
+                    None => DEFAULT_QUERY_TIMEOUT_SECONDS,
+                },
             },
         };
 

@@ -70,7 +70,11 @@ impl Owner {
 
     /// A locked session spending `budget`.
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
-        let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
+        let deadline = crate::sql::privacy::limits::QueryDeadline(std::time::Duration::from_secs(
+            self.config.limits.query_timeout_seconds,
+        ));
+        let config = session_config().with_extension(Arc::new(deadline));
+        let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;
         Ok(ctx)
     }

@@ -314,9 +314,12 @@ impl FlightSqlService for DpFlightSqlService {
             )
         })?;
         let schema = plan.schema();
-        let batches = execute_stream(plan, task)
-            .map_err(|e| status(&e))?
-            .map_err(|e| FlightError::from(status(&e)));
+        let mut batches = execute_stream(plan, task).map_err(|e| status(&e))?;
+        // The owner's per-query deadline, from the start of the stream to its last batch.
+        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
+            batches = crate::sql::privacy::limits::with_deadline(batches, limit);
+        }
+        let batches = batches.map_err(|e| FlightError::from(status(&e)));
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
@@ -333,7 +336,11 @@ impl FlightSqlService for DpFlightSqlService {
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
-        let batches = frame.collect().await.map_err(|e| status(&e))?;
+        let mut stream = frame.execute_stream().await.map_err(|e| status(&e))?;
+        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
+            stream = crate::sql::privacy::limits::with_deadline(stream, limit);
+        }
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| status(&e))?;
         Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
     }
 

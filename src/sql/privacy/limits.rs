@@ -193,3 +193,50 @@ where
         DataFusionError::Execution("the planning thread stopped without an answer".to_string())
     })?
 }
+
+/// The owner's per-query deadline (`[limits] query_timeout_seconds`), kept in a locked
+/// session's configuration ([`datafusion::prelude::SessionConfig::with_extension`]) by
+/// [`crate::owner::Owner::locked_session`]; `dpsql --config` and `dp-server` stop a query's
+/// execution when it runs out ([`with_deadline`], [`query_deadline`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueryDeadline(pub std::time::Duration);
+
+/// The deadline of `ctx`'s queries, if the owner set one.
+pub fn query_deadline(ctx: &datafusion::prelude::SessionContext) -> Option<std::time::Duration> {
+    ctx.state()
+        .config()
+        .get_extension::<QueryDeadline>()
+        .map(|d| d.0)
+}
+
+/// The error of a query stopped at its deadline: one line naming the limit and its value.
+pub fn deadline_error(limit: std::time::Duration) -> DataFusionError {
+    DataFusionError::ResourcesExhausted(format!(
+        "query stopped: it ran over the limit of {} s (query_timeout_seconds)",
+        limit.as_secs()
+    ))
+}
+
+/// `stream`, ending with [`deadline_error`] once `limit` has passed since this call: dropping
+/// the inner stream there stops the query's execution (DataFusion aborts its tasks). A
+/// timeout around collecting is not enough for `dp-server`, which streams batches as they come.
+#[cfg(feature = "cli")]
+pub fn with_deadline(
+    stream: datafusion::execution::SendableRecordBatchStream,
+    limit: std::time::Duration,
+) -> datafusion::execution::SendableRecordBatchStream {
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use futures::StreamExt;
+    let schema = stream.schema();
+    let sleep = Box::pin(tokio::time::sleep(limit));
+    let state = (Some(stream), sleep);
+    let limited = futures::stream::unfold(state, move |(stream, mut sleep)| async move {
+        let mut stream = stream?;
+        tokio::select! {
+            biased;
+            _ = &mut sleep => Some((Err(deadline_error(limit)), (None, sleep))),
+            next = stream.next() => next.map(|item| (item, (Some(stream), sleep))),
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, limited))
+}
