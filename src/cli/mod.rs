@@ -34,6 +34,17 @@ pub async fn run_analyst_statements(
     ctx: &SessionContext,
     sql: &str,
 ) -> Result<Vec<StatementResult>> {
+    // On a thread with a large stack, as analyst_sql plans: the input is parsed, printed and
+    // dropped here, and each result is collected here (crate::sql::privacy::limits).
+    let ctx = ctx.clone();
+    let sql = sql.to_string();
+    crate::sql::privacy::limits::on_planning_stack(
+        async move { analyst_statements(&ctx, &sql).await },
+    )
+    .await
+}
+
+async fn analyst_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<StatementResult>> {
     let statements = parse_statements(ctx, sql)?;
     let single = statements.len() == 1;
     let mut results = Vec::new();
@@ -45,7 +56,7 @@ pub async fn run_analyst_statements(
             statement.to_string()
         };
         let frame = crate::owner::analyst_sql(ctx, &text).await?;
-        results.push(collect(frame).await?);
+        results.push(collect_within_deadline(ctx, frame).await?);
     }
     Ok(results)
 }
@@ -82,6 +93,24 @@ pub async fn run_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<State
 async fn run_statement(ctx: &SessionContext, statement: Statement) -> Result<StatementResult> {
     let plan = ctx.state().statement_to_plan(statement).await?;
     collect(ctx.execute_logical_plan(plan).await?).await
+}
+
+/// [`collect`], stopped at the owner's per-query deadline when the session has one
+/// ([`crate::sql::privacy::limits::with_deadline`]).
+async fn collect_within_deadline(
+    ctx: &SessionContext,
+    frame: datafusion::prelude::DataFrame,
+) -> Result<StatementResult> {
+    use futures::TryStreamExt;
+    let Some(limit) = crate::sql::privacy::limits::query_deadline(ctx) else {
+        return collect(frame).await;
+    };
+    let schema = Arc::new(frame.schema().as_arrow().clone());
+    let stream = frame.execute_stream().await?;
+    let batches = crate::sql::privacy::limits::with_deadline(stream, limit)
+        .try_collect()
+        .await?;
+    Ok(StatementResult { schema, batches })
 }
 
 async fn collect(frame: datafusion::prelude::DataFrame) -> Result<StatementResult> {

@@ -1,6 +1,7 @@
 //! The data owner's configuration file (TOML), read by `dpsql --config` and `dp-server --config`:
 //! the tables and how each is protected, the `dp.*` options the owner fixes before locking, the
-//! analysts with their credentials, budgets and ledgers, and the server's address and TLS files.
+//! analysts with their credentials, budgets and ledgers, the server's address and TLS files, and
+//! the limits on what the analysts' queries take from the process (memory, spilling).
 //!
 //! ```toml
 //! [[table]]
@@ -29,6 +30,11 @@
 //! [server]
 //! listen = "127.0.0.1:50051"
 //! # scheduler = "df://10.0.0.5:50050"   # run queries on this trusted Ballista cluster
+//!
+//! [limits]
+//! memory_limit = "4GiB"          # all queries together (the default); then a resources error
+//! # spill_directory = "/var/tmp/dp-spill"   # spill there instead; no spilling by default
+//! query_timeout_seconds = 600    # a query running longer is stopped (the default)
 //! ```
 //! Relative paths are relative to the configuration file's directory.
 //!
@@ -113,6 +119,79 @@ pub struct ServerConfig {
     pub scheduler: Option<String>,
 }
 
+/// The `[limits]` section: what one analyst's query may take from the process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitsConfig {
+    /// The memory all queries of the process may hold together (`memory_limit = "2GiB"`), in
+    /// bytes: one DataFusion memory pool (fair between the queries that spill) for every
+    /// session, so a huge aggregation fails with a resources error instead of growing the
+    /// process until the system kills it. Default [`DEFAULT_MEMORY_LIMIT`].
+    pub memory_limit: usize,
+    /// Where sorts and aggregations spill when they are over their share of the memory;
+    /// `None` (the default): no spilling, the query fails with a resources error instead
+    /// (nothing an analyst sends fills the owner's disk).
+    pub spill_directory: Option<PathBuf>,
+    /// The longest a query of an analyst may run (`query_timeout_seconds`), from the start of
+    /// its execution to its last batch: then it is stopped and fails with a resources error,
+    /// so a slow query cannot hold a worker for ever. Default [`DEFAULT_QUERY_TIMEOUT_SECONDS`].
+    pub query_timeout_seconds: u64,
+}
+
+/// The default of `[limits] query_timeout_seconds`: 10 minutes.
+pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 = 600;
+
+/// The default of `[limits] memory_limit`: 4 GiB.
+pub const DEFAULT_MEMORY_LIMIT: usize = 4 << 30;
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            spill_directory: None,
+            query_timeout_seconds: DEFAULT_QUERY_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+/// A size in bytes as the owner writes it: an integer (bytes) or a string with a unit,
+/// `"512MiB"`, `"2 GiB"`, `"64MB"`, `"1G"` (binary units: K, M, G, T with or without `iB`;
+/// `KB`, `MB`, `GB`, `TB` are decimal).
+pub fn parse_size(value: &toml::Value) -> std::result::Result<usize, String> {
+    let text = match value {
+        toml::Value::Integer(i) if *i > 0 => return Ok(*i as usize),
+        toml::Value::String(s) => s.trim(),
+        _ => return Err(format!("expected a size such as \"2GiB\", got {value}")),
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => {
+            return Err(format!(
+                "unknown unit in size '{text}' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n > 0.0 && (n * multiplier) < usize::MAX as f64 && n * multiplier >= 1.0 => {
+            Ok((n * multiplier) as usize)
+        }
+        _ => Err(format!(
+            "expected a positive size such as \"2GiB\", got '{text}'"
+        )),
+    }
+}
+
 /// A whole configuration, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OwnerConfig {
@@ -123,6 +202,7 @@ pub struct OwnerConfig {
     pub options: Vec<(String, String)>,
     pub analysts: Vec<AnalystConfig>,
     pub server: ServerConfig,
+    pub limits: LimitsConfig,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +216,16 @@ struct RawConfig {
     analyst: Vec<RawAnalyst>,
     #[serde(default)]
     server: Option<RawServer>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_limit: Option<toml::Value>,
+    spill_directory: Option<String>,
+    query_timeout_seconds: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -489,12 +579,34 @@ impl OwnerConfig {
             }
         };
 
+        let limits = match raw.limits {
+            None => LimitsConfig::default(),
+            Some(l) => LimitsConfig {
+                memory_limit: match &l.memory_limit {
+                    None => DEFAULT_MEMORY_LIMIT,
+                    Some(value) => parse_size(value)
+                        .map_err(|e| error(format!("[limits] memory_limit: {e}")))?,
+                },
+                spill_directory: l.spill_directory.map(|p| PathBuf::from(resolve(&p))),
+                query_timeout_seconds: match l.query_timeout_seconds {
+                    Some(0) => {
+                        return Err(error(
+                            "[limits] query_timeout_seconds must be at least 1".to_string(),
+                        ))
+                    }
+                    Some(seconds) => seconds,
+                    None => DEFAULT_QUERY_TIMEOUT_SECONDS,
+                },
+            },
+        };
+
         Ok(Self {
             source: source.to_string(),
             tables,
             options,
             analysts,
             server,
+            limits,
         })
     }
 
@@ -647,6 +759,39 @@ mod tests {
                 .tables[0]
                 .columns,
             None
+        );
+    }
+
+    #[test]
+    fn limits_section() {
+        let limits = |text: &str| parse(text).unwrap().limits;
+        assert_eq!(limits(""), LimitsConfig::default());
+        assert_eq!(limits("").memory_limit, 4 << 30);
+        let l = limits("[limits]\nmemory_limit = \"64MiB\"\nspill_directory = \"/tmp/spill\"");
+        assert_eq!(l.memory_limit, 64 << 20);
+        assert_eq!(l.spill_directory, Some(PathBuf::from("/tmp/spill")));
+        assert_eq!(
+            limits("[limits]\nmemory_limit = \"2 GiB\"").memory_limit,
+            2 << 30
+        );
+        assert_eq!(
+            limits("[limits]\nmemory_limit = \"1.5G\"").memory_limit,
+            3 << 29
+        );
+        assert_eq!(
+            limits("[limits]\nmemory_limit = \"64MB\"").memory_limit,
+            64_000_000
+        );
+        assert_eq!(
+            limits("[limits]\nmemory_limit = 1048576").memory_limit,
+            1 << 20
+        );
+        assert!(err("[limits]\nmemory_limit = \"2 parsecs\"").contains("[limits] memory_limit"));
+        assert!(err("[limits]\nmemory_limit = -1").contains("memory_limit"));
+        assert!(err("[limits]\nmemory_limit = \"0MiB\"").contains("positive"));
+        assert!(
+            err("[limits]\nmemory = 1").contains("memory"),
+            "unknown keys"
         );
     }
 

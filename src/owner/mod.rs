@@ -10,7 +10,7 @@ pub mod config;
 mod lockdown;
 pub mod tables;
 
-pub use config::{AnalystConfig, Credential, OwnerConfig, TableConfig};
+pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, TableConfig};
 pub use lockdown::SessionBudget;
 
 use datafusion::catalog::TableProvider;
@@ -38,7 +38,7 @@ impl Owner {
     /// Opens every table of `config` (listing files once, with the declared schemas:
     /// [`tables::open_table`]); an error names the table and its location.
     pub async fn open(config: OwnerConfig) -> Result<Self> {
-        let runtime = tables::runtime()?;
+        let runtime = tables::limited_runtime(&config.limits)?;
         let loader = tables::session_with_runtime(session_config(), Arc::clone(&runtime))?;
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
@@ -70,7 +70,11 @@ impl Owner {
 
     /// A locked session spending `budget`.
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
-        let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
+        let deadline = crate::sql::privacy::limits::QueryDeadline(std::time::Duration::from_secs(
+            self.config.limits.query_timeout_seconds,
+        ));
+        let config = session_config().with_extension(Arc::new(deadline));
+        let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;
         Ok(ctx)
     }

@@ -75,6 +75,25 @@ pub fn runtime() -> Result<Arc<RuntimeEnv>> {
         .build_arc()
 }
 
+/// The owner's runtime (every session of `dp-server` or `dpsql --config`): as [`runtime`],
+/// with one memory pool of `[limits] memory_limit` bytes for all queries (DataFusion's
+/// `FairSpillPool`: queries that can spill share it fairly) instead of DataFusion's unbounded
+/// one, and spilling to `spill_directory` only when the owner names one (otherwise a query over
+/// its memory fails with a resources error).
+pub fn limited_runtime(limits: &crate::owner::LimitsConfig) -> Result<Arc<RuntimeEnv>> {
+    use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+    use datafusion::execution::memory_pool::FairSpillPool;
+    let disk = match &limits.spill_directory {
+        Some(directory) => DiskManagerMode::Directories(vec![directory.clone()]),
+        None => DiskManagerMode::Disabled,
+    };
+    RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(EnvObjectStoreRegistry::default()))
+        .with_memory_pool(Arc::new(FairSpillPool::new(limits.memory_limit)))
+        .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(disk))
+        .build_arc()
+}
+
 /// A session with the DP functions and on-demand object stores.
 pub fn session(config: SessionConfig) -> Result<SessionContext> {
     session_with_runtime(config, runtime()?)

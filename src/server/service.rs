@@ -152,25 +152,31 @@ fn sql_info() -> &'static SqlInfoData {
 
 /// Plans `sql` (with `params` bound) as the session's analyst: analysed and charged now; the
 /// plan is kept under a one-use ticket. Returns the ticket and the result schema.
+/// Planned, physical plan included, on a thread with a large stack
+/// ([`crate::sql::privacy::limits::on_planning_stack`]), after the statement limits.
 async fn plan_query(
-    session: &AnalystSession,
+    session: &Arc<AnalystSession>,
     sql: &str,
     params: Option<ParamValues>,
 ) -> Result<(Vec<u8>, SchemaRef), Status> {
-    let ctx: &SessionContext = &session.ctx;
-    let mut frame = crate::owner::analyst_sql(ctx, sql)
-        .await
-        .map_err(|e| status(&e))?;
-    if let Some(params) = params {
-        frame = frame.with_param_values(params).map_err(|e| status(&e))?;
-    }
-    let task = Arc::new(frame.task_ctx());
-    let plan = frame.create_physical_plan().await.map_err(|e| status(&e))?;
-    let schema = plan.schema();
-    let handle = session
-        .add_pending(plan, task)
-        .ok_or_else(|| Status::internal("no randomness from the OS for a ticket"))?;
-    Ok((handle, schema))
+    let session = Arc::clone(session);
+    let sql = sql.to_string();
+    crate::sql::privacy::limits::on_planning_stack(async move {
+        let ctx: &SessionContext = &session.ctx;
+        let mut frame = crate::owner::analyst_sql(ctx, &sql).await?;
+        if let Some(params) = params {
+            frame = frame.with_param_values(params)?;
+        }
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let schema = plan.schema();
+        let handle = session.add_pending(plan, task).ok_or_else(|| {
+            DataFusionError::Execution("no randomness from the OS for a ticket".to_string())
+        })?;
+        Ok((handle, schema))
+    })
+    .await
+    .map_err(|e| status(&e))
 }
 
 /// Whether `sql` is one query (`SELECT`, `WITH`, `VALUES`).
@@ -308,9 +314,12 @@ impl FlightSqlService for DpFlightSqlService {
             )
         })?;
         let schema = plan.schema();
-        let batches = execute_stream(plan, task)
-            .map_err(|e| status(&e))?
-            .map_err(|e| FlightError::from(status(&e)));
+        let mut batches = execute_stream(plan, task).map_err(|e| status(&e))?;
+        // The owner's per-query deadline, from the start of the stream to its last batch.
+        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
+            batches = crate::sql::privacy::limits::with_deadline(batches, limit);
+        }
+        let batches = batches.map_err(|e| FlightError::from(status(&e)));
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
@@ -327,7 +336,11 @@ impl FlightSqlService for DpFlightSqlService {
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
-        let batches = frame.collect().await.map_err(|e| status(&e))?;
+        let mut stream = frame.execute_stream().await.map_err(|e| status(&e))?;
+        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
+            stream = crate::sql::privacy::limits::with_deadline(stream, limit);
+        }
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| status(&e))?;
         Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
     }
 
@@ -338,21 +351,21 @@ impl FlightSqlService for DpFlightSqlService {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let session = self.session(&request)?;
         // The result and parameter schemas from the logical plan of a query (nothing is
-        // analysed, charged or run here); other statements have none.
-        let (dataset, parameters) = if is_query(&query.query) {
-            let plan = session
-                .ctx
-                .state()
-                .create_logical_plan(&query.query)
-                .await
-                .map_err(|e| status(&e))?;
-            (
-                schema_bytes(plan.schema().as_arrow())?,
-                parameter_schema(&plan)?,
-            )
-        } else {
-            Default::default()
-        };
+        // analysed, charged or run here); other statements have none. Within the statement
+        // limits and on a large stack, as every analyst statement (crate::sql::privacy::limits).
+        crate::sql::privacy::limits::check_statement_size(&query.query).map_err(|e| status(&e))?;
+        let ctx = session.ctx.clone();
+        let sql = query.query.clone();
+        let (dataset, parameters) = crate::sql::privacy::limits::on_planning_stack(async move {
+            if !is_query(&sql) {
+                return Ok(Ok(Default::default()));
+            }
+            let plan = crate::sql::privacy::lock::limited_plan(&ctx, &sql).await?;
+            Ok(schema_bytes(plan.schema().as_arrow())
+                .and_then(|dataset| Ok((dataset, parameter_schema(&plan)?))))
+        })
+        .await
+        .map_err(|e| status(&e))??;
         let handle = session
             .add_prepared(Prepared {
                 sql: query.query,

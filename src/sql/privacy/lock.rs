@@ -30,6 +30,7 @@
 //! owner's and is trusted.
 
 use crate::sql::options::DpOptions;
+use crate::sql::privacy::limits;
 use crate::sql::privacy::protection::Protection;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{plan_datafusion_err, plan_err, Result};
@@ -102,15 +103,39 @@ pub fn is_locked(ctx: &SessionContext) -> bool {
 /// Plans and runs one statement of an untrusted analyst in a locked session: DDL, DML and
 /// `SET` of DataFusion options other than [`ANALYST_SETTINGS`] are refused; `dp.*`
 /// options are refused by the lock itself when they are the owner's; every query goes
-/// through the DP planner rule (only DP leaves a protected table).
+/// through the DP planner rule (only DP leaves a protected table). A statement over the limits
+/// of [`crate::sql::privacy::limits`] (size, nesting depth) is refused before it is planned.
 pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     if !is_locked(ctx) {
         return plan_err!(
             "analyst_sql: the session is not locked; call datafusion_dp::lock(&ctx) first"
         );
     }
+    limits::check_statement_size(sql)?;
+    // Planned on a thread with a large stack, after the limits on the parsed statement
+    // (crate::sql::privacy::limits): a deep statement is refused, never a stack overflow.
+    let ctx = ctx.clone();
+    let sql = sql.to_string();
+    limits::on_planning_stack(async move { plan_analyst_statement(&ctx, &sql).await }).await
+}
+
+/// Refuses `sql` over the size limit, parses it with the session's parser and recursion
+/// limit, refuses it over the nesting limit, and plans it (nothing analysed, charged or run:
+/// a prepared statement's schemas come from this plan). Call it on a thread with a large
+/// stack ([`limits::on_planning_stack`]), as [`analyst_sql`] does.
+pub(crate) async fn limited_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan> {
+    limits::check_statement_size(sql)?;
+    let state = ctx.state();
+    let dialect = state.config().options().sql_parser.dialect;
+    let statement = state.sql_to_statement(sql, &dialect)?;
+    limits::check_nesting_depth(&statement)?;
+    state.statement_to_plan(statement).await
+}
+
+/// [`analyst_sql`] on the planning thread: parse, limits, plan, refusals.
+async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     explain_logical_plan_only(ctx);
-    let plan = ctx.state().create_logical_plan(sql).await?;
+    let plan = limited_plan(ctx, sql).await?;
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
     refuse_physical_explain(&plan)?;

@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod bounding;
+pub mod limits;
 pub mod lock;
 pub mod protected_scan;
 pub mod protection;

@@ -1,0 +1,270 @@
+//! One analyst cannot take the process down (issue 28): long and deep statements are refused
+//! with the limit's message or answered, through `dpsql --config` (a child process, so a stack
+//! overflow is a failed assertion on its exit status, not an aborted test binary) and through a
+//! real `dp-server`, which keeps serving afterwards.
+
+use common::server::{login, query, Server};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
+
+fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dp-limits-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `data/visits.csv` protected by `patient_id`, analyst `alice` (password `pw`); `extra` is
+/// appended verbatim.
+fn config(dir: &Path, extra: &str) -> PathBuf {
+    let text = format!(
+        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\
+         columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
+         [[analyst]]\nname = \"alice\"\npassword = \"pw\"\nepsilon_budget = 5.0\nledger = \"alice.ledger\"\n\n{extra}"
+    );
+    let path = dir.join("owner.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the statements of `file` in `dpsql --config`.
+fn dpsql(config: &Path, file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dpsql"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--format",
+            "csv",
+            "-f",
+        ])
+        .arg(file)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dpsql")
+}
+
+/// A statement of family `kind` with `n` terms, operands, CTEs or levels.
+fn statement(kind: &str, n: usize) -> String {
+    let list = |item: &str, separator: &str| vec![item; n].join(separator);
+    match kind {
+        "sum" => format!("SELECT {}", list("1", "+")),
+        "or" => format!("SELECT 1 WHERE {}", list("1 = 1", " OR ")),
+        "and" => format!("SELECT 1 WHERE {}", list("1 = 1", " AND ")),
+        "concat" => format!("SELECT {}", list("'a'", " || ")),
+        "union" => list("SELECT 1", " UNION ALL "),
+        "cte" => {
+            let chain: Vec<String> = (1..n)
+                .map(|i| format!("c{i} AS (SELECT x FROM c{})", i - 1))
+                .collect();
+            let with = match chain.is_empty() {
+                true => String::new(),
+                false => format!(", {}", chain.join(", ")),
+            };
+            format!("WITH c0 AS (SELECT 1 AS x){with} SELECT x FROM c{}", n - 1)
+        }
+        "subqueries" => format!("SELECT {}1{}", "(SELECT ".repeat(n), ")".repeat(n)),
+        "parentheses" => format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n)),
+        "joins" => {
+            let tables: Vec<String> = (0..n).map(|i| format!("(SELECT 1 AS x{i}) t{i}")).collect();
+            format!("SELECT 1 FROM {}", tables.join(" CROSS JOIN "))
+        }
+        "dp_where" => format!(
+            "SELECT dp_count(outcome, 0.01) FROM visits WHERE {} >= 0",
+            list("visit_id", " + ")
+        ),
+        other => panic!("unknown family {other}"),
+    }
+}
+
+const FAMILIES: &[&str] = &[
+    "sum",
+    "or",
+    "and",
+    "concat",
+    "union",
+    "cte",
+    "subqueries",
+    "parentheses",
+    "joins",
+    "dp_where",
+];
+
+/// Every family, from small to several thousand: answered, or refused with one line naming a
+/// limit; never a crash. The deep ones (2,000 terms and more) overflowed the stack before the
+/// limits, and `dpsql` aborted (SIGABRT).
+#[test]
+fn long_and_deep_statements_are_refused_or_answered() {
+    let dir = test_dir("family");
+    let cfg = config(&dir, "");
+    let mut refused = Vec::new();
+    for kind in FAMILIES {
+        for n in [10, 200, 1000, 3000, 10_000] {
+            if n > 3000 && !matches!(*kind, "sum" | "concat" | "or") {
+                continue;
+            }
+            let file = dir.join(format!("{kind}-{n}.sql"));
+            std::fs::write(&file, statement(kind, n)).unwrap();
+            let out = dpsql(&cfg, &file);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match out.status.code() {
+                Some(0) => assert!(n <= 256, "{kind} {n}: answered over the nesting limit"),
+                Some(1) => {
+                    let lines: Vec<&str> = stderr.lines().collect();
+                    assert_eq!(lines.len(), 1, "{kind} {n}: not one line: {stderr}");
+                    assert!(
+                        lines[0].contains("limit"),
+                        "{kind} {n}: refused without naming a limit: {stderr}"
+                    );
+                    refused.push((*kind, n));
+                }
+                _ => panic!("{kind} {n}: dpsql died ({}): {stderr}", out.status),
+            }
+        }
+    }
+    // Small statements are answered; every family of a thousand or more is refused.
+    assert!(refused.iter().all(|(_, n)| *n >= 200), "{refused:?}");
+    for kind in FAMILIES {
+        assert!(
+            refused.contains(&(*kind, 3000)),
+            "{kind} 3000 not refused: {refused:?}"
+        );
+    }
+}
+
+/// The message names the limit and its value.
+#[test]
+fn refusals_name_the_limit_and_its_value() {
+    let dir = test_dir("messages");
+    let cfg = config(&dir, "");
+    let deep = dir.join("deep.sql");
+    std::fs::write(&deep, statement("sum", 2000)).unwrap();
+    let out = dpsql(&cfg, &deep);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("over the limit of 256 levels (max_nesting_depth)"),
+        "{stderr}"
+    );
+    // 300,000 bytes of a flat list: too long, whatever its depth.
+    let long = dir.join("long.sql");
+    let values = vec!["1"; 150_000].join(",");
+    std::fs::write(&long, format!("SELECT 1 WHERE 1 IN ({values})")).unwrap();
+    let out = dpsql(&cfg, &long);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("over the limit of 262144 bytes (max_statement_bytes)"),
+        "{stderr}"
+    );
+}
+
+const HONEST: &str = "SELECT dp_count(outcome, 0.25) AS n FROM visits";
+
+/// A deep statement sent to a real `dp-server`, as a query and as a prepared statement, is
+/// refused, and the server answers the next honest query. Before the limits the first one
+/// aborted the server (stack overflow on a tokio worker) with every session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dp_server_refuses_deep_statements_and_keeps_serving() {
+    let dir = test_dir("server");
+    let server = Server::start(&config(&dir, ""));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    for kind in ["sum", "union", "cte", "concat"] {
+        let err = query(&mut client, &statement(kind, 3000))
+            .await
+            .unwrap_err();
+        assert!(err.contains("max_nesting_depth"), "{kind}: {err}");
+        let err = client
+            .prepare(statement(kind, 3000), None)
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_nesting_depth"), "prepared {kind}: {err}");
+    }
+    let batches = query(&mut client, HONEST).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    // A new login works too: the process is up.
+    let mut again = login(&server.url(), "alice", "pw").await.unwrap();
+    assert_eq!(query(&mut again, HONEST).await.unwrap().len(), 1);
+}
+
+/// An aggregation of 15 million groups over `range()`, far over 64 MiB.
+const HUGE: &str =
+    "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+
+const SMALL_MEMORY: &str = "[limits]\nmemory_limit = \"64MiB\"\n";
+
+/// With `[limits] memory_limit = "64MiB"`, a huge aggregation in a locked shell fails with one
+/// resources line naming the pool's size. Before the limit the pool was unbounded and the query
+/// ran to the end, the process growing to about 900 MB (debug build).
+#[test]
+fn memory_limit_refuses_a_huge_aggregation_in_a_locked_shell() {
+    let dir = test_dir("memory-shell");
+    let cfg = config(&dir, SMALL_MEMORY);
+    let file = dir.join("huge.sql");
+    std::fs::write(&file, HUGE).unwrap();
+    let out = dpsql(&cfg, &file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("Resources exhausted"), "{stderr}");
+    assert!(stderr.contains("pool_size: 64.0 MB"), "{stderr}");
+}
+
+/// The same through a real `dp-server` with 64 MiB: refused with `ResourceExhausted`, and the
+/// server answers an honest query afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_refuses_a_huge_aggregation_and_the_server_keeps_serving() {
+    let dir = test_dir("memory-server");
+    let server = Server::start(&config(&dir, SMALL_MEMORY));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    let err = query(&mut client, HUGE).await.unwrap_err();
+    assert!(err.contains("Resources exhausted"), "{err}");
+    let batches = query(&mut client, HONEST).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}
+
+/// An aggregation that runs about 9 s in a debug build, over a one-second deadline.
+const SLOW: &str =
+    "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+
+const ONE_SECOND: &str = "[limits]\nquery_timeout_seconds = 1\n";
+
+/// With `[limits] query_timeout_seconds = 1`, a slow query in a locked shell is stopped with
+/// one line naming the limit. Before the deadline it ran to the end (about 9 s).
+#[test]
+fn query_deadline_stops_a_slow_query_in_a_locked_shell() {
+    let dir = test_dir("deadline-shell");
+    let cfg = config(&dir, ONE_SECOND);
+    let file = dir.join("slow.sql");
+    std::fs::write(&file, SLOW).unwrap();
+    let started = std::time::Instant::now();
+    let out = dpsql(&cfg, &file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("over the limit of 1 s (query_timeout_seconds)"),
+        "{stderr}"
+    );
+    assert!(started.elapsed().as_secs() < 6, "{:?}", started.elapsed());
+}
+
+/// Through a real `dp-server`: the stream of a slow query ends with the deadline's error, and
+/// the server answers an honest query afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_deadline_stops_a_slow_stream_and_the_server_keeps_serving() {
+    let dir = test_dir("deadline-server");
+    let server = Server::start(&config(&dir, ONE_SECOND));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    let started = std::time::Instant::now();
+    let err = query(&mut client, SLOW).await.unwrap_err();
+    assert!(err.contains("query_timeout_seconds"), "{err}");
+    assert!(started.elapsed().as_secs() < 6, "{:?}", started.elapsed());
+    let batches = query(&mut client, HONEST).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}
