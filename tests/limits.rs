@@ -199,7 +199,7 @@ const HUGE: &str =
 const SMALL_MEMORY: &str = "[limits]\nmemory_limit = \"64MiB\"\n";
 
 /// With `[limits] memory_limit = "64MiB"`, a huge aggregation in a locked shell fails with one
-/// resources line naming the pool's size. Before the limit the pool was unbounded and the query
+/// resources line (naming the pool's size, or that spilling is off). Before the limit the pool was unbounded and the query
 /// ran to the end, the process growing to about 900 MB (debug build).
 #[test]
 fn memory_limit_refuses_a_huge_aggregation_in_a_locked_shell() {
@@ -212,7 +212,12 @@ fn memory_limit_refuses_a_huge_aggregation_in_a_locked_shell() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("Resources exhausted"), "{stderr}");
-    assert!(stderr.contains("pool_size: 64.0 MB"), "{stderr}");
+    // Which operator meets the limit first varies with the run (the aggregation's reservation
+    // names the pool and its size; a spill without a spill directory says so instead).
+    assert!(
+        stderr.contains("pool_size: 64.0 MB") || stderr.contains("DiskManager is disabled"),
+        "{stderr}"
+    );
 }
 
 /// The same through a real `dp-server` with 64 MiB: refused with `ResourceExhausted`, and the
