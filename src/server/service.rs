@@ -314,11 +314,9 @@ impl FlightSqlService for DpFlightSqlService {
             )
         })?;
         let schema = plan.schema();
-        let mut batches = execute_stream(plan, task).map_err(|e| status(&e))?;
+        let batches = execute_stream(plan, task).map_err(|e| status(&e))?;
         // The owner's per-query deadline, from the start of the stream to its last batch.
-        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
-            batches = crate::sql::privacy::limits::with_deadline(batches, limit);
-        }
+        let batches = crate::sql::privacy::limits::within_session_deadline(&session.ctx, batches);
         let batches = batches.map_err(|e| FlightError::from(status(&e)));
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
@@ -336,10 +334,8 @@ impl FlightSqlService for DpFlightSqlService {
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
-        let mut stream = frame.execute_stream().await.map_err(|e| status(&e))?;
-        if let Some(limit) = crate::sql::privacy::limits::query_deadline(&session.ctx) {
-            stream = crate::sql::privacy::limits::with_deadline(stream, limit);
-        }
+        let stream = frame.execute_stream().await.map_err(|e| status(&e))?;
+        let stream = crate::sql::privacy::limits::within_session_deadline(&session.ctx, stream);
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| status(&e))?;
         Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
     }

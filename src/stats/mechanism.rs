@@ -135,13 +135,7 @@ pub fn check_count_epsilon(
     sensitivity: u32,
 ) -> Result<(), String> {
     let eps = short_number(epsilon);
-    // NaN is in no range: it is refused.
-    if !(f64::MIN_POSITIVE..=MAX_EPSILON).contains(&epsilon) {
-        return Err(format!(
-            "epsilon={eps} per noised count is outside the supported range [{:e}, 2^40 = {MAX_EPSILON:e}]",
-            f64::MIN_POSITIVE
-        ));
-    }
+    check_epsilon_range(epsilon, " per noised count")?;
     if mechanism == Mechanism::Laplace {
         let scale = sensitivity as f64 / epsilon;
         if scale.is_nan() || scale > MAX_NOISE_SCALE {
@@ -152,6 +146,19 @@ pub fn check_count_epsilon(
         }
     }
     Ok(())
+}
+
+/// Checks that `epsilon` (the epsilon one noised value is calibrated for, `what` saying so in
+/// the message) lies in `[f64::MIN_POSITIVE, MAX_EPSILON]`; NaN is in no range.
+fn check_epsilon_range(epsilon: f64, what: &str) -> Result<(), String> {
+    if (f64::MIN_POSITIVE..=MAX_EPSILON).contains(&epsilon) {
+        return Ok(());
+    }
+    Err(format!(
+        "epsilon={}{what} is outside the supported range [{:e}, 2^40 = {MAX_EPSILON:e}]",
+        short_number(epsilon),
+        f64::MIN_POSITIVE
+    ))
 }
 
 /// `count + noise` for a released count, in checked integer arithmetic: an error, never a
@@ -542,12 +549,7 @@ impl RealLaplace {
         // dominates below ε ≈ 2^-30) must be at most 2^40. First Δ/ε and the grid bound's, so
         // that the grid itself is computed from finite numbers.
         let eps = short_number(epsilon);
-        if !(f64::MIN_POSITIVE..=MAX_EPSILON).contains(&epsilon) {
-            return Err(format!(
-                "epsilon={eps} is outside the supported range [{:e}, 2^40 = {MAX_EPSILON:e}]",
-                f64::MIN_POSITIVE
-            ));
-        }
+        check_epsilon_range(epsilon, "")?;
         let too_wide = |scale: f64, what: String| {
             format!(
                 "epsilon={eps} with {what} gives noise scale {scale:.3e} above the largest supported 2^40 = {MAX_NOISE_SCALE:.3e}"

@@ -217,6 +217,18 @@ pub fn deadline_error(limit: std::time::Duration) -> DataFusionError {
     ))
 }
 
+/// `stream` with `ctx`'s deadline ([`with_deadline`]) when the owner set one, else as it is.
+#[cfg(feature = "cli")]
+pub fn within_session_deadline(
+    ctx: &datafusion::prelude::SessionContext,
+    stream: datafusion::execution::SendableRecordBatchStream,
+) -> datafusion::execution::SendableRecordBatchStream {
+    match query_deadline(ctx) {
+        Some(limit) => with_deadline(stream, limit),
+        None => stream,
+    }
+}
+
 /// `stream`, ending with [`deadline_error`] once `limit` has passed since this call: dropping
 /// the inner stream there stops the query's execution (DataFusion aborts its tasks). A
 /// timeout around collecting is not enough for `dp-server`, which streams batches as they come.
