@@ -472,6 +472,84 @@ async fn an_answered_amplifying_join_is_bounded_and_calibrated() -> Result<()> {
     Ok(())
 }
 
+/// The exact count of a locked or trusted session's `sql` (a `dp_count` at ε = 1e9, whose
+/// discrete Laplace noise at scale 5000/1e9 is nonzero with probability about e^-200000).
+async fn near_exact_count(ctx: &SessionContext, sql: &str, locked: bool) -> Result<i64> {
+    let batches = match locked {
+        true => run(ctx, sql).await?,
+        false => ctx.sql(sql).await?.collect().await?,
+    };
+    let column = batches[0].column(0).as_primitive::<Int64Type>();
+    Ok(column.value(0))
+}
+
+#[tokio::test]
+async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
+    // 50 patients, one row each, on keys 0 and 1; a public table with 3,000 rows per key. A
+    // locked session lets one protected row meet at most MAX_PUBLIC_FANOUT (1,024) public rows
+    // through all its joins (issue 27's "Work" class: the rows one person adds to a query's
+    // work are bounded); the bounding keeps up to 5,000 rows per patient, so the counts show
+    // the cap itself.
+    use datafusion_dp::sql::privacy::public_fanout::MAX_PUBLIC_FANOUT;
+    let cap = MAX_PUBLIC_FANOUT as i64;
+    let mut sessions = Vec::new();
+    for locked in [true, false] {
+        let ctx = SessionContext::new_with_config(config(4, false));
+        datafusion_dp::register(&ctx)?;
+        for sql in [
+            "CREATE TABLE many AS SELECT value AS patient_id, value % 2 AS k FROM range(0, 50)",
+            "CREATE TABLE wide AS SELECT value % 2 AS k, value AS v FROM range(0, 6000)",
+            "SET dp.epsilon_budget = 1e12",
+            "SET dp.max_rows_per_unit = 5000",
+        ] {
+            ctx.sql(sql).await?.collect().await?;
+        }
+        protect(&ctx, "many", Protection::Unit("patient_id".into()))?;
+        protect(&ctx, "wide", Protection::Public)?;
+        if locked {
+            lock(&ctx)?;
+        }
+        sessions.push((ctx, locked));
+    }
+    let cases: &[(&str, i64, i64)] = &[
+        // (query, locked count, trusted count)
+        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k", 50 * cap, 50 * 3000),
+        ("SELECT dp_count(many.k, 1e9) FROM many, wide WHERE many.k = wide.k AND wide.v < 5000", 50 * cap, 50 * 2500),
+        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN range(100000)", 50 * cap, 50 * 5000),
+        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN (VALUES (1), (2), (3)) AS r(x)", 150, 150),
+        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k CROSS JOIN range(10)", 50 * cap, 50 * 5000),
+        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN (VALUES (1), (2)) AS r(x) JOIN wide ON many.k = wide.k", 50 * cap, 50 * 5000),
+        // A lookup with few rows per key is not cut.
+        ("SELECT dp_count(many.k, 1e9) FROM many JOIN (SELECT k, v FROM wide WHERE v < 6) AS w ON many.k = w.k", 150, 150),
+        // Semi joins do not repeat protected rows.
+        ("SELECT dp_count(many.k, 1e9) FROM many WHERE k IN (SELECT k FROM wide)", 50, 50),
+    ];
+    for (sql, locked_count, trusted_count) in cases {
+        for (ctx, locked) in &sessions {
+            let expected = if *locked {
+                *locked_count
+            } else {
+                (*trusted_count).min(50 * 5000)
+            };
+            let got = near_exact_count(ctx, sql, *locked).await?;
+            assert_eq!(got, expected, "locked = {locked}: {sql}");
+        }
+    }
+    // The cap shows in the plan.
+    let (locked_ctx, _) = &sessions[0];
+    let plan = run(
+        locked_ctx,
+        "EXPLAIN SELECT dp_count(many.k, 1.0) FROM many JOIN wide ON many.k = wide.k",
+    )
+    .await?;
+    let text = format!(
+        "{}",
+        datafusion::arrow::util::pretty::pretty_format_batches(&plan)?
+    );
+    assert!(text.contains("__dp_public_fanout"), "{text}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn explain_shows_each_dp_aggregate_s_bound() -> Result<()> {
     let ctx = session(true).await?;

@@ -753,6 +753,8 @@ async fn timing_and_memory_with_and_without_one_person() {
     let queries = [
         // The shape: one person's rows, filtered and multiplied before the bounding.
         "SELECT dp_count(region, 1.0) FROM visits CROSS JOIN range(1000000) WHERE patient_id = 9000000000000000007",
+        "SET dp.max_rows_per_unit = 1000000; SELECT dp_count(region, 1.0) FROM visits CROSS JOIN range(1000000) WHERE patient_id = 9000000000000000007",
+        "SELECT dp_count(region, 1.0) FROM visits JOIN (SELECT value % 7 AS k FROM range(1000000)) AS q ON visits.patient_id % 7 = q.k WHERE patient_id = 9000000000000000007",
         "SELECT dp_count(visits.region, 1.0) FROM visits CROSS JOIN generate_series(1, 10000)",
         "SELECT dp_count(a.region, 1.0) FROM visits AS a JOIN visits AS b ON a.patient_id = b.patient_id CROSS JOIN range(1000)",
         "SELECT dp_count(x, 1.0) FROM (SELECT x, repeat(w, 100) AS z FROM (SELECT x, repeat(g, 100) AS w FROM t)) WHERE length(z) > 7",

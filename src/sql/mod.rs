@@ -84,6 +84,9 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
                 .with_catalogs(catalogs)
                 .with_placement(placement),
         ));
+        // Joins multiply protected rows by a bounded number of public rows: after the
+        // optimiser's own rules (which move equalities into joins' keys).
+        ctx.add_optimizer_rule(Arc::new(privacy::public_fanout::BoundPublicFanout));
         // One charge, one release: the physical rule runs last.
         let state = ctx.state_ref();
         let mut state = state.write();

@@ -72,7 +72,7 @@ fn sorted(input: Arc<LogicalPlan>) -> LogicalPlan {
 
 /// `expr` followed by every column of `schema` it does not already sort by, ascending
 /// (columns of a type Arrow cannot order are left out).
-fn with_tie_breakers(mut expr: Vec<SortExpr>, schema: &DFSchema) -> Vec<SortExpr> {
+pub(crate) fn with_tie_breakers(mut expr: Vec<SortExpr>, schema: &DFSchema) -> Vec<SortExpr> {
     for (qualifier, field) in schema.iter() {
         let column = Column::new(qualifier.cloned(), field.name());
         let present = expr

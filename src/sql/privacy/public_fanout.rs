@@ -1,0 +1,273 @@
+//! A locked query's work grows by a bounded number of rows with one person: protected rows
+//! meet at most [`MAX_PUBLIC_FANOUT`] public rows through joins.
+//!
+//! The bounding rewrite ([`crate::sql::privacy::bounding`]) keeps `max_rows_per_unit` rows of
+//! each person, but it runs after the joins, so the rows it reads are the person's rows times
+//! whatever the joins multiplied them by. Filtered to one person and joined with
+//! `range(1000000)`, a query took 1.73 s and 400 MB with that person and 0.01 s and 69 MB
+//! without (session 15, issue 27's "Work" class): a timing channel as wide as the analyst's
+//! public relation. So, in a query whose protected scans are hidden from the optimiser (a
+//! locked session's, or a locked cluster scheduler's: [`crate::sql::privacy::protected_scan`]),
+//! this optimiser rule caps, before each join of protected rows with a public relation, what
+//! one protected row can meet, over the whole query, at [`MAX_PUBLIC_FANOUT`] public rows:
+//!
+//! - a public relation of known size (`VALUES`, a `LIMIT`, an aggregate without `GROUP BY`)
+//!   within what is left of the cap is joined as it is;
+//! - an equi-join keeps, of each key's public rows, the first `MAX_PUBLIC_FANOUT / f` in the
+//!   order of their values (`f`: what earlier joins already multiplied the protected rows
+//!   by), visible in `EXPLAIN` as a `row_number()` window named `__dp_public_fanout`. The
+//!   choice depends on public rows only, so it is the same on neighbouring tables, and the
+//!   contribution bound is untouched (the bounding still runs after the join);
+//! - a join without equal keys (`CROSS JOIN`, only inequalities) keeps the first
+//!   `MAX_PUBLIC_FANOUT / f` public rows in the order of their values (a top-k sort).
+//!
+//! A join's other conditions (`ON a.k = b.k AND a.t BETWEEN b.lo AND b.hi`) apply after the
+//! cap, so a key with more public rows than the cap can lose matches that a trusted session
+//! would find: the price of a query whose work does not show one person's rows.
+//!
+//! Semi and anti joins filter protected rows without repeating them. Joins of two protected
+//! relations (on their unit columns) and `UNNEST` repeat a person's rows by that person's own
+//! rows and values: they stay as they are (`docs/privacy-analysis.md`, "What is not covered").
+//! This is the same rule as Tumult Analytics' `join_public` (equi-joins with public tables
+//! only), with the multiplication capped rather than the join refused.
+
+use crate::sql::privacy::protected_scan::ProtectedTable;
+use crate::sql::privacy::release_order::with_tie_breakers;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::datasource::source_as_provider;
+use datafusion::functions_window::expr_fn::row_number;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    col, lit, BinaryExpr, Expr, ExprFunctionExt, JoinType, LogicalPlan, LogicalPlanBuilder,
+    Operator, Sort,
+};
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use std::sync::Arc;
+
+/// Public rows one protected row may meet through joins, in all, in a locked query. Small
+/// enough that the rows one person adds to a query's work (this many per row of theirs) take
+/// well under a millisecond; large enough that joins with lookup tables (a few rows per key)
+/// are never cut.
+pub const MAX_PUBLIC_FANOUT: u64 = 1024;
+
+/// The window column that ranks a public relation's rows within each join key.
+const RANK: &str = "__dp_public_fanout";
+
+/// The optimiser rule (see the module docs). It acts only on plans that scan a
+/// [`ProtectedTable`], so trusted sessions' plans are unchanged.
+#[derive(Debug, Default)]
+pub struct BoundPublicFanout;
+
+impl OptimizerRule for BoundPublicFanout {
+    fn name(&self) -> &str {
+        "dp_bound_public_fanout"
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        if !scans_protected(&plan)? {
+            return Ok(Transformed::no(plan));
+        }
+        let (plan, _) = bound(plan)?;
+        Ok(Transformed::yes(plan))
+    }
+}
+
+/// Whether `plan` or a subquery of it scans a [`ProtectedTable`].
+fn scans_protected(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found = protected_scan(node);
+        Ok(match found {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    })?;
+    Ok(found)
+}
+
+/// Whether `node` scans a [`ProtectedTable`].
+fn protected_scan(node: &LogicalPlan) -> bool {
+    let LogicalPlan::TableScan(scan) = node else {
+        return false;
+    };
+    source_as_provider(&scan.source)
+        .is_ok_and(|provider| provider.downcast_ref::<ProtectedTable>().is_some())
+}
+
+/// How many times one protected row may appear in a relation through joins with public
+/// relations (at most [`MAX_PUBLIC_FANOUT`]); `None` for a relation without protected rows.
+type Fanout = Option<u64>;
+
+/// The fan-out of a relation built from two: `times` of both if both carry protected rows.
+fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64) -> Fanout {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(times(x, y).min(MAX_PUBLIC_FANOUT)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// `plan` with every join of protected rows and a public relation capped (module docs), and
+/// what its output carries of protected rows (`None`: nothing, a public relation or a DP
+/// release).
+fn bound(plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+    let plan = plan
+        .map_subqueries(|subquery| Ok(Transformed::yes(bound(subquery)?.0)))?
+        .data;
+    if protected_scan(&plan) {
+        return Ok((plan, Some(1)));
+    }
+    match plan {
+        LogicalPlan::Join(mut join) => {
+            let (left, l) = bound(Arc::unwrap_or_clone(join.left))?;
+            let (right, r) = bound(Arc::unwrap_or_clone(join.right))?;
+            let (left, right, fanout) = match (l, r) {
+                (Some(p), None) => {
+                    let keys: Vec<Expr> = join.on.iter().map(|(_, r)| r.clone()).collect();
+                    let (right, p) = meet_public(p, right, &keys, join.join_type, true)?;
+                    (left, right, Some(p))
+                }
+                (None, Some(p)) => {
+                    let keys: Vec<Expr> = join.on.iter().map(|(l, _)| l.clone()).collect();
+                    let (left, p) = meet_public(p, left, &keys, join.join_type, false)?;
+                    (left, right, Some(p))
+                }
+                (l, r) => (left, right, merge(l, r, u64::saturating_mul)),
+            };
+            join.left = Arc::new(left);
+            join.right = Arc::new(right);
+            Ok((LogicalPlan::Join(join), fanout))
+        }
+        // A DP aggregate's output is a release (the plan analysis refused any other
+        // aggregate over protected rows).
+        LogicalPlan::Aggregate(_) => {
+            let (plan, _) = bound_children(plan)?;
+            Ok((plan, None))
+        }
+        other => bound_children(other),
+    }
+}
+
+/// `plan` with its inputs bounded, carrying the largest multiplication among them.
+fn bound_children(plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+    let mut fanout: Fanout = None;
+    let plan = plan
+        .map_children(|child| {
+            let (child, f) = bound(child)?;
+            fanout = merge(fanout, f, u64::max);
+            Ok(Transformed::yes(child))
+        })?
+        .data;
+    Ok((plan, fanout))
+}
+
+/// A join of protected rows (repeated `times`, on the left if `protected_left`) with `public`,
+/// on the public side's `keys`: `public` capped if the join can repeat protected rows.
+fn meet_public(
+    times: u64,
+    public: LogicalPlan,
+    keys: &[Expr],
+    join_type: JoinType,
+    protected_left: bool,
+) -> Result<(LogicalPlan, u64)> {
+    use JoinType::*;
+    let repeats = match join_type {
+        Inner | Full => true,
+        Left => protected_left,
+        Right => !protected_left,
+        // Semi, anti and mark joins keep each row of one side at most once; the analysis
+        // refused those that select public rows by protected ones.
+        LeftSemi | LeftAnti | RightSemi | RightAnti | LeftMark | RightMark => false,
+    };
+    if !repeats {
+        return Ok((public, times));
+    }
+    let left = MAX_PUBLIC_FANOUT / times;
+    if let Some(rows) = public.max_rows() {
+        let rows = (rows as u64).max(1);
+        if rows <= left {
+            return Ok((public, times * rows));
+        }
+    }
+    if keys.is_empty() {
+        // One key for all rows: the first rows in the order of their values (a top-k sort),
+        // which `max_rows` sees in the optimiser's next pass.
+        let expr = with_tie_breakers(Vec::new(), public.schema());
+        let public = match expr.is_empty() {
+            // No column to order by (none read, or none Arrow can order): rows that cannot
+            // be told apart, so any of them will do.
+            true => LogicalPlanBuilder::from(public)
+                .limit(0, Some(left as usize))?
+                .build()?,
+            false => LogicalPlan::Sort(Sort {
+                expr,
+                input: Arc::new(public),
+                fetch: Some(left as usize),
+            }),
+        };
+        return Ok((public, times * left));
+    }
+    let (public, cap) = match capped(&public) {
+        Some(existing) if existing <= left => (public, existing),
+        _ => (cap_per_key(public, keys, left)?, left),
+    };
+    Ok((public, (times * cap).min(MAX_PUBLIC_FANOUT)))
+}
+
+/// `public` keeping, of the rows of each value of `keys`, the first `cap` in the order of all
+/// their values (columns Arrow cannot order are left out of the order).
+fn cap_per_key(public: LogicalPlan, keys: &[Expr], cap: u64) -> Result<LogicalPlan> {
+    let schema = Arc::clone(public.schema());
+    let columns: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
+    let order: Vec<_> = with_tie_breakers(Vec::new(), &schema)
+        .into_iter()
+        .filter(|sort| !keys.contains(&sort.expr))
+        .collect();
+    let rank = row_number().partition_by(keys.to_vec());
+    let rank = match order.is_empty() {
+        true => rank,
+        false => rank.order_by(order),
+    };
+    let rank = rank.build()?.alias(RANK);
+    LogicalPlanBuilder::from(public)
+        .window(vec![rank])?
+        .filter(col(RANK).lt_eq(lit(ScalarValue::UInt64(Some(cap)))))?
+        .project(columns)?
+        .build()
+}
+
+/// The cap already placed on `public` by an earlier pass of the optimiser, seen through the
+/// nodes the optimiser may leave above it.
+fn capped(public: &LogicalPlan) -> Option<u64> {
+    match public {
+        LogicalPlan::Projection(p) => capped(&p.input),
+        LogicalPlan::SubqueryAlias(a) => capped(&a.input),
+        LogicalPlan::Filter(filter) => split_conjunction(&filter.predicate)
+            .into_iter()
+            .find_map(|conjunct| match conjunct {
+                Expr::BinaryExpr(BinaryExpr {
+                    left,
+                    op: Operator::LtEq,
+                    right,
+                }) => match (left.as_ref(), right.as_ref()) {
+                    (Expr::Column(c), Expr::Literal(ScalarValue::UInt64(Some(cap)), _))
+                        if c.name == RANK =>
+                    {
+                        Some(*cap)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .or_else(|| capped(&filter.input)),
+        _ => None,
+    }
+}
