@@ -248,7 +248,7 @@ fn paper_part(out: &mut String, simulations: usize) -> Result<(), String> {
                     writeln!(out, "{row}").unwrap();
                 }
                 writeln!(out).unwrap();
-                eprintln!("part 1: {mechanism} {method} {sizes}");
+                progress(&format!("part 1: {mechanism} {method} {sizes}"));
             }
         }
     }
@@ -404,11 +404,11 @@ fn small_groups_part(out: &mut String, simulations: usize) -> Result<(), String>
                 };
                 let start = std::time::Instant::now();
                 let grid = run_setting(setting, index, simulations, Measured::SmallGroups)?;
-                eprintln!(
+                progress(&format!(
                     "small groups: {} in {:.1?}",
                     setting.label(),
                     start.elapsed()
-                );
+                ));
                 index += 1;
                 let mut line = format!("| {} |", setting.label());
                 for k in 0..3 {
@@ -453,7 +453,11 @@ fn targets_part(out: &mut String, simulations: usize, measured: Measured) -> Res
     for (index, setting) in settings.iter().enumerate() {
         let start = std::time::Instant::now();
         grids.push(run_setting(*setting, index as u64, simulations, measured)?);
-        eprintln!("part 2: {} in {:.1?}", setting.label(), start.elapsed());
+        progress(&format!(
+            "part 2: {} in {:.1?}",
+            setting.label(),
+            start.elapsed()
+        ));
     }
     writeln!(
         out,
@@ -602,7 +606,24 @@ fn print_grids(
     }
 }
 
+thread_local! {
+    /// The table's progress line (drawn only when stderr is a terminal).
+    static PROGRESS: std::cell::RefCell<datafusion_dp::cli::terminal::Progress> =
+        std::cell::RefCell::new(datafusion_dp::cli::terminal::Progress::new("coverage table"));
+}
+
+/// Shows what was just finished on the progress line.
+fn progress(message: &str) {
+    PROGRESS.with(|p| p.borrow_mut().update(message));
+}
+
 fn main() -> Result<(), String> {
+    let result = tables();
+    PROGRESS.with(|p| p.borrow_mut().finish());
+    result
+}
+
+fn tables() -> Result<(), String> {
     let simulations: usize = match std::env::args().nth(1) {
         Some(s) => s.parse().map_err(|_| format!("not a count: {s}"))?,
         None => 10_000,
@@ -626,7 +647,7 @@ fn main() -> Result<(), String> {
     if measured == Measured::SmallGroups {
         let mut out = String::new();
         small_groups_part(&mut out, simulations)?;
-        print!("{out}");
+        datafusion_dp::cli::terminal::print_out(&out)?;
         return Ok(());
     }
     if measured == Measured::Defaults {
@@ -647,7 +668,7 @@ fn main() -> Result<(), String> {
         )
         .unwrap();
         targets_part(&mut out, simulations, measured)?;
-        print!("{out}");
+        datafusion_dp::cli::terminal::print_out(&out)?;
         return Ok(());
     }
     let mut out = String::new();
@@ -666,6 +687,6 @@ fn main() -> Result<(), String> {
     .unwrap();
     paper_part(&mut out, simulations)?;
     targets_part(&mut out, simulations, measured)?;
-    print!("{out}");
+    datafusion_dp::cli::terminal::print_out(&out)?;
     Ok(())
 }
