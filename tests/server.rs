@@ -630,8 +630,8 @@ fn tls_serves_the_configured_certificate() {
     assert!(out.contains("tls_query=refused"), "{out}");
 }
 
-/// The README's session: `examples/owner.toml` (its data paths made absolute, its ledger in a
-/// fresh directory), Alice's Argon2id hash, and the query the README prints.
+/// The session of docs/server.md: `examples/owner.toml` (its data paths made absolute, its
+/// ledger in a fresh directory), Alice's Argon2id hash, and the query that page prints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_configuration_and_session() {
     let dir = test_dir("readme");
