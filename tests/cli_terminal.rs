@@ -232,10 +232,12 @@ fn forest_plot_of_each_interval() {
             "tick at the reference {reference}: {:?}",
             svg.texts
         );
-        // The query's four DP calls, one per region, each at epsilon 0.5: the accountant
-        // charges one call per aggregate (parallel composition over the groups).
+        // One DP call over four disjoint regions at ε = 0.5: the query is charged 0.5 once
+        // (parallel composition), and the caption says so.
         assert!(
-            svg.texts.iter().any(|t| t.starts_with("ε spent: 0.5")),
+            svg.texts
+                .iter()
+                .any(|t| t.starts_with("ε spent: 0.5 ") && t.ends_with("; 4 groups")),
             "caption: {:?}",
             svg.texts
         );

@@ -255,9 +255,10 @@ fn write_plot(path: &str, source: &PlotSource, quiet: bool) -> Result<(), String
     if delta > 0.0 {
         caption.push_str(&format!(", δ: {delta:e}"));
     }
+    let groups = source.rows.len();
     caption.push_str(&format!(
-        " (dp_budget(), the statements plotted); {} group(s)",
-        source.rows.len()
+        " by the statements drawn here (dp_budget()); {groups} group{}",
+        if groups == 1 { "" } else { "s" }
     ));
     let svg = plot::forest_plot_svg(source.statistic, &source.rows, source.confidence, &caption);
     std::fs::write(path, svg).map_err(|e| format!("--plot: cannot write {path}: {e}"))?;
