@@ -15,6 +15,7 @@
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::MemTable;
 use datafusion::prelude::*;
+use datafusion_dp::outln;
 use datafusion_dp::stats::rng::secure_rng;
 use datafusion_dp::stats::simulation::Design;
 use datafusion_dp::stats::{
@@ -253,8 +254,8 @@ async fn pairs(filter: Option<String>) -> Result<()> {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
-    println!("| dataset | source | pair | DP median (s) | baseline median (s) | ratio |");
-    println!("|---|---|---|---|---|---|");
+    outln!("| dataset | source | pair | DP median (s) | baseline median (s) | ratio |");
+    outln!("|---|---|---|---|---|---|");
     let all_pairs = PAIRS
         .iter()
         .map(|&(name, dp, base, setting)| (name, dp, base, setting, "", false))
@@ -296,7 +297,7 @@ async fn pairs(filter: Option<String>) -> Result<()> {
                     b.push(time_query(&base, base_sql).await?);
                 }
                 let (ma, mb) = (median(a), median(b));
-                println!(
+                outln!(
                     "| {dataset} | {source} | {name} | {:.3} | {:.3} | {:.2} |",
                     ma.as_secs_f64(),
                     mb.as_secs_f64(),
@@ -319,8 +320,8 @@ async fn session_with(ctx: &SessionContext, setting: &str) -> Result<SessionCont
 
 fn sampler() -> Result<()> {
     let mut rng = secure_rng()?;
-    println!("| mechanism | epsilon (per table) | per-cell scale | samples/s (1 core) | 1M groups x 4 cells (s) |");
-    println!("|---|---|---|---|---|");
+    outln!("| mechanism | epsilon (per table) | per-cell scale | samples/s (1 core) | 1M groups x 4 cells (s) |");
+    outln!("|---|---|---|---|---|");
     for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
         for epsilon in [0.1, 0.5, 1.0, 2.0, 10.0] {
             let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
@@ -362,7 +363,7 @@ fn sampler() -> Result<()> {
                 );
             }
             let release = start.elapsed().as_secs_f64();
-            println!(
+            outln!(
                 "| {mechanism} | {epsilon} | {:.3} | {:.2e} | {release:.3} |",
                 noise.scale,
                 n as f64 / secs
@@ -441,11 +442,11 @@ fn intervals(filter: Option<String>) -> Result<()> {
             }
         }
     }
-    println!("| statistic | interval | 100k groups (s) | per group (µs) | ratio to RR log |");
-    println!("|---|---|---|---|---|");
+    outln!("| statistic | interval | 100k groups (s) | per group (µs) | ratio to RR log |");
+    outln!("|---|---|---|---|---|");
     let medians: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
     for (k, (statistic, method)) in methods.iter().enumerate() {
-        println!(
+        outln!(
             "| {statistic} | {method} | {:.4} | {:.3} | {:.1} |",
             medians[k],
             medians[k] / groups as f64 * 1e6,

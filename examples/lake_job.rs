@@ -11,6 +11,7 @@ use datafusion::config::TableParquetOptions;
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::{CsvReadOptions, SessionConfig};
 use datafusion_dp::cli::{format_result, run_statements, session, OutputFormat};
+use datafusion_dp::outln;
 
 const EPSILON: f64 = 1.0;
 
@@ -117,6 +118,6 @@ async fn main() -> datafusion::error::Result<()> {
         ),
     )
     .await?;
-    println!("{}", format_result(&shown[2], OutputFormat::Table)?);
+    outln!("{}", format_result(&shown[2], OutputFormat::Table)?);
     Ok(())
 }

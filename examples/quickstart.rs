@@ -7,7 +7,16 @@
 //! would never show them.
 
 use datafusion::prelude::*;
+use datafusion_dp::outln;
 use datafusion_dp::Protection;
+
+/// Prints `batches` as a table, as `DataFrame::show` does, but quietly stopping when the reader
+/// goes away (`cargo run --example quickstart | head`).
+fn show(batches: Vec<arrow::array::RecordBatch>) -> datafusion::error::Result<()> {
+    let table = arrow::util::pretty::pretty_format_batches(&batches)?;
+    outln!("{table}");
+    Ok(())
+}
 
 #[tokio::main]
 async fn main() -> datafusion::error::Result<()> {
@@ -23,9 +32,9 @@ async fn main() -> datafusion::error::Result<()> {
     datafusion_dp::protect(&ctx, "visits", Protection::Unit("patient_id".into()))?;
     ctx.sql("SET dp.public_groups = 'assert'").await?;
 
-    println!("Differentially private relative risk of the outcome, exposed vs unexposed,");
-    println!("per region: epsilon 1.0 for the count plus 1.0 for the 2x2 table (2.0 per region),");
-    println!("Laplace noise, 95% noise-aware score intervals (the default; docs/intervals.md).\n");
+    outln!("Differentially private relative risk of the outcome, exposed vs unexposed,");
+    outln!("per region: epsilon 1.0 for the count plus 1.0 for the 2x2 table (2.0 per region),");
+    outln!("Laplace noise, 95% noise-aware score intervals (the default; docs/intervals.md).\n");
     ctx.sql(
         "SELECT region, patients,
                 round(ci['estimate'], 2) AS relative_risk,
@@ -38,10 +47,11 @@ async fn main() -> datafusion::error::Result<()> {
          ORDER BY region",
     )
     .await?
-    .show()
-    .await?;
+    .collect()
+    .await
+    .and_then(show)?;
 
-    println!("\nFor comparison only (NOT private): the exact relative risk and Katz interval:\n");
+    outln!("\nFor comparison only (NOT private): the exact relative risk and Katz interval:\n");
     // The owner's own, non-private session: visits is not protected there. (In the DP session
     // above this query is refused: count(*) over a protected table is computed exactly.)
     let exact = SessionContext::new();
@@ -63,7 +73,8 @@ async fn main() -> datafusion::error::Result<()> {
          ORDER BY region",
     )
     .await?
-    .show()
-    .await?;
+    .collect()
+    .await
+    .and_then(show)?;
     Ok(())
 }

@@ -460,7 +460,7 @@ fn coverage_table(out: &Path, report: &mut String) -> Result<()> {
             writeln!(report, "{line}")?;
         }
         writeln!(report)?;
-        eprintln!("  coverage table: {title} done");
+        progress(&format!("coverage table: {title} done"));
     }
     writeln!(
         report,
@@ -475,6 +475,17 @@ fn coverage_table(out: &Path, report: &mut String) -> Result<()> {
     )?;
     writeln!(report, "Data: [coverage_table.csv](coverage_table.csv).\n")?;
     Ok(())
+}
+
+thread_local! {
+    /// The reproduction's progress line (drawn only when stderr is a terminal).
+    static PROGRESS: std::cell::RefCell<datafusion_dp::cli::terminal::Progress> =
+        std::cell::RefCell::new(datafusion_dp::cli::terminal::Progress::new("reproduction"));
+}
+
+/// Shows the step being worked on on the progress line.
+fn progress(message: &str) {
+    PROGRESS.with(|p| p.borrow_mut().update(message));
 }
 
 fn main() -> Result<()> {
@@ -497,16 +508,10 @@ fn main() -> Result<()> {
         ("coverage table", coverage_table),
     ];
     for (i, (name, step)) in steps.iter().enumerate() {
-        eprintln!("[{}/{}] {name} ...", i + 1, steps.len());
-        let start = std::time::Instant::now();
+        progress(&format!("[{}/{}] {name}", i + 1, steps.len()));
         step(&out, &mut report)?;
-        eprintln!(
-            "[{}/{}] {name} done in {:.1} s",
-            i + 1,
-            steps.len(),
-            start.elapsed().as_secs_f64()
-        );
     }
+    PROGRESS.with(|p| p.borrow_mut().finish());
     report.push_str(
         "## Where this differs from the paper, and why\n\n\
          - The paper's figures are not in the source we have (empty `\\includegraphics`), so Figures 1-3 can \
@@ -525,6 +530,6 @@ fn main() -> Result<()> {
          The intervals use the exact variance of the discrete noise.\n",
     );
     fs::write(out.join("report.md"), report)?;
-    eprintln!("wrote {}", out.join("report.md").display());
+    datafusion_dp::cli::terminal::note(&format!("wrote {}", out.join("report.md").display()));
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! ```
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
+use datafusion_dp::outln;
 use datafusion_dp::owner::{Owner, OwnerConfig};
 use futures::TryStreamExt;
 use std::path::Path;
@@ -173,21 +174,21 @@ async fn main() {
             .get(((answered as f64 * q).ceil() as usize).saturating_sub(1))
             .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
     };
-    println!("connections            {connections} ({analysts} analysts)");
-    println!("duration               {elapsed:.1} s");
-    println!("answered queries       {answered}");
-    println!("errors                 {}", errors.len());
-    println!("queries per second     {:.1}", answered as f64 / elapsed);
-    println!(
+    outln!("connections            {connections} ({analysts} analysts)");
+    outln!("duration               {elapsed:.1} s");
+    outln!("answered queries       {answered}");
+    outln!("errors                 {}", errors.len());
+    outln!("queries per second     {:.1}", answered as f64 / elapsed);
+    outln!(
         "in-process baseline    {} queries, p50 {baseline_p50:.1} ms (one session, sequential)",
         baseline.len()
     );
-    println!(
+    outln!(
         "latency p50            {:.1} ms ({:.1}x the in-process p50)",
         quantile(0.5),
         quantile(0.5) / baseline_p50
     );
-    println!("latency p99            {:.1} ms", quantile(0.99));
+    outln!("latency p99            {:.1} ms", quantile(0.99));
     let mut all_match = true;
     for a in 0..analysts {
         let answered_cost: f64 = outcomes
@@ -203,15 +204,15 @@ async fn main() {
         let (lines, total) = ledger_total(&dir.join(format!("analyst{a}.ledger")));
         let matches = lines == answered_count && (total - answered_cost).abs() < 1e-9;
         all_match &= matches;
-        println!(
+        outln!(
             "analyst{a}: ledger {lines} lines, epsilon {total:.4}; answered {answered_count}, epsilon {answered_cost:.4} {}",
             if matches { "(equal)" } else { "(MISMATCH)" }
         );
     }
     for e in errors.iter().take(5) {
-        println!("error: {e}");
+        outln!("error: {e}");
     }
-    println!(
+    outln!(
         "ledger totals equal the answered queries' costs: {}",
         if all_match { "yes" } else { "NO" }
     );

@@ -1,4 +1,4 @@
-//! The README's one-machine cluster, as a user starts it: a `dp-scheduler` process, two
+//! The one-machine cluster of docs/distributed.md, as a user starts it: a `dp-scheduler` process, two
 //! `dp-executor` processes and `dpsql --scheduler` (or `dp-server --scheduler`), on free
 //! loopback ports. A seeded query must print exactly what the single-node `dpsql` prints, and
 //! run on the executors.
@@ -305,7 +305,7 @@ fn owner_config(dir: &Path, name: &str, password: Option<&str>) -> (PathBuf, Pat
 
 #[test]
 fn a_locked_scheduler_process_charges_the_owners_ledger() {
-    // The README's locked cluster: `dp-scheduler --owner-config`, executors on its internal
+    // docs/distributed.md's locked cluster: `dp-scheduler --owner-config`, executors on its internal
     // port, `dpsql --scheduler` on its client port with a budget it sets itself (ignored).
     let dir = std::env::temp_dir().join(format!("datafusion-dp-locked-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

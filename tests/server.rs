@@ -1,6 +1,6 @@
 //! `dp-server` as analysts meet it: the real binary on a loopback port, talked to with
 //! arrow-flight's Flight SQL client (and, in `python_adbc_client`, the ADBC Flight SQL driver
-//! from PyPI that `.ci/run` installs). Each test writes its own owner configuration and ledgers
+//! from PyPI that `.ci/install-tools` installs). Each test writes its own owner configuration and ledgers
 //! in a fresh directory and starts its own server.
 
 use arrow::array::{AsArray, RecordBatch};
@@ -520,8 +520,9 @@ fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// Whether the ADBC Flight SQL driver and pyarrow import; without them (outside CI, where
-/// `.ci/run` installs them) the Python test says so and stops.
+/// Whether the ADBC Flight SQL driver and pyarrow import; without them the Python test says
+/// so and stops, or fails under `CI=true` naming the install command
+/// ([`common::missing_tool`]).
 fn python_adbc() -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import adbc_driver_flightsql.dbapi, pyarrow"])
@@ -530,11 +531,11 @@ fn python_adbc() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have adbc-driver-flightsql and pyarrow (.ci/run installs them)"
+        common::missing_tool(
+            "python3 with adbc-driver-flightsql and pyarrow",
+            "python3 -m pip install adbc-driver-flightsql==1.13.0 adbc-driver-manager==1.13.0 \
+             pyarrow==26.0.1",
         );
-        eprintln!("skipping: python3 with adbc-driver-flightsql and pyarrow not found");
     }
     ok
 }
@@ -629,8 +630,8 @@ fn tls_serves_the_configured_certificate() {
     assert!(out.contains("tls_query=refused"), "{out}");
 }
 
-/// The README's session: `examples/owner.toml` (its data paths made absolute, its ledger in a
-/// fresh directory), Alice's Argon2id hash, and the query the README prints.
+/// The session of docs/server.md: `examples/owner.toml` (its data paths made absolute, its
+/// ledger in a fresh directory), Alice's Argon2id hash, and the query that page prints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_configuration_and_session() {
     let dir = test_dir("readme");

@@ -10,6 +10,7 @@
 //! 1e-3) next to the epsilon the engine charges, the event that gave it, and the time taken.
 //! See docs/auditing.md for the method and for how to audit a query of your own.
 
+use datafusion_dp::outln;
 mod cases;
 
 use cases::{cases, Expect};
@@ -20,14 +21,17 @@ async fn main() -> datafusion::error::Result<()> {
     let ci = args.iter().any(|a| a == "--ci");
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let mut failures = 0;
-    println!("| case | releases per dataset | charged (eps, delta) | epsilon_lower | lower / charged | lower / visible | expected | seconds |");
-    println!("|---|---|---|---|---|---|---|---|");
+    // "case: name" while a case runs (only when stderr is a terminal).
+    let mut progress = datafusion_dp::cli::terminal::Progress::new("audit");
+    outln!("| case | releases per dataset | charged (eps, delta) | epsilon_lower | lower / charged | lower / visible | expected | seconds |");
+    outln!("|---|---|---|---|---|---|---|---|");
     for case in cases() {
         if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f.as_str())) {
             continue;
         }
         let n = if ci { case.ci } else { case.full };
         let start = std::time::Instant::now();
+        progress.update(&format!("{} at {n} releases per dataset", case.name));
         let outcome = (case.build)(n).run().await?;
         let lower = outcome.report.epsilon_lower;
         let ok = match case.expect {
@@ -37,7 +41,7 @@ async fn main() -> datafusion::error::Result<()> {
         if !ok {
             failures += 1;
         }
-        println!(
+        outln!(
             "| {} | {} | ({}, {}) | {:.3} | {:.2} | {:.2} | {} | {:.1} |",
             case.name,
             n,
@@ -54,10 +58,17 @@ async fn main() -> datafusion::error::Result<()> {
             },
             start.elapsed().as_secs_f64()
         );
-        eprintln!("  {}: {}", case.name, outcome.summary(case.epsilon));
+        progress.finish();
+        datafusion_dp::cli::terminal::note(&format!(
+            "  {}: {}",
+            case.name,
+            outcome.summary(case.epsilon)
+        ));
     }
     if failures > 0 {
-        eprintln!("{failures} audit(s) did not find what they expected");
+        datafusion_dp::cli::terminal::note(&format!(
+            "{failures} audit(s) did not find what they expected"
+        ));
         std::process::exit(1);
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! `dp-server`: an Arrow Flight SQL server for untrusted analysts (README "Serve analysts").
+//! `dp-server`: an Arrow Flight SQL server for untrusted analysts (docs/server.md).
 //!
 //! ```text
 //! dp-server --config owner.toml [--listen 127.0.0.1:50051]   serve the owner's tables

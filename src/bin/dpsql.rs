@@ -9,22 +9,27 @@
 //! dpsql --config owner.toml [--analyst A] a locked shell for an untrusted analyst: the owner's
 //!                                         tables, protection, options and that analyst's budget
 //! dpsql --format csv|json|table           output format (default table)
+//! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (dp_rr_ci,
+//!                                         dp_or_ci, dp_rd_ci) as a forest plot
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
 //! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`)
 //! ```
-//! `s3://` locations use the usual AWS environment variables. Errors are one line.
+//! `s3://` locations use the usual AWS environment variables. Errors are one line. Output into a
+//! pipe that closes early (`dpsql ... | head`) ends dpsql quietly with status 0; progress is
+//! drawn only when stderr is a terminal ([`datafusion_dp::cli::terminal`]).
 
 use datafusion::prelude::SessionConfig;
+use datafusion_dp::cli::plot::{self, ForestRow, Statistic};
+use datafusion_dp::cli::terminal::{note, print_line, Progress};
 use datafusion_dp::cli::{
-    format_result, one_line_error, register_path, run_analyst_statements, run_statements,
-    seeded_warning, session, OutputFormat,
+    format_result, one_line_error, plan_statements, register_path, run_analyst_statements,
+    run_statements, seeded_warning, session, OutputFormat, StatementResult,
 };
 use datafusion_dp::owner::{Owner, OwnerConfig};
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--config OWNER.toml [--analyst NAME]] [--format table|csv|json] [-q] [--slt FILE...]";
+const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--config OWNER.toml [--analyst NAME]] [--format table|csv|json] [--plot FILE.svg] [-q] [--slt FILE...]";
 
 struct Args {
     commands: Vec<Command>,
@@ -35,6 +40,7 @@ struct Args {
     scheduler: Option<String>,
     config: Option<String>,
     analyst: Option<String>,
+    plot: Option<String>,
 }
 
 enum Command {
@@ -52,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         scheduler: None,
         config: None,
         analyst: None,
+        plot: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -71,12 +78,20 @@ fn parse_args() -> Result<Args, String> {
             "--scheduler" => args.scheduler = Some(value(&arg)?),
             "--config" => args.config = Some(value(&arg)?),
             "--analyst" => args.analyst = Some(value(&arg)?),
+            "--plot" => args.plot = Some(value(&arg)?),
             "--slt" => {
                 args.slt.extend(it.by_ref());
             }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
+    }
+    if args.plot.is_some() && (!args.slt.is_empty() || args.commands.is_empty()) {
+        return Err(
+            "--plot FILE.svg draws the result of -c or -f statements (not with --slt or the \
+             interactive shell)"
+                .to_string(),
+        );
     }
     if args.config.is_some() {
         let conflict = [
@@ -96,26 +111,65 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Runs SQL, printing each statement's result; a spinner on stderr for long queries.
+/// What `--plot` draws: the last result with an interval column, and its statistic.
+struct PlotSource {
+    statistic: Statistic,
+    rows: Vec<ForestRow>,
+    confidence: Option<f64>,
+    /// The epsilon and delta spent by the statements that produced it (`dp_budget()`).
+    spent: (f64, f64),
+}
+
+/// The epsilon and delta the session has spent, from `dp_budget()`.
+async fn spent(
+    ctx: &datafusion::prelude::SessionContext,
+    locked: bool,
+) -> Result<(f64, f64), String> {
+    let sql = "SELECT epsilon, delta FROM dp_budget() WHERE entry = 'spent'";
+    let results = if locked {
+        run_analyst_statements(ctx, sql).await
+    } else {
+        run_statements(ctx, sql).await
+    }
+    .map_err(|e| format!("--plot: reading dp_budget(): {}", one_line_error(&e)))?;
+    use arrow::array::AsArray;
+    use arrow::datatypes::Float64Type;
+    let value = |column: usize| {
+        results
+            .first()
+            .and_then(|r| r.batches.iter().find(|b| b.num_rows() > 0))
+            .and_then(|b| {
+                b.column(column)
+                    .as_primitive_opt::<Float64Type>()
+                    .map(|a| a.value(0))
+            })
+            .unwrap_or(0.0)
+    };
+    Ok((value(0), value(1)))
+}
+
+/// Runs SQL, printing each statement's result; a spinner on stderr (a terminal only) for
+/// queries running longer than a second. With `--plot`, the last result with an interval
+/// column is kept in `plot`.
 async fn execute(
     ctx: &datafusion::prelude::SessionContext,
     sql: &str,
     args: &Args,
+    plot: &mut Option<PlotSource>,
 ) -> Result<(), String> {
     let start = Instant::now();
     let locked = args.config.is_some();
-    let progress = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+    let spent_before = match args.plot {
+        Some(_) => Some(spent(ctx, locked).await?),
+        None => None,
+    };
+    let progress = (!args.quiet && datafusion_dp::cli::terminal::progress_enabled()).then(|| {
         tokio::spawn(async move {
+            let mut progress = Progress::new("dpsql");
             let frames = ['|', '/', '-', '\\'];
-            let mut i = 0;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            loop {
-                eprint!(
-                    "\r{} running {:.1}s ",
-                    frames[i % 4],
-                    start.elapsed().as_secs_f64()
-                );
-                i += 1;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for i in 0.. {
+                progress.update(&format!("{} running", frames[i % 4]));
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -126,26 +180,98 @@ async fn execute(
         run_statements(ctx, sql).await
     };
     if let Some(task) = progress {
+        // Dropping the task's Progress erases the line: wait for it before printing.
         task.abort();
-        eprint!("\r\x1b[K");
+        let _ = task.await;
     }
     let results = results.map_err(|e| one_line_error(&e))?;
     for result in &results {
         let text = format_result(result, args.format).map_err(|e| one_line_error(&e))?;
         if !text.is_empty() {
-            println!("{}", text.trim_end());
+            print_line(text.trim_end())?;
         }
         if !args.quiet && args.format == OutputFormat::Table && !result.schema.fields().is_empty() {
             let rows: usize = result.batches.iter().map(|b| b.num_rows()).sum();
-            eprintln!("{rows} row(s) in {:.3}s", start.elapsed().as_secs_f64());
+            note(&format!(
+                "{rows} row(s) in {:.3}s",
+                start.elapsed().as_secs_f64()
+            ));
         }
     }
     if !results.iter().all(|r| r.schema.fields().is_empty()) {
         if let Some(warning) = seeded_warning(ctx) {
-            eprintln!("{warning}");
+            note(&warning);
+        }
+    }
+    if let Some(before) = spent_before {
+        if let Some(source) = plot_source(ctx, sql, &results).await? {
+            let after = spent(ctx, locked).await?;
+            *plot = Some(PlotSource {
+                spent: (after.0 - before.0, after.1 - before.1),
+                ..source
+            });
         }
     }
     Ok(())
+}
+
+/// The forest plot's data from the last of `results` with an interval column, if any: the
+/// statements of `sql` are planned again (not run) to tell which statistic the column holds.
+async fn plot_source(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+    results: &[StatementResult],
+) -> Result<Option<PlotSource>, String> {
+    let Some(last) = results.iter().rposition(|r| {
+        r.schema
+            .fields()
+            .iter()
+            .any(|f| plot::is_interval(f.data_type()))
+    }) else {
+        return Ok(None);
+    };
+    let plans = plan_statements(ctx, sql)
+        .await
+        .map_err(|e| format!("--plot: {}", one_line_error(&e)))?;
+    let plan = plans
+        .get(last)
+        .ok_or("--plot: the statements could not be matched with their results")?;
+    let Some((column, statistic)) = plot::interval_column(&results[last], plan)? else {
+        return Ok(None);
+    };
+    let (rows, confidence) = plot::forest_rows(&results[last], plan, column)?;
+    Ok(Some(PlotSource {
+        statistic,
+        rows,
+        confidence,
+        spent: (0.0, 0.0),
+    }))
+}
+
+/// Writes the forest plot of `source` to `path`.
+fn write_plot(path: &str, source: &PlotSource, quiet: bool) -> Result<(), String> {
+    let (epsilon, delta) = source.spent;
+    let mut caption = format!("ε spent: {}", round_amount(epsilon));
+    if delta > 0.0 {
+        caption.push_str(&format!(", δ: {delta:e}"));
+    }
+    let groups = source.rows.len();
+    caption.push_str(&format!(
+        " by the statements drawn here (dp_budget()); {groups} group{}",
+        if groups == 1 { "" } else { "s" }
+    ));
+    let svg = plot::forest_plot_svg(source.statistic, &source.rows, source.confidence, &caption);
+    std::fs::write(path, svg).map_err(|e| format!("--plot: cannot write {path}: {e}"))?;
+    if !quiet {
+        note(&format!("wrote the forest plot to {path}"));
+    }
+    Ok(())
+}
+
+/// An amount of epsilon as people write it: the accountant's units (10^-12) rounded away.
+fn round_amount(value: f64) -> String {
+    let rounded = (value * 1e9).round() / 1e9;
+    format!("{rounded}")
 }
 
 async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<(), String> {
@@ -155,7 +281,7 @@ async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    eprintln!("dpsql: DataFusion with differentially private aggregates. End statements with ';', \\q to quit.");
+    note("dpsql: DataFusion with differentially private aggregates. End statements with ';', \\q to quit.");
     let mut buffer = String::new();
     loop {
         let prompt = if buffer.is_empty() {
@@ -172,8 +298,8 @@ async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<
                 buffer.push('\n');
                 if line.trim_end().ends_with(';') {
                     let _ = editor.add_history_entry(buffer.trim());
-                    if let Err(e) = execute(ctx, &buffer, args).await {
-                        eprintln!("error: {e}");
+                    if let Err(e) = execute(ctx, &buffer, args, &mut None).await {
+                        note(&format!("error: {e}"));
                     }
                     buffer.clear();
                 }
@@ -197,7 +323,7 @@ async fn run(args: Args) -> Result<(), String> {
                 .run_file_async(file)
                 .await
                 .map_err(|e| format!("{file}: {}", e.display(false)))?;
-            eprintln!("ok   {file}");
+            note(&format!("ok   {file}"));
         }
         return Ok(());
     }
@@ -215,6 +341,7 @@ async fn run(args: Args) -> Result<(), String> {
     if args.commands.is_empty() {
         return repl(&ctx, &args).await;
     }
+    let mut plotted = None;
     for command in &args.commands {
         let sql = match command {
             Command::Sql(sql) => sql.clone(),
@@ -222,7 +349,16 @@ async fn run(args: Args) -> Result<(), String> {
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
             }
         };
-        execute(&ctx, &sql, &args).await?;
+        let mut source = None;
+        execute(&ctx, &sql, &args, &mut source).await?;
+        plotted = source.or(plotted);
+    }
+    if let Some(path) = &args.plot {
+        let source = plotted.ok_or(format!(
+            "--plot {path}: no result has an interval column; select the result of dp_rr_ci, \
+             dp_or_ci or dp_rd_ci (e.g. dp_rr_ci(outcome, exposed, 1.0) AS ci) with GROUP BY"
+        ))?;
+        write_plot(path, &source, args.quiet)?;
     }
     Ok(())
 }
@@ -263,7 +399,7 @@ async fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}");
+            note(&e);
             return ExitCode::from(2);
         }
     };
@@ -271,13 +407,13 @@ async fn main() -> ExitCode {
         // A locked shell: a panic's message (a kernel's, on a worker thread, turned into a
         // query error by DataFusion) could quote protected values; the analyst sees this line.
         std::panic::set_hook(Box::new(|_| {
-            eprintln!("a worker thread panicked; its message is withheld (locked session)")
+            note("a worker thread panicked; its message is withheld (locked session)")
         }));
     }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            note(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }

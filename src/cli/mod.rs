@@ -11,6 +11,9 @@ use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use std::sync::Arc;
 
+pub mod plot;
+pub mod terminal;
+
 pub use crate::owner::tables::{register_path, session, EnvObjectStoreRegistry};
 
 /// The result of one statement.
@@ -59,6 +62,25 @@ async fn analyst_statements(ctx: &SessionContext, sql: &str) -> Result<Vec<State
         results.push(collect_within_deadline(ctx, frame).await?);
     }
     Ok(results)
+}
+
+/// The logical plans of the statements of `sql`, built (not run, not charged) in `ctx`: what
+/// a result's columns come from ([`plot::column_origin`]).
+pub async fn plan_statements(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<Vec<datafusion::logical_expr::LogicalPlan>> {
+    // On the planning thread's large stack, as the statements themselves were planned.
+    let ctx = ctx.clone();
+    let sql = sql.to_string();
+    crate::sql::privacy::limits::on_planning_stack(async move {
+        let mut plans = Vec::new();
+        for statement in parse_statements(&ctx, &sql)? {
+            plans.push(ctx.state().statement_to_plan(statement).await?);
+        }
+        Ok(plans)
+    })
+    .await
 }
 
 /// Runs every statement of `sql` in order (`;`-separated), stopping at the first error.

@@ -1,6 +1,7 @@
 //! What the integration tests share: session configurations and sample moments for the
-//! statistical SQL tests, and a moto S3-compatible server on loopback (from PyPI; `.ci/run`
-//! installs it) with plain HTTP requests to it.
+//! statistical SQL tests, and a moto S3-compatible server on loopback (from PyPI;
+//! `.ci/install-tools` installs it) with plain HTTP requests to it. A test tool that is missing
+//! skips its test with a SKIPPED line, or fails it under `CI=true` ([`missing_tool`]).
 
 // Each test crate compiles this module and uses part of it.
 #![allow(dead_code)]
@@ -88,19 +89,48 @@ pub fn create_bucket(port: u16, bucket: &str) {
     assert!(created.starts_with("HTTP/1.1 200"), "{created}");
 }
 
-/// Starts `moto_server` on a free loopback port; `None` if it is not installed.
+/// Whether the tests run under CI (`CI=true`, as CI services set it and `.ci/run` does): then
+/// every tool a test needs must be there.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Reports that `tool`, which a test needs, is missing: under `CI=true` the test fails, naming
+/// the command that installs it; elsewhere it prints a SKIPPED line (the caller then returns).
+pub fn missing_tool(tool: &str, install: &str) {
+    assert!(
+        !under_ci(),
+        "{tool} is missing and CI=true needs it: run .ci/install-tools (it runs {install})"
+    );
+    println!(
+        "SKIPPED: {tool} is missing (install the test tools with .ci/install-tools: {install})"
+    );
+}
+
+/// The pip command `.ci/install-tools` runs for moto.
+pub const MOTO_INSTALL: &str = "python3 -m pip install 'moto[server]==5.2.1'";
+
+/// Starts `moto_server` on a free loopback port; `None` (after [`missing_tool`]) if it is not
+/// installed.
 pub fn start_moto() -> Option<(Server, u16)> {
     let port = TcpListener::bind("127.0.0.1:0")
         .ok()?
         .local_addr()
         .ok()?
         .port();
-    let child = Command::new("moto_server")
+    let child = match Command::new("moto_server")
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .ok()?;
+    {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            missing_tool("moto_server", MOTO_INSTALL);
+            return None;
+        }
+        Err(e) => panic!("cannot start moto_server: {e}"),
+    };
     let server = Server(child);
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {

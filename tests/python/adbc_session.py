@@ -18,7 +18,7 @@ def connect(uri, user, password, root_cert=None):
     if root_cert is not None:
         with open(root_cert) as f:
             kwargs[DatabaseOptions.TLS_ROOT_CERTS.value] = f.read()
-    # No transactions on the server: autocommit, as the README's session does.
+    # No transactions on the server: autocommit, as docs/server.md's session does.
     return flight_sql.connect(
         uri, db_kwargs={"username": user, "password": password, **kwargs}, autocommit=True
     )

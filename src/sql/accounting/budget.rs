@@ -517,7 +517,7 @@ impl Accountant {
 }
 
 /// `dp_budget()`: one row each for `budget`, `spent` and `remaining`, then one `charge` row per
-/// charge in time order (see the README). A snapshot taken when the query is planned.
+/// charge in time order (docs/sql-reference.md). A snapshot taken when the query is planned.
 #[derive(Debug)]
 pub struct DpBudgetFunction {
     accountant: Arc<Accountant>,
