@@ -761,6 +761,7 @@ async fn timing_and_memory_with_and_without_one_person() {
         "SELECT dp_count(region, 1.0) FROM visits WHERE length(replace(replace(note, 'e', repeat('e', 100)), 'e', repeat('e', 100))) > 7",
         "SELECT dp_count(region, 1.0) FROM (SELECT patient_id, region, avg(score) OVER (PARTITION BY patient_id ORDER BY visit_date) AS a FROM visits CROSS JOIN range(1000)) WHERE a IS NOT NULL",
         "SELECT dp_count(u, 1.0) FROM (SELECT patient_id, unnest(make_array(note, note, note)) AS u FROM visits)",
+        "SELECT dp_count(region, 1.0) FROM visits WHERE length(repeat(note, 10000)) > 7",
         "SELECT dp_rr_ci(outcome, exposed, 1.0, 'ci_method=bootstrap') FROM visits",
         // The extreme person's long strings, repeated by a public table.
         "SELECT dp_count(region, 1.0) FROM visits CROSS JOIN range(2000) WHERE length(note || CAST(value AS VARCHAR)) > 7",

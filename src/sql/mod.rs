@@ -90,7 +90,11 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
         // One charge, one release: the physical rule runs last.
         let state = ctx.state_ref();
         let mut state = state.write();
+        // The public side of a join with protected rows is built first (public_fanout).
+        let rules =
+            privacy::public_fanout::with_public_build_side(state.physical_optimizers().to_vec());
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
+            .with_physical_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(privacy::release::ReleaseOnce))
             .build();
         *state = rebuilt;

@@ -31,8 +31,9 @@
 //! This is the same rule as Tumult Analytics' `join_public` (equi-joins with public tables
 //! only), with the multiplication capped rather than the join refused.
 
-use crate::sql::privacy::protected_scan::ProtectedTable;
+use crate::sql::privacy::protected_scan::{ProtectedScanExec, ProtectedTable};
 use crate::sql::privacy::release_order::with_tie_breakers;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::source_as_provider;
@@ -43,6 +44,9 @@ use datafusion::logical_expr::{
     Operator, Sort,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
+use datafusion::physical_plan::ExecutionPlan;
 use std::sync::Arc;
 
 /// Public rows one protected row may meet through joins, in all, in a locked query. Small
@@ -270,4 +274,77 @@ fn capped(public: &LogicalPlan) -> Option<u64> {
             .or_else(|| capped(&filter.input)),
         _ => None,
     }
+}
+
+/// The physical half of the rule: in a join of protected rows with public ones, the public
+/// side is the build side. A hash or nested-loop join reads its build side first and skips
+/// the probe side when the build side is empty, so with protected rows on the build side a
+/// person filtered alone decided whether the public side (a scan, the cap's sort) ran at all:
+/// 0.04 s against 0.10 s for a cap over `range(1000000)`. Built first, the public side does
+/// its work with or without them. Runs after DataFusion's `join_selection`, before the
+/// distribution is enforced.
+#[derive(Debug, Default)]
+pub struct PublicBuildSide;
+
+impl PhysicalOptimizerRule for PublicBuildSide {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !reads_protected(&plan)? {
+            return Ok(plan);
+        }
+        plan.transform_up(|node| {
+            let children = node.children();
+            if children.len() != 2
+                || !reads_protected(children[0])?
+                || reads_protected(children[1])?
+            {
+                return Ok(Transformed::no(node));
+            }
+            if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+                if join.join_type().supports_swap() {
+                    return Ok(Transformed::yes(join.swap_inputs(*join.partition_mode())?));
+                }
+            } else if let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() {
+                if join.join_type().supports_swap() {
+                    return Ok(Transformed::yes(join.swap_inputs()?));
+                }
+            } else if let Some(join) = node.downcast_ref::<CrossJoinExec>() {
+                return Ok(Transformed::yes(join.swap_inputs()?));
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "dp_public_build_side"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Whether `plan` scans a protected table (hidden from the optimiser, so a locked query).
+fn reads_protected(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| Ok(node.downcast_ref::<ProtectedScanExec>().is_some()))
+}
+
+/// `rules` (a session's physical optimiser rules) with [`PublicBuildSide`] after
+/// DataFusion's `join_selection` (or first, if there is none).
+pub fn with_public_build_side(
+    mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    if rules.iter().any(|r| r.name() == PublicBuildSide.name()) {
+        return rules;
+    }
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "join_selection")
+        .map_or(0, |i| i + 1);
+    rules.insert(at, Arc::new(PublicBuildSide));
+    rules
 }
