@@ -486,7 +486,7 @@ async fn near_exact_count(ctx: &SessionContext, sql: &str, locked: bool) -> Resu
 #[tokio::test]
 async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
     // 50 patients, one row each, on keys 0 and 1; a public table with 3,000 rows per key. A
-    // locked session lets one protected row meet at most MAX_PUBLIC_FANOUT (1,024) public rows
+    // locked session lets one protected row meet at most MAX_PUBLIC_FANOUT (256) public rows
     // through all its joins (issue 27's "Work" class: the rows one person adds to a query's
     // work are bounded); the bounding keeps up to 5,000 rows per patient, so the counts show
     // the cap itself.
