@@ -551,6 +551,40 @@ async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_locked_join_builds_its_public_side_first() -> Result<()> {
+    // A hash join reads its build side first and skips the probe side when the build side is
+    // empty: with one person's filtered rows as the build side, their presence decided whether
+    // the public side's work ran at all. In a locked session the public side is built.
+    use datafusion::physical_plan::joins::HashJoinExec;
+    use datafusion::physical_plan::ExecutionPlan;
+    use datafusion_dp::sql::privacy::protected_scan::ProtectedScanExec;
+    let ctx = session(true).await?;
+    let sql = "SELECT dp_count(visits.region, 1.0) FROM visits JOIN (SELECT value % 7 AS k FROM range(100000)) AS q ON visits.patient_id % 7 = q.k WHERE visits.patient_id = 3";
+    let plan = analyst_sql(&ctx, sql).await?.create_physical_plan().await?;
+    fn protected(plan: &Arc<dyn ExecutionPlan>) -> bool {
+        plan.downcast_ref::<ProtectedScanExec>().is_some()
+            || plan.children().into_iter().any(protected)
+    }
+    fn joins(plan: &Arc<dyn ExecutionPlan>, found: &mut Vec<(bool, bool)>) {
+        if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+            found.push((protected(join.left()), protected(join.right())));
+        }
+        for child in plan.children() {
+            joins(child, found);
+        }
+    }
+    let mut found = Vec::new();
+    joins(&plan, &mut found);
+    assert_eq!(
+        found,
+        vec![(false, true)],
+        "{}",
+        datafusion::physical_plan::displayable(plan.as_ref()).indent(true)
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn explain_shows_each_dp_aggregate_s_bound() -> Result<()> {
     let ctx = session(true).await?;
     let plan = run(
