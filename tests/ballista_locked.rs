@@ -439,3 +439,58 @@ async fn only_the_released_partitions_are_served() {
     };
     assert!(err.contains("final partitions"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_port_refuses_what_a_locked_session_refuses() {
+    // A client sends plans, not SQL: the statement checks of a locked session run on them.
+    cluster();
+    let mut client = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    for (sql, expected) in [
+        (
+            "EXPLAIN VERBOSE SELECT region FROM regions",
+            "EXPLAIN VERBOSE",
+        ),
+        (
+            "EXPLAIN FORMAT TREE SELECT region FROM regions",
+            "EXPLAIN VERBOSE, FORMAT",
+        ),
+        (
+            "EXPLAIN ANALYZE SELECT region FROM regions",
+            "EXPLAIN ANALYZE",
+        ),
+        (
+            "COPY (SELECT region FROM regions) TO '/tmp/dp-locked-cluster-copy.csv'",
+            "COPY",
+        ),
+        ("CREATE VIEW mine AS SELECT region FROM regions", "DDL"),
+    ] {
+        let plan = unbound_plan(sql).await;
+        let bytes = LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+            .unwrap()
+            .encode_to_vec();
+        let err = client
+            .execute_query(submit(Query::LogicalPlan(bytes)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{sql}: {err}");
+        assert!(err.message().contains(expected), "{sql}: {err}");
+        assert!(err.message().contains("locked"), "{sql}: {err}");
+    }
+    assert!(!Path::new("/tmp/dp-locked-cluster-copy.csv").exists());
+    // The client's settings: only the analyst's, in their ranges.
+    let plan = unbound_plan("SELECT region FROM regions").await;
+    let bytes = LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+        .unwrap()
+        .encode_to_vec();
+    let answer = client
+        .execute_query(submit_with(
+            Query::LogicalPlan(bytes),
+            &[("datafusion.execution.batch_size", "1")],
+        ))
+        .await;
+    let text = format!("{answer:?}");
+    assert!(
+        text.contains("batch_size = 1: this cluster is locked"),
+        "{text}"
+    );
+}

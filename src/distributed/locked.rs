@@ -8,7 +8,11 @@
 //!   the owner's options and one analyst's budget and ledger, and is locked. A client's plan has
 //!   every scan replaced by the owner's table of that name (a name the owner did not register is
 //!   refused: [`crate::sql::privacy::rule::owner_tables_only`]). Of the client's `dp.*` settings
-//!   only the accuracy options are kept ([`DpOptions::without_owner_settings`]).
+//!   only the accuracy options are kept ([`DpOptions::without_owner_settings`]), and of its other
+//!   settings only those a locked session lets an analyst set, in their ranges
+//!   ([`ANALYST_SETTINGS`]); `EXPLAIN` shows the logical plan only. The client port refuses the
+//!   plans a locked session refuses as statements (`EXPLAIN ANALYZE`/`VERBOSE`, `COPY`, DML,
+//!   DDL): `queries_only`.
 //! - **The scheduler binds and charges.** Its planner rule binds, checks and charges every DP
 //!   call ([`Placement::Authority`]); a call a client bound is refused by its logical codec
 //!   ([`DpLogicalCodec::refusing_bound_calls`]), and so is a physical or Substrait plan, which
@@ -30,6 +34,7 @@ use super::{DpLogicalCodec, DpPhysicalCodec};
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
+use crate::sql::privacy::lock::ANALYST_SETTINGS;
 use crate::sql::privacy::rule::Placement;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -101,14 +106,46 @@ impl LockedCluster {
     }
 
     /// The session of one job, from the configuration Ballista built of the client's
-    /// settings: the client's accuracy options, the owner's everything else, locked.
-    pub fn job_session(&self, mut config: SessionConfig) -> Result<SessionState> {
+    /// settings: the client's accuracy options and analyst settings, the owner's everything
+    /// else, locked.
+    pub fn job_session(&self, config: SessionConfig) -> Result<SessionState> {
         let client = config
             .options()
             .extensions
             .get::<DpOptions>()
             .cloned()
             .unwrap_or_default();
+        // Of the client's other settings, only those a locked session lets an analyst set
+        // (in their ranges); the rest are the owner's defaults, as in `analyst_sql`.
+        let sent = config.options().entries();
+        let mut config = session_config();
+        for (key, low, high) in ANALYST_SETTINGS {
+            let Some(value) = sent
+                .iter()
+                .find(|e| e.key == *key)
+                .and_then(|e| e.value.clone())
+            else {
+                continue;
+            };
+            match value.trim().parse::<u64>() {
+                Ok(v) if (*low..=*high).contains(&v) => config.options_mut().set(key, &value)?,
+                _ => {
+                    return Err(DataFusionError::Plan(format!(
+                        "{key} = {value}: this cluster is locked; the value must be an integer \
+                         from {low} to {high}"
+                    )))
+                }
+            }
+        }
+        if let Some(name) = sent.iter().find(|e| e.key == "ballista.job.name") {
+            if let Some(value) = &name.value {
+                config.options_mut().set("ballista.job.name", value)?;
+            }
+        }
+        let explain = &mut config.options_mut().explain;
+        explain.logical_plan_only = true;
+        explain.physical_plan_only = false;
+        explain.show_statistics = false;
         config
             .options_mut()
             .extensions
@@ -299,6 +336,61 @@ fn logical_plans_only(params: &ExecuteQueryParams) -> std::result::Result<(), St
     }
 }
 
+/// Refuses a plan that a locked session refuses as a statement
+/// ([`crate::sql::privacy::lock::analyst_sql`]): a client sends plans, not SQL, so the checks
+/// run on the plan's root. `EXPLAIN ANALYZE` prints every operator's exact row counts;
+/// `EXPLAIN VERBOSE`, other formats than the indented one and statistics print the physical
+/// plan (file paths, byte ranges, Parquet statistics); `COPY`, `INSERT` and DDL write on the
+/// owner's machines or change the owner's catalog.
+fn queries_only(params: &ExecuteQueryParams) -> std::result::Result<(), Status> {
+    use datafusion_proto::protobuf::logical_plan_node::LogicalPlanType as Node;
+    use prost::Message;
+    let Some(Query::LogicalPlan(bytes)) = &params.query else {
+        return Ok(());
+    };
+    let plan = LogicalPlanNode::decode(bytes.as_slice())
+        .map_err(|e| Status::invalid_argument(format!("a malformed logical plan: {e}")))?;
+    let refused = |what: &str, why: &str| {
+        Err(Status::permission_denied(format!(
+            "{what}: this cluster is locked by its data owner; {why}"
+        )))
+    };
+    match plan.logical_plan_type {
+        Some(Node::Analyze(_)) => refused(
+            "EXPLAIN ANALYZE",
+            "it would print every operator's exact row counts. Use EXPLAIN",
+        ),
+        Some(Node::Explain(explain)) => {
+            let indented = datafusion_proto::protobuf::ExplainFormat::Indent as i32;
+            if explain.verbose
+                || explain.format != indented
+                || explain.show_statistics == Some(true)
+            {
+                return refused(
+                    "EXPLAIN VERBOSE, FORMAT or statistics",
+                    "they would print the physical plan (files, byte ranges, statistics). Use \
+                     EXPLAIN (the logical plan)",
+                );
+            }
+            Ok(())
+        }
+        Some(
+            Node::CopyTo(_)
+            | Node::Dml(_)
+            | Node::CreateExternalTable(_)
+            | Node::CreateCatalogSchema(_)
+            | Node::CreateCatalog(_)
+            | Node::CreateView(_)
+            | Node::DropView(_)
+            | Node::Prepare(_),
+        ) => refused(
+            "COPY, INSERT, PREPARE or DDL",
+            "the owner manages tables and files; send a query",
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[tonic::async_trait]
 impl SchedulerGrpc for ClientPort {
     type ExecuteQueryPushStream = <Scheduler as SchedulerGrpc>::ExecuteQueryPushStream;
@@ -357,6 +449,7 @@ impl SchedulerGrpc for ClientPort {
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
         logical_plans_only(request.get_ref())?;
+        queries_only(request.get_ref())?;
         SchedulerGrpc::execute_query_push(&self.scheduler, request).await
     }
 
@@ -365,6 +458,7 @@ impl SchedulerGrpc for ClientPort {
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
         logical_plans_only(request.get_ref())?;
+        queries_only(request.get_ref())?;
         SchedulerGrpc::execute_query(&self.scheduler, request).await
     }
 
