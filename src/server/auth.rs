@@ -1,13 +1,18 @@
 //! Analysts' credentials: Argon2id password hashes (PHC strings), the `Basic` handshake header,
 //! and bearer tokens (256 bits from the OS's CSPRNG).
 
-use crate::owner::{Credential, OwnerConfig};
+use crate::owner::{Credential, OwnerConfig, ServerConfig};
 use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use argon2::Argon2;
 use base64::Engine;
 use rand::{RngCore, TryRngCore};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tonic::Status;
 
 /// An Argon2id hash (default parameters, random salt) of `password`, as a PHC string for a
 /// configuration's `password_hash`.
@@ -31,8 +36,9 @@ fn verify_hash(hash: &str, password: &str) -> bool {
     })
 }
 
-/// A hash no password matches in practice, verified for unknown names so that a failed login
-/// takes as long whether or not the analyst exists.
+/// A hash no password matches in practice, verified for unknown names (and before comparing a
+/// plaintext `password`) so that a failed login takes as long whether or not the analyst
+/// exists. Made once, when the server starts ([`LoginGate::new`]), not at the first stranger.
 fn decoy_hash() -> &'static str {
     static DECOY: OnceLock<String> = OnceLock::new();
     DECOY.get_or_init(|| {
@@ -42,17 +48,224 @@ fn decoy_hash() -> &'static str {
     })
 }
 
-/// Checks `name`/`password` against the configuration; the analyst's name when they match.
-/// An analyst without a credential (a `dpsql --config` shell only) cannot log in.
+/// Checks `name`/`password` against the configuration. Every outcome runs exactly one Argon2id
+/// verification (the analyst's hash, or the decoy for an unknown name, an analyst without a
+/// credential, or before comparing a plaintext `password`), so the time does not tell whether a
+/// name exists. An analyst without a credential (a `dpsql --config` shell only) cannot log in.
 pub fn check(config: &OwnerConfig, name: &str, password: &str) -> bool {
     match config.analyst(name).and_then(|a| a.credential.as_ref()) {
         Some(Credential::Hash(hash)) => verify_hash(hash, password),
         Some(Credential::Password(expected)) => {
+            verify_hash(decoy_hash(), password);
             constant_time_eq(expected.as_bytes(), password.as_bytes())
         }
         None => {
             verify_hash(decoy_hash(), password);
             false
+        }
+    }
+}
+
+/// A user name as it may appear in a log line: quoted, with newlines, terminal escapes and
+/// other control characters escaped (so a name cannot forge or hide lines), and cut to 64
+/// characters.
+pub fn log_name(name: &str) -> String {
+    let cut: String = name.chars().take(64).collect();
+    let more = if cut.len() < name.len() { "..." } else { "" };
+    format!("{cut:?}{more}")
+}
+
+/// What a refused login is told, as a gRPC status.
+fn backed_off(wait: Duration) -> Status {
+    Status::unauthenticated(format!(
+        "too many failed logins for this user name or from this address: retry in {} s \
+         (login_backoff_max_seconds)",
+        wait.as_secs_f64().ceil().max(1.0) as u64
+    ))
+}
+
+/// How long a login waits for a free password check before it is refused.
+const LOGIN_QUEUE: Duration = Duration::from_secs(10);
+
+/// User names and peer addresses whose failures are remembered at most; beyond it the entries
+/// whose wait ended first are forgotten (a flood of made-up names cannot grow the map).
+const MAX_TRACKED: usize = 10_000;
+
+/// What a back-off is kept by.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Name(String),
+    Peer(IpAddr),
+}
+
+/// The failures of one key: how many in a row, and until when logins are refused.
+struct Failures {
+    count: u32,
+    last: Instant,
+    until: Instant,
+}
+
+/// The state of logins: a semaphore bounding the password checks running at once (each takes
+/// 19 MiB and a core for tens of milliseconds), and exponential back-off after failures per
+/// user name and per peer address. (Rate limiters such as `governor` meter a steady rate; a
+/// wait that doubles with each failure in a row and ends with a success is not one, hence
+/// these few lines.)
+pub struct LoginGate {
+    hashing: Arc<Semaphore>,
+    concurrency: usize,
+    name_failures: u32,
+    peer_failures: u32,
+    max_wait: Duration,
+    failures: Mutex<HashMap<Key, Failures>>,
+}
+
+impl LoginGate {
+    pub fn new(server: &ServerConfig) -> Self {
+        decoy_hash();
+        let concurrency = server.login_concurrency.max(1);
+        Self {
+            hashing: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            name_failures: server.login_name_failures,
+            peer_failures: server.login_peer_failures,
+            max_wait: Duration::from_secs(server.login_backoff_max_seconds.max(1)),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Failures>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The wait left before `keys` may try again, if any is backed off.
+    fn waiting(&self, keys: &[Key], now: Instant) -> Option<Duration> {
+        let failures = self.failures();
+        keys.iter()
+            .filter_map(|key| failures.get(key))
+            .filter(|f| f.until > now)
+            .map(|f| f.until - now)
+            .max()
+    }
+
+    /// Counts a failure of each of `keys`; past its free failures a key waits 1 s, then 2 s,
+    /// 4 s, ... up to the maximum. Returns the longest wait started.
+    fn fail(&self, keys: &[Key], now: Instant) -> Option<Duration> {
+        let mut failures = self.failures();
+        // Forget what is over: a key whose wait (or last failure) is older than the maximum
+        // wait starts again from its free failures.
+        if failures.len() >= MAX_TRACKED {
+            let max_wait = self.max_wait;
+            failures.retain(|_, f| now.saturating_duration_since(f.until.max(f.last)) < max_wait);
+        }
+        while failures.len() >= MAX_TRACKED {
+            let Some(oldest) = failures
+                .iter()
+                .min_by_key(|(_, f)| f.until.max(f.last))
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            failures.remove(&oldest);
+        }
+        let mut longest = None;
+        for key in keys {
+            let free = match key {
+                Key::Name(_) => self.name_failures,
+                Key::Peer(_) => self.peer_failures,
+            };
+            let entry = failures.entry(key.clone()).or_insert(Failures {
+                count: 0,
+                last: now,
+                until: now,
+            });
+            if now.saturating_duration_since(entry.until.max(entry.last)) >= self.max_wait {
+                entry.count = 0;
+            }
+            entry.count = entry.count.saturating_add(1);
+            entry.last = now;
+            if entry.count > free {
+                let doublings = (entry.count - free - 1).min(30);
+                let wait = Duration::from_secs(1u64 << doublings).min(self.max_wait);
+                entry.until = now + wait;
+                longest = longest.max(Some(wait));
+            }
+        }
+        longest
+    }
+
+    fn succeed(&self, keys: &[Key]) {
+        let mut failures = self.failures();
+        for key in keys {
+            failures.remove(key);
+        }
+    }
+
+    /// Checks a login of `name` with `password` from `peer`: refused at once (no password
+    /// check) while the name or the address is backed off; otherwise one password check, run
+    /// on the blocking pool only once one of the `login_concurrency` permits is free (waiting
+    /// at most [`LOGIN_QUEUE`]). The analyst's configuration when the password matches.
+    pub async fn login(
+        &self,
+        config: Arc<crate::owner::Owner>,
+        name: &str,
+        password: String,
+        peer: Option<IpAddr>,
+    ) -> Result<crate::owner::AnalystConfig, Status> {
+        // Names are compared (and kept) cut to 256 bytes: a longer one is no analyst's.
+        let key_name: String = name.chars().take(256).collect();
+        let mut keys = vec![Key::Name(key_name)];
+        keys.extend(peer.map(Key::Peer));
+        if let Some(wait) = self.waiting(&keys, Instant::now()) {
+            return Err(backed_off(wait));
+        }
+        let permit = tokio::time::timeout(LOGIN_QUEUE, Arc::clone(&self.hashing).acquire_owned())
+            .await
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "the server is busy checking passwords ({} at once, login_concurrency): \
+                     try again",
+                    self.concurrency
+                ))
+            })?
+            .map_err(|_| Status::unavailable("the server is shutting down"))?;
+        // Failures recorded while this login queued count too: a burst of logins sent at once
+        // is checked one permit at a time, not all before the first failure is counted.
+        if let Some(wait) = self.waiting(&keys, Instant::now()) {
+            return Err(backed_off(wait));
+        }
+        let checked_name = name.to_string();
+        let owner = Arc::clone(&config);
+        let valid = tokio::task::spawn_blocking(move || {
+            let valid = check(owner.config(), &checked_name, &password);
+            drop(permit);
+            valid
+        })
+        .await
+        .unwrap_or(false);
+        match config.config().analyst(name) {
+            Some(analyst) if valid => {
+                self.succeed(&keys);
+                Ok(analyst.clone())
+            }
+            _ => {
+                let wait = self.fail(&keys, Instant::now());
+                match wait {
+                    Some(wait) => eprintln!(
+                        "dp-server: login refused for {} from {}; further logins wait {} s",
+                        log_name(name),
+                        peer.map_or("an unknown address".to_string(), |p| p.to_string()),
+                        wait.as_secs()
+                    ),
+                    None => eprintln!(
+                        "dp-server: login refused for {} from {}",
+                        log_name(name),
+                        peer.map_or("an unknown address".to_string(), |p| p.to_string())
+                    ),
+                }
+                Err(Status::unauthenticated("invalid user name or password"))
+            }
         }
     }
 }

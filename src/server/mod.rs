@@ -70,13 +70,26 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), String> {
     let server_config = owner.config().server.clone();
-    let idle = Duration::from_secs(server_config.session_idle_seconds.max(1));
-    let service =
-        DpFlightSqlService::new(Arc::new(owner), execution, Arc::new(Sessions::new(idle)));
-    let router = Server::builder().add_service(FlightServiceServer::new(service));
-    match (&server_config.tls_cert, &server_config.tls_key) {
+    let sessions = Arc::new(Sessions::new(&server_config));
+    // Ended sessions and unfetched results are dropped every few seconds, not only when
+    // someone logs in, so a client that went away frees its memory and query slots.
+    let sweeper = {
+        let sessions = Arc::clone(&sessions);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                every.tick().await;
+                sessions.sweep();
+            }
+        })
+    };
+    let service = DpFlightSqlService::new(Arc::new(owner), execution, sessions);
+    let flight = FlightServiceServer::new(service)
+        .max_decoding_message_size(server_config.max_message_bytes);
+    let router = Server::builder().add_service(flight);
+    let served = match (&server_config.tls_cert, &server_config.tls_key) {
         (Some(cert), Some(key)) => {
-            let acceptor = tls::acceptor(cert, key)?;
+            let acceptor = tls::acceptor(cert, key).inspect_err(|_| sweeper.abort())?;
             router
                 .serve_with_incoming_shutdown(tls::incoming(listener, acceptor), shutdown)
                 .await
@@ -90,5 +103,10 @@ pub async fn serve(
                 .await
         }
     }
-    .map_err(|e| format!("server: {e}"))
+    .map_err(|e| format!("server: {e}"));
+    sweeper.abort();
+    served
 }
+
+/// How often ended sessions and stale unfetched results are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
