@@ -74,19 +74,17 @@ impl QuerySlots {
                 ))
             })?
             .map_err(|_| Status::unavailable("the server is shutting down"))?;
-        let total_permit = tokio::time::timeout_at(
-            deadline,
-            Arc::clone(&self.total).acquire_owned(),
-        )
-        .await
-        .map_err(|_| {
-            Status::resource_exhausted(format!(
+        let total_permit =
+            tokio::time::timeout_at(deadline, Arc::clone(&self.total).acquire_owned())
+                .await
+                .map_err(|_| {
+                    Status::resource_exhausted(format!(
                 "the server is busy: {} queries of all analysts are running (max_queries = {}); \
                      waited {waited} s (query_queue_seconds); nothing was charged: try again",
                 self.max_total, self.max_total
             ))
-        })?
-        .map_err(|_| Status::unavailable("the server is shutting down"))?;
+                })?
+                .map_err(|_| Status::unavailable("the server is shutting down"))?;
         Ok(QuerySlot {
             _analyst: analyst_permit,
             _total: total_permit,
