@@ -979,6 +979,70 @@ mod tests {
     }
 
     #[test]
+    fn server_section() {
+        let server = |text: &str| parse(text).unwrap().server;
+        assert_eq!(server(""), ServerConfig::default());
+        assert_eq!(server("[server]"), ServerConfig::default());
+        let d = ServerConfig::default();
+        assert_eq!(d.session_idle_seconds, 3600);
+        assert_eq!(d.token_lifetime_seconds, 8 * 3600);
+        assert_eq!(d.max_message_bytes, 4 << 20);
+        assert_eq!(d.login_concurrency, default_login_concurrency());
+        let s = server(
+            "[server]\ntoken_lifetime_seconds = 60\nmax_sessions_per_analyst = 2\n\
+             max_prepared_statements = 3\nmax_message_bytes = \"1MiB\"\n\
+             max_parameter_bytes = 4096\nmax_parameter_batches = 2\nlogin_concurrency = 1\n\
+             login_name_failures = 0\nlogin_peer_failures = 7\nlogin_backoff_max_seconds = 5\n\
+             max_queries_per_analyst = 1\nmax_queries = 2\nquery_queue_seconds = 3",
+        );
+        assert_eq!(
+            (s.token_lifetime_seconds, s.max_sessions_per_analyst),
+            (60, 2)
+        );
+        assert_eq!(
+            (s.max_prepared_statements, s.max_message_bytes),
+            (3, 1 << 20)
+        );
+        assert_eq!((s.max_parameter_bytes, s.max_parameter_batches), (4096, 2));
+        assert_eq!(
+            (
+                s.login_concurrency,
+                s.login_name_failures,
+                s.login_peer_failures
+            ),
+            (1, 0, 7)
+        );
+        assert_eq!(s.login_backoff_max_seconds, 5);
+        assert_eq!(
+            (
+                s.max_queries_per_analyst,
+                s.max_queries,
+                s.query_queue_seconds
+            ),
+            (1, 2, 3)
+        );
+        for key in [
+            "session_idle_seconds",
+            "token_lifetime_seconds",
+            "max_sessions_per_analyst",
+            "max_queries",
+            "query_queue_seconds",
+        ] {
+            let e = err(&format!("[server]\n{key} = 0"));
+            assert!(
+                e.contains(&format!("[server] {key} must be at least 1")),
+                "{e}"
+            );
+        }
+        assert!(err("[server]\nmax_parameter_bytes = \"lots\"").contains("max_parameter_bytes"));
+        assert!(err("[server]\nlogin_name_failures = 99999999999").contains("too large"));
+        assert!(
+            err("[server]\nmax_session = 1").contains("max_session"),
+            "unknown keys"
+        );
+    }
+
+    #[test]
     fn refuses_what_it_cannot_honour() {
         let t = |extra: &str| format!("[[table]]\nname = \"t\"\nlocation = \"t.csv\"\n{extra}");
         assert!(err(&t("protection = \"unit\"")).contains("needs unit"));
