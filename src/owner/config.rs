@@ -30,6 +30,7 @@
 //! [server]
 //! listen = "127.0.0.1:50051"
 //! # scheduler = "df://10.0.0.5:50050"   # run queries on this trusted Ballista cluster
+//! token_lifetime_seconds = 28800 # and the other limits of docs/server-limits.md
 //!
 //! [limits]
 //! memory_limit = "4GiB"          # all queries together (the default); then a resources error
