@@ -593,3 +593,55 @@ async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
     let mut bob = login(&url, "bob", "pw-b").await.unwrap();
     assert_eq!(rows(&query(&mut bob, "SELECT 1").await.unwrap()), 1);
 }
+
+/// With `max_connections_per_address = 4`, a fifth connection from the same address is closed
+/// as soon as it is accepted (a stranger holding connections cannot use up the server's file
+/// descriptors); once the held ones close, connections are accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_address_are_capped() {
+    use tokio::io::AsyncReadExt;
+    let dir = test_dir("connections");
+    let mut server = Server::start(&config(&dir, "max_connections_per_address = 4"));
+    let url = server.url();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            tokio::net::TcpStream::connect(&server.address)
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The fifth is closed by the server: reading it ends at once.
+    let mut fifth = tokio::net::TcpStream::connect(&server.address)
+        .await
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), fifth.read(&mut byte))
+        .await
+        .expect("the server closes the fifth connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let over = async {
+        let channel = Channel::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = FlightSqlServiceClient::new(channel);
+        client
+            .handshake("alice", "pw")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(10), over).await;
+    assert!(
+        matches!(refused, Ok(Err(_))),
+        "a login over the cap fails: {refused:?}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    honest_query(&mut alice).await;
+    assert!(server.alive());
+}

@@ -126,6 +126,10 @@ pub struct ServerConfig {
     pub max_prepared_statements: usize,
     /// Largest gRPC message the server decodes (tonic's `max_decoding_message_size`).
     pub max_message_bytes: usize,
+    /// Connections open at once, in total and from one peer IP address: one more is closed
+    /// as soon as it is accepted, so a stranger cannot use up the file descriptors.
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
     /// A `DoPut` of prepared-statement parameters: at most this many bytes and batches, refused
     /// (never buffered) beyond.
     pub max_parameter_bytes: usize,
@@ -159,6 +163,10 @@ pub const DEFAULT_MAX_SESSIONS_PER_ANALYST: usize = 16;
 pub const DEFAULT_MAX_PREPARED_STATEMENTS: usize = 64;
 /// The default of `[server] max_message_bytes`: 4 MiB (tonic's own default, made explicit).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+/// The default of `[server] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// The default of `[server] max_connections_per_address`.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
 /// The default of `[server] max_parameter_bytes`: 1 MiB (parameters are one row).
 pub const DEFAULT_MAX_PARAMETER_BYTES: usize = 1 << 20;
 /// The default of `[server] max_parameter_batches`.
@@ -192,6 +200,8 @@ impl Default for ServerConfig {
             max_sessions_per_analyst: DEFAULT_MAX_SESSIONS_PER_ANALYST,
             max_prepared_statements: DEFAULT_MAX_PREPARED_STATEMENTS,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_parameter_bytes: DEFAULT_MAX_PARAMETER_BYTES,
             max_parameter_batches: DEFAULT_MAX_PARAMETER_BATCHES,
             login_concurrency: default_login_concurrency(),
@@ -349,6 +359,8 @@ struct RawServer {
     max_sessions_per_analyst: Option<u64>,
     max_prepared_statements: Option<u64>,
     max_message_bytes: Option<toml::Value>,
+    max_connections: Option<u64>,
+    max_connections_per_address: Option<u64>,
     max_parameter_bytes: Option<toml::Value>,
     max_parameter_batches: Option<u64>,
     login_concurrency: Option<u64>,
@@ -717,6 +729,16 @@ impl OwnerConfig {
                         &s.max_message_bytes,
                         d.max_message_bytes,
                     )?,
+                    max_connections: count(
+                        "max_connections",
+                        s.max_connections,
+                        d.max_connections,
+                    )?,
+                    max_connections_per_address: count(
+                        "max_connections_per_address",
+                        s.max_connections_per_address,
+                        d.max_connections_per_address,
+                    )?,
                     max_parameter_bytes: size(
                         "max_parameter_bytes",
                         &s.max_parameter_bytes,
@@ -994,8 +1016,11 @@ mod tests {
              max_prepared_statements = 3\nmax_message_bytes = \"1MiB\"\n\
              max_parameter_bytes = 4096\nmax_parameter_batches = 2\nlogin_concurrency = 1\n\
              login_name_failures = 0\nlogin_peer_failures = 7\nlogin_backoff_max_seconds = 5\n\
-             max_queries_per_analyst = 1\nmax_queries = 2\nquery_queue_seconds = 3",
+             max_queries_per_analyst = 1\nmax_queries = 2\nquery_queue_seconds = 3\n\
+             max_connections = 10\nmax_connections_per_address = 4",
         );
+        assert_eq!((s.max_connections, s.max_connections_per_address), (10, 4));
+        assert_eq!(d.max_connections, 512);
         assert_eq!(
             (s.token_lifetime_seconds, s.max_sessions_per_analyst),
             (60, 2)

@@ -8,6 +8,7 @@
 //! survives restarts). Any Flight SQL client works: ADBC (Python, R, Go, C), JDBC, `arrow-flight`.
 
 mod auth;
+mod connections;
 mod service;
 mod session;
 mod tls;
@@ -23,7 +24,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 /// Where the analysts' queries run.
@@ -87,19 +87,25 @@ pub async fn serve(
     let flight = FlightServiceServer::new(service)
         .max_decoding_message_size(server_config.max_message_bytes);
     let router = Server::builder().add_service(flight);
+    let gate = connections::ConnectionGate::new(
+        server_config.max_connections,
+        server_config.max_connections_per_address,
+    );
     let served = match (&server_config.tls_cert, &server_config.tls_key) {
         (Some(cert), Some(key)) => {
             let acceptor = tls::acceptor(cert, key).inspect_err(|_| sweeper.abort())?;
+            let incoming = connections::incoming(listener, gate, move |tcp| {
+                tls::handshake(acceptor.clone(), tcp)
+            });
             router
-                .serve_with_incoming_shutdown(tls::incoming(listener, acceptor), shutdown)
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         _ => {
+            let incoming =
+                connections::incoming(listener, gate, |tcp| std::future::ready(Some(tcp)));
             router
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown,
-                )
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
     }
