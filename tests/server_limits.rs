@@ -645,3 +645,72 @@ async fn connections_per_address_are_capped() {
     honest_query(&mut alice).await;
     assert!(server.alive());
 }
+
+/// `CancelFlightInfo` frees a query's slot: an unfetched result is dropped (its ticket then
+/// refused, its charge kept), and a slow streaming one stops at once with `Cancelled`. With
+/// `max_queries_per_analyst = 1`, the next query runs right after each cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_flight_info_stops_a_query_and_frees_its_slot() {
+    let dir = test_dir("cancel");
+    let server = Server::start(&config(
+        &dir,
+        "max_queries_per_analyst = 1\nquery_queue_seconds = 1",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let cancel = |client: &mut FlightSqlServiceClient<Channel>, info: arrow_flight::FlightInfo| {
+        let mut client = client.clone();
+        async move {
+            let results: Vec<arrow_flight::Result> = client
+                .do_action(Action::new(
+                    "CancelFlightInfo",
+                    arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
+                ))
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
+                .unwrap()
+                .status
+        }
+    };
+    let cancelled = arrow_flight::CancelStatus::Cancelled as i32;
+
+    // Unfetched: dropped, its ticket refused, the charge kept.
+    let info = alice.execute(DP_QUERY.to_string(), None).await.unwrap();
+    assert_eq!(cancel(&mut alice, info.clone()).await, cancelled);
+    let err = fetch(&mut alice, info.clone()).await.unwrap_err();
+    assert!(
+        err.contains("unknown or already used result ticket"),
+        "{err}"
+    );
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    assert_ne!(
+        cancel(&mut alice, info).await,
+        cancelled,
+        "nothing left to cancel"
+    );
+
+    // Streaming: a slow aggregation (about 9 s in a debug build) stops with Cancelled.
+    let slow =
+        "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+    let info = alice.execute(slow.to_string(), None).await.unwrap();
+    let mut streaming = alice.clone();
+    let stream_info = info.clone();
+    let started = Instant::now();
+    let stream = tokio::spawn(async move { fetch(&mut streaming, stream_info).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cancel(&mut alice, info).await, cancelled);
+    let err = stream.await.unwrap().unwrap_err();
+    assert!(err.contains("cancelled (CancelFlightInfo)"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // The slot is free: the next query does not wait for the queue.
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}

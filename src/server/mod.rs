@@ -86,7 +86,13 @@ pub async fn serve(
     let service = DpFlightSqlService::new(Arc::new(owner), execution, sessions);
     let flight = FlightServiceServer::new(service)
         .max_decoding_message_size(server_config.max_message_bytes);
-    let router = Server::builder().add_service(flight);
+    // HTTP/2 pings find peers that went away without closing, so their connections stop
+    // counting against max_connections; streams per connection are bounded explicitly.
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .add_service(flight);
     let gate = connections::ConnectionGate::new(
         server_config.max_connections,
         server_config.max_connections_per_address,
@@ -113,6 +119,9 @@ pub async fn serve(
     sweeper.abort();
     served
 }
+
+/// HTTP/2 streams (calls) open at once on one connection.
+const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 /// How often ended sessions and stale unfetched results are dropped.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);

@@ -49,6 +49,9 @@ pub struct DpFlightSqlService {
     server: ServerConfig,
 }
 
+/// The Flight action that cancels a query (Flight's `CancelFlightInfo`).
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+
 /// The Flight action that ends the caller's session (Flight's `CloseSession`); the body
 /// (`CloseSessionRequest`) is empty.
 const CLOSE_SESSION: &str = "CloseSession";
@@ -58,6 +61,38 @@ const CLOSE_SESSION: &str = "CloseSession";
 const CLOSE_SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
 
 impl DpFlightSqlService {
+    /// `CancelFlightInfo`: cancels the caller's queries named by the `FlightInfo`'s tickets.
+    #[allow(clippy::result_large_err)]
+    fn cancel_flight_info(
+        &self,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let session = self.session(&request)?;
+        let cancel = arrow_flight::CancelFlightInfoRequest::decode(request.get_ref().body.clone())
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfoRequest: {e}")))?;
+        let mut cancelled = false;
+        for endpoint in cancel.info.map(|info| info.endpoint).unwrap_or_default() {
+            let Some(ticket) = endpoint.ticket else {
+                continue;
+            };
+            let statement = Any::decode(ticket.ticket)
+                .ok()
+                .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten());
+            if let Some(statement) = statement {
+                cancelled |= session.cancel(&statement.statement_handle);
+            }
+        }
+        let status = match cancelled {
+            true => arrow_flight::CancelStatus::Cancelled,
+            false => arrow_flight::CancelStatus::NotCancellable,
+        };
+        let result = arrow_flight::CancelFlightInfoResult::new(status);
+        let output = futures::stream::iter([Ok(arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        })]);
+        Ok(Response::new(Box::pin(output)))
+    }
+
     /// The service for `owner`'s configuration, with its `[server]` limits (sessions, logins,
     /// queries at once, parameter sizes).
     pub fn new(owner: Arc<Owner>, execution: Execution, sessions: Arc<Sessions>) -> Self {
@@ -160,7 +195,7 @@ fn sql_info() -> &'static SqlInfoData {
             SqlInfo::FlightSqlServerTransaction,
             SqlSupportedTransaction::None as i32,
         );
-        builder.append(SqlInfo::FlightSqlServerCancel, false);
+        builder.append(SqlInfo::FlightSqlServerCancel, true);
         builder.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
         builder.append(SqlInfo::SqlDdlCatalog, false);
         builder.append(SqlInfo::SqlDdlSchema, false);
@@ -406,6 +441,7 @@ impl FlightSqlService for DpFlightSqlService {
                 "unknown or already used result ticket: a result is sent once; run the query again (it is charged again)",
             )
         })?;
+        let (abort, registration, running) = session.start_running(&ticket.statement_handle);
         let schema = plan.schema();
         let failed = move |e: &DataFusionError| after_charge(status(e), charged);
         let batches = execute_stream(plan, task).map_err(|e| failed(&e))?;
@@ -416,6 +452,19 @@ impl FlightSqlService for DpFlightSqlService {
             let _slot = &slot;
             batch.map_err(|e| FlightError::from(failed(&e)))
         });
+        // CancelFlightInfo stops the stream, which then ends with an error saying so.
+        let cancelled = futures::stream::once(async move {
+            drop(running);
+            match abort.is_aborted() {
+                true => Some(Err(FlightError::from(after_charge(
+                    Status::cancelled("the query was cancelled (CancelFlightInfo)"),
+                    charged,
+                )))),
+                false => None,
+            }
+        })
+        .filter_map(std::future::ready);
+        let batches = futures::stream::Abortable::new(batches, registration).chain(cancelled);
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
@@ -525,10 +574,13 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<arrow_flight::Action>,
     ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
         let kind = request.get_ref().r#type.clone();
+        if kind == CANCEL_FLIGHT_INFO {
+            return self.cancel_flight_info(request);
+        }
         if kind != CLOSE_SESSION && kind != "close_session" {
             return Err(Status::invalid_argument(format!(
                 "unknown action {kind:?} (this server has CreatePreparedStatement, \
-                 ClosePreparedStatement and CloseSession)"
+                 ClosePreparedStatement, CancelFlightInfo and CloseSession)"
             )));
         }
         let token = Self::token(&request)?;
@@ -541,13 +593,23 @@ impl FlightSqlService for DpFlightSqlService {
     }
 
     async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
-        Some(vec![Ok(ActionType {
-            r#type: CLOSE_SESSION.to_string(),
-            description: "Closes the caller's session (its token, result tickets and prepared \
+        Some(vec![
+            Ok(ActionType {
+                r#type: CANCEL_FLIGHT_INFO.to_string(),
+                description: "Cancels a query of the caller's session: an unfetched result is \
+                              dropped, a streaming one stopped (a charge is kept).\n\
+                              Request Message: CancelFlightInfoRequest\n\
+                              Response Message: CancelFlightInfoResult"
+                    .to_string(),
+            }),
+            Ok(ActionType {
+                r#type: CLOSE_SESSION.to_string(),
+                description: "Closes the caller's session (its token, result tickets and prepared \
                           statements).\nRequest Message: CloseSessionRequest\n\
                           Response Message: CloseSessionResult"
-                .to_string(),
-        })])
+                    .to_string(),
+            }),
+        ])
     }
 
     async fn get_flight_info_catalogs(

@@ -15,6 +15,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
+use futures::stream::{AbortHandle, AbortRegistration};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -130,6 +131,21 @@ pub struct Prepared {
 struct Handles {
     pending: HashMap<Vec<u8>, Pending>,
     prepared: HashMap<Vec<u8>, Prepared>,
+    /// Results streaming now, by ticket: `CancelFlightInfo` stops them.
+    running: HashMap<Vec<u8>, AbortHandle>,
+}
+
+/// Keeps a streaming result cancellable while it runs: removed from the session when the stream
+/// ends or is dropped.
+pub struct Running {
+    session: Arc<AnalystSession>,
+    ticket: Vec<u8>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.session.handles).running.remove(&self.ticket);
+    }
 }
 
 /// One analyst's logged-in session.
@@ -179,6 +195,39 @@ impl AnalystSession {
     /// Takes the planned query of `ticket`: it can be taken once.
     pub fn take_pending(&self, ticket: &[u8]) -> Option<Pending> {
         lock(&self.handles).pending.remove(ticket)
+    }
+
+    /// Registers the result of `ticket` as streaming: its abort registration (for
+    /// `futures::stream::Abortable`) and the guard that unregisters it when dropped.
+    pub fn start_running(
+        self: &Arc<Self>,
+        ticket: &[u8],
+    ) -> (AbortHandle, AbortRegistration, Running) {
+        let (handle, registration) = AbortHandle::new_pair();
+        lock(&self.handles)
+            .running
+            .insert(ticket.to_vec(), handle.clone());
+        let running = Running {
+            session: Arc::clone(self),
+            ticket: ticket.to_vec(),
+        };
+        (handle, registration, running)
+    }
+
+    /// Cancels the query of `ticket`: an unfetched result is dropped (its slot freed, its
+    /// charge kept), a streaming one stopped. Whether there was one.
+    pub fn cancel(&self, ticket: &[u8]) -> bool {
+        let mut handles = lock(&self.handles);
+        if handles.pending.remove(ticket).is_some() {
+            return true;
+        }
+        match handles.running.remove(ticket) {
+            Some(running) => {
+                running.abort();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Drops results not fetched within the session's query deadline, freeing their slots.
