@@ -261,6 +261,54 @@ async fn a_failed_login_takes_as_long_whether_or_not_the_name_exists() {
     assert!((0.5..2.0).contains(&ratio), "{known:?} vs {unknown:?}");
 }
 
+/// With a `password_hash` whose Argon2 parameters are not `--hash-password`'s (here four times
+/// the memory), the decoy check of an unknown name uses the same parameters, so it still takes
+/// as long as a known name's failed check (with the default parameters it took a quarter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decoy_check_costs_what_the_configured_hashes_cost() {
+    use argon2::password_hash::PasswordHasher;
+    let dir = test_dir("decoy");
+    let path = config(
+        &dir,
+        "login_name_failures = 1000000\nlogin_peer_failures = 1000000",
+    );
+    let params = argon2::Params::new(4 * 19456, 2, 1, None).unwrap();
+    let hash = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params)
+        .hash_password(b"pw-c")
+        .unwrap()
+        .to_string();
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "[[analyst]]\nname = \"alice\"",
+        &format!(
+            "[[analyst]]\nname = \"carol\"\npassword_hash = \"{hash}\"\nepsilon_budget = 1.0\n\
+             ledger = \"carol.ledger\"\n\n[[analyst]]\nname = \"alice\""
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let mut client = FlightSqlServiceClient::new(common::server::channel(&server.url()).await);
+    let (mut known, mut unknown) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        for (user, times) in [("carol", &mut known), ("nobody", &mut unknown)] {
+            let started = Instant::now();
+            let err = client
+                .handshake(user, "wrong")
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("invalid user name or password"), "{err}");
+            times.push(started.elapsed());
+        }
+    }
+    known.sort();
+    unknown.sort();
+    let (known, unknown) = (known[3], unknown[3]);
+    eprintln!("median failed login, 76 MiB hash: known name {known:?}, unknown name {unknown:?}");
+    let ratio = known.as_secs_f64() / unknown.as_secs_f64();
+    assert!((0.5..2.0).contains(&ratio), "{known:?} vs {unknown:?}");
+    login(&server.url(), "carol", "pw-c").await.unwrap();
+}
+
 /// A refused name with a newline and a terminal escape appears quoted and escaped in the log:
 /// it cannot forge a line of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

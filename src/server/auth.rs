@@ -1,7 +1,7 @@
 //! Analysts' credentials: Argon2id password hashes (PHC strings), the `Basic` handshake header,
 //! and bearer tokens (256 bits from the OS's CSPRNG).
 
-use crate::owner::{Credential, OwnerConfig, ServerConfig};
+use crate::owner::{Credential, OwnerConfig};
 use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::PasswordHasher;
 use argon2::{Algorithm, Argon2, Block, Params, Version};
@@ -9,7 +9,7 @@ use base64::Engine;
 use rand::{RngCore, TryRngCore};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tonic::Status;
@@ -74,14 +74,30 @@ fn verify_hash(hash: &str, password: &str) -> bool {
 
 /// A hash no password matches in practice, verified for unknown names (and before comparing a
 /// plaintext `password`) so that a failed login takes as long whether or not the analyst
-/// exists. Made once, when the server starts ([`LoginGate::new`]), not at the first stranger.
-fn decoy_hash() -> &'static str {
-    static DECOY: OnceLock<String> = OnceLock::new();
-    DECOY.get_or_init(|| {
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        hash_password(&hex(&bytes)).unwrap_or_default()
-    })
+/// exists: with the algorithm and parameters of the configuration's first `password_hash`
+/// (the defaults of `--hash-password` without one), so it costs what a real check costs.
+/// Made once, when the server starts ([`LoginGate::new`]), not at the first stranger.
+fn decoy_hash(config: &OwnerConfig) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let password = hex(&bytes);
+    let like = config.analysts.iter().find_map(|a| match &a.credential {
+        Some(Credential::Hash(hash)) => {
+            let parsed = PasswordHash::new(hash).ok()?;
+            let algorithm = Algorithm::try_from(parsed.algorithm.as_str()).ok()?;
+            let version = match parsed.version {
+                Some(v) => Version::try_from(v).ok()?,
+                None => Version::default(),
+            };
+            let params = Params::try_from(&parsed).ok()?;
+            Some(Argon2::new(algorithm, version, params))
+        }
+        _ => None,
+    });
+    like.unwrap_or_default()
+        .hash_password(password.as_bytes())
+        .map(|h| h.to_string())
+        .unwrap_or_default()
 }
 
 /// Checks `name`/`password` against the configuration. Every outcome runs exactly one Argon2id
@@ -89,15 +105,22 @@ fn decoy_hash() -> &'static str {
 /// credential, or before comparing a plaintext `password`), so the time does not tell whether a
 /// name exists. An analyst without a credential (a `dpsql --config` shell only) cannot log in.
 /// Argon2's working memory is `memory` ([`verify_hash_in`]).
-fn check(config: &OwnerConfig, name: &str, password: &str, memory: &mut Vec<Block>) -> bool {
+/// `decoy` is [`decoy_hash`]'s.
+fn check(
+    config: &OwnerConfig,
+    decoy: &str,
+    name: &str,
+    password: &str,
+    memory: &mut Vec<Block>,
+) -> bool {
     match config.analyst(name).and_then(|a| a.credential.as_ref()) {
         Some(Credential::Hash(hash)) => verify_hash_in(hash, password, memory),
         Some(Credential::Password(expected)) => {
-            verify_hash_in(decoy_hash(), password, memory);
+            verify_hash_in(decoy, password, memory);
             constant_time_eq(expected.as_bytes(), password.as_bytes())
         }
         None => {
-            verify_hash_in(decoy_hash(), password, memory);
+            verify_hash_in(decoy, password, memory);
             false
         }
     }
@@ -149,6 +172,7 @@ struct Failures {
 /// these few lines.)
 pub struct LoginGate {
     hashing: Arc<Semaphore>,
+    decoy: Arc<String>,
     /// Argon2's working memory, one buffer per permit, reused.
     memory: Arc<Mutex<Vec<Vec<Block>>>>,
     concurrency: usize,
@@ -159,11 +183,12 @@ pub struct LoginGate {
 }
 
 impl LoginGate {
-    pub fn new(server: &ServerConfig) -> Self {
-        decoy_hash();
+    pub fn new(config: &OwnerConfig) -> Self {
+        let server = &config.server;
         let concurrency = server.login_concurrency.max(1);
         Self {
             hashing: Arc::new(Semaphore::new(concurrency)),
+            decoy: Arc::new(decoy_hash(config)),
             memory: Arc::new(Mutex::new(Vec::new())),
             concurrency,
             name_failures: server.login_name_failures,
@@ -278,6 +303,7 @@ impl LoginGate {
         let checked_name = name.to_string();
         let owner = Arc::clone(&config);
         let memory = Arc::clone(&self.memory);
+        let decoy = Arc::clone(&self.decoy);
         let valid = tokio::task::spawn_blocking(move || {
             let take = || {
                 let mut buffers = memory.lock().unwrap_or_else(|p| p.into_inner());
@@ -285,7 +311,13 @@ impl LoginGate {
             };
             // A permit holder always finds a buffer (or makes the one of its permit).
             let mut buffer = take();
-            let valid = check(owner.config(), &checked_name, &password, &mut buffer);
+            let valid = check(
+                owner.config(),
+                &decoy,
+                &checked_name,
+                &password,
+                &mut buffer,
+            );
             memory
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -97,11 +97,12 @@ impl DpFlightSqlService {
     /// queries at once, parameter sizes).
     pub fn new(owner: Arc<Owner>, execution: Execution, sessions: Arc<Sessions>) -> Self {
         let server = owner.config().server.clone();
+        let logins = LoginGate::new(owner.config());
         Self {
             owner,
             execution,
             sessions,
-            logins: LoginGate::new(&server),
+            logins,
             queries: QuerySlots::new(&server),
             server,
         }
