@@ -764,3 +764,48 @@ async fn cancel_flight_info_stops_a_query_and_frees_its_slot() {
     honest_query(&mut alice).await;
     assert_eq!(charges(&dir.join("alice.ledger")), 2);
 }
+
+/// A client that stops reading its result holds its query slot no longer than the query
+/// deadline and a 30 s grace: then the server stops the query and frees the slot, so an
+/// analyst at `max_queries_per_analyst = 1` can query again (this test takes about 31 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_result_frees_its_slot_after_the_deadline_and_grace() {
+    let dir = test_dir("unread");
+    let path = config(
+        &dir,
+        "max_queries_per_analyst = 1\nquery_queue_seconds = 60",
+    );
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nquery_timeout_seconds = 1\n";
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    // 80 MB of public rows: far more than HTTP/2 buffers while nobody reads.
+    let info = alice
+        .execute("SELECT value FROM range(10000000)".to_string(), None)
+        .await
+        .unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut unread = alice.do_get(ticket).await.unwrap();
+    let first = unread.next().await;
+    assert!(matches!(first, Some(Ok(_))), "the stream started");
+    let started = Instant::now();
+    // Queued behind the unread result until the server frees its slot.
+    honest_query(&mut alice).await;
+    let waited = started.elapsed();
+    eprintln!("next query after an unread result: {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(20) && waited < Duration::from_secs(50),
+        "{waited:?}"
+    );
+    // The unread stream, read now, ends with the error naming the limit.
+    let mut error = None;
+    while let Some(item) = unread.next().await {
+        if let Err(e) = item {
+            error = Some(e.to_string());
+            break;
+        }
+    }
+    let error = error.expect("the unread stream ends with an error");
+    assert!(error.contains("was not read within 1 s"), "{error}");
+}

@@ -49,6 +49,22 @@ pub struct DpFlightSqlService {
     server: ServerConfig,
 }
 
+/// A result stream not read to its end within the query deadline and this grace period is
+/// stopped and its query slot freed.
+const UNREAD_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The same without a deadline.
+const UNREAD_WITHOUT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A task aborted when this is dropped (a result stream's timer, when the stream ends).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The Flight action that cancels a query (Flight's `CancelFlightInfo`).
 const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
@@ -448,17 +464,45 @@ impl FlightSqlService for DpFlightSqlService {
         let batches = execute_stream(plan, task).map_err(|e| failed(&e))?;
         // The owner's per-query deadline, from the start of the stream to its last batch.
         let batches = crate::sql::privacy::limits::within_session_deadline(&session.ctx, batches);
-        // The query's slot is held until the stream ends or the client drops it.
+        // The query's slot is held until the stream ends or the client drops it. A client that
+        // stops reading never polls the stream, so neither would happen (nor the deadline, which
+        // runs as the stream is polled): a timer frees the slot and stops the query a grace
+        // period after the deadline.
+        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        let unread = crate::sql::privacy::limits::query_deadline(&session.ctx)
+            .unwrap_or(UNREAD_WITHOUT_DEADLINE)
+            + UNREAD_GRACE;
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let timer = AbortOnDrop(tokio::spawn({
+            let (slot, abort, timed_out) =
+                (Arc::clone(&slot), abort.clone(), Arc::clone(&timed_out));
+            async move {
+                tokio::time::sleep(unread).await;
+                timed_out.store(true, std::sync::atomic::Ordering::SeqCst);
+                abort.abort();
+                slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+        }));
         let batches = batches.map(move |batch| {
-            let _slot = &slot;
+            let _held = (&slot, &timer);
             batch.map_err(|e| FlightError::from(failed(&e)))
         });
-        // CancelFlightInfo stops the stream, which then ends with an error saying so.
+        // CancelFlightInfo (or the timer) stops the stream, which then ends with an error
+        // saying so.
         let cancelled = futures::stream::once(async move {
             drop(running);
+            let message = match timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+                true => format!(
+                    "the result was not read within {} s (query_timeout_seconds and {} s): \
+                     the query was stopped",
+                    unread.as_secs() - UNREAD_GRACE.as_secs(),
+                    UNREAD_GRACE.as_secs()
+                ),
+                false => "the query was cancelled (CancelFlightInfo)".to_string(),
+            };
             match abort.is_aborted() {
                 true => Some(Err(FlightError::from(after_charge(
-                    Status::cancelled("the query was cancelled (CancelFlightInfo)"),
+                    Status::cancelled(message),
                     charged,
                 )))),
                 false => None,
