@@ -6,6 +6,11 @@
 //! analyst's own locked session, spending the analyst's budget through the analyst's ledger
 //! (shared by all the analyst's sessions: concurrent queries cannot overspend, and the spending
 //! survives restarts). Any Flight SQL client works: ADBC (Python, R, Go, C), JDBC, `arrow-flight`.
+//!
+//! What one analyst, or anyone reaching the port, may take from the server is bounded by the
+//! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections, password
+//! checks and back-off after failed logins (`auth.rs`), token lifetime, sessions, prepared
+//! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`).
 
 mod auth;
 mod connections;
