@@ -30,6 +30,7 @@
 //! [server]
 //! listen = "127.0.0.1:50051"
 //! # scheduler = "df://10.0.0.5:50050"   # run queries on this trusted Ballista cluster
+//! token_lifetime_seconds = 28800 # and the other limits of docs/server-limits.md
 //!
 //! [limits]
 //! memory_limit = "4GiB"          # all queries together (the default); then a resources error
@@ -104,8 +105,9 @@ impl std::fmt::Debug for Credential {
     }
 }
 
-/// The `[server]` section.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// The `[server]` section: where `dp-server` listens, and what one analyst or one stranger
+/// reaching the port may take from it (docs/server-limits.md lists every limit).
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// Address to listen on (`dp-server --listen` overrides it); default `127.0.0.1:50051`.
     pub listen: Option<String>,
@@ -114,9 +116,104 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     /// A session (bearer token) unused for this long is closed; default 3600.
     pub session_idle_seconds: u64,
+    /// A token is refused this long after its login, used or not, so a stolen token does not
+    /// work for ever; default [`DEFAULT_TOKEN_LIFETIME_SECONDS`] (8 h).
+    pub token_lifetime_seconds: u64,
+    /// Open sessions per analyst: a login beyond it closes that analyst's least recently used
+    /// session (a client that never closes its sessions only hurts its own analyst).
+    pub max_sessions_per_analyst: usize,
+    /// Prepared statements per session: one more is refused until one is closed.
+    pub max_prepared_statements: usize,
+    /// Largest gRPC message the server decodes (tonic's `max_decoding_message_size`).
+    pub max_message_bytes: usize,
+    /// Connections open at once, in total and from one peer IP address: one more is closed
+    /// as soon as it is accepted, so a stranger cannot use up the file descriptors.
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// A `DoPut` of prepared-statement parameters: at most this many bytes and batches, refused
+    /// (never buffered) beyond.
+    pub max_parameter_bytes: usize,
+    pub max_parameter_batches: usize,
+    /// Password checks (Argon2id, 19 MiB each) running at once; default the number of cores.
+    pub login_concurrency: usize,
+    /// Failed logins allowed for one user name, and from one peer address, before each further
+    /// failure doubles a wait (1 s, 2 s, 4 s, ...) during which logins are refused at once.
+    pub login_name_failures: u32,
+    pub login_peer_failures: u32,
+    /// The longest such wait, in seconds.
+    pub login_backoff_max_seconds: u64,
+    /// Queries (planned and not yet fetched, or streaming) at once per analyst, and in total.
+    pub max_queries_per_analyst: usize,
+    pub max_queries: usize,
+    /// How long a query waits for a free slot before it is refused with `ResourceExhausted`
+    /// (before it is charged).
+    pub query_queue_seconds: u64,
     /// A trusted Ballista scheduler (`df://host:port`) the server plans onto (`dp-server
     /// --scheduler` overrides it); `None`: queries run in the server's process.
     pub scheduler: Option<String>,
+}
+
+/// The default of `[server] session_idle_seconds`: 1 hour.
+pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 3600;
+/// The default of `[server] token_lifetime_seconds`: 8 hours.
+pub const DEFAULT_TOKEN_LIFETIME_SECONDS: u64 = 8 * 3600;
+/// The default of `[server] max_sessions_per_analyst`.
+pub const DEFAULT_MAX_SESSIONS_PER_ANALYST: usize = 16;
+/// The default of `[server] max_prepared_statements` (per session).
+pub const DEFAULT_MAX_PREPARED_STATEMENTS: usize = 64;
+/// The default of `[server] max_message_bytes`: 4 MiB (tonic's own default, made explicit).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+/// The default of `[server] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// The default of `[server] max_connections_per_address`.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
+/// The default of `[server] max_parameter_bytes`: 1 MiB (parameters are one row).
+pub const DEFAULT_MAX_PARAMETER_BYTES: usize = 1 << 20;
+/// The default of `[server] max_parameter_batches`.
+pub const DEFAULT_MAX_PARAMETER_BATCHES: usize = 16;
+/// The default of `[server] login_name_failures`.
+pub const DEFAULT_LOGIN_NAME_FAILURES: u32 = 5;
+/// The default of `[server] login_peer_failures`.
+pub const DEFAULT_LOGIN_PEER_FAILURES: u32 = 20;
+/// The default of `[server] login_backoff_max_seconds`.
+pub const DEFAULT_LOGIN_BACKOFF_MAX_SECONDS: u64 = 60;
+/// The default of `[server] max_queries_per_analyst`.
+pub const DEFAULT_MAX_QUERIES_PER_ANALYST: usize = 16;
+/// The default of `[server] max_queries` (all analysts together).
+pub const DEFAULT_MAX_QUERIES: usize = 64;
+/// The default of `[server] query_queue_seconds`.
+pub const DEFAULT_QUERY_QUEUE_SECONDS: u64 = 10;
+
+/// The default of `[server] login_concurrency`: the cores this process may use.
+pub fn default_login_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            tls_cert: None,
+            tls_key: None,
+            session_idle_seconds: DEFAULT_SESSION_IDLE_SECONDS,
+            token_lifetime_seconds: DEFAULT_TOKEN_LIFETIME_SECONDS,
+            max_sessions_per_analyst: DEFAULT_MAX_SESSIONS_PER_ANALYST,
+            max_prepared_statements: DEFAULT_MAX_PREPARED_STATEMENTS,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            max_parameter_bytes: DEFAULT_MAX_PARAMETER_BYTES,
+            max_parameter_batches: DEFAULT_MAX_PARAMETER_BATCHES,
+            login_concurrency: default_login_concurrency(),
+            login_name_failures: DEFAULT_LOGIN_NAME_FAILURES,
+            login_peer_failures: DEFAULT_LOGIN_PEER_FAILURES,
+            login_backoff_max_seconds: DEFAULT_LOGIN_BACKOFF_MAX_SECONDS,
+            max_queries_per_analyst: DEFAULT_MAX_QUERIES_PER_ANALYST,
+            max_queries: DEFAULT_MAX_QUERIES,
+            query_queue_seconds: DEFAULT_QUERY_QUEUE_SECONDS,
+            scheduler: None,
+        }
+    }
 }
 
 /// The `[limits]` section: what one analyst's query may take from the process.
@@ -258,6 +355,21 @@ struct RawServer {
     tls_cert: Option<String>,
     tls_key: Option<String>,
     session_idle_seconds: Option<u64>,
+    token_lifetime_seconds: Option<u64>,
+    max_sessions_per_analyst: Option<u64>,
+    max_prepared_statements: Option<u64>,
+    max_message_bytes: Option<toml::Value>,
+    max_connections: Option<u64>,
+    max_connections_per_address: Option<u64>,
+    max_parameter_bytes: Option<toml::Value>,
+    max_parameter_batches: Option<u64>,
+    login_concurrency: Option<u64>,
+    login_name_failures: Option<u64>,
+    login_peer_failures: Option<u64>,
+    login_backoff_max_seconds: Option<u64>,
+    max_queries_per_analyst: Option<u64>,
+    max_queries: Option<u64>,
+    query_queue_seconds: Option<u64>,
     scheduler: Option<String>,
 }
 
@@ -559,21 +671,115 @@ impl OwnerConfig {
         }
 
         let server = match raw.server {
-            None => ServerConfig {
-                session_idle_seconds: 3600,
-                ..ServerConfig::default()
-            },
+            None => ServerConfig::default(),
             Some(s) => {
                 if s.tls_cert.is_some() != s.tls_key.is_some() {
                     return Err(error(
                         "[server] TLS needs both tls_cert and tls_key (PEM files)".to_string(),
                     ));
                 }
+                let d = ServerConfig::default();
+                // A count or a number of seconds: at least 1 (0 would refuse everything).
+                let positive = |key: &str, value: Option<u64>, default: u64| match value {
+                    Some(0) => Err(error(format!("[server] {key} must be at least 1"))),
+                    Some(n) => Ok(n),
+                    None => Ok(default),
+                };
+                let count = |key: &str, value: Option<u64>, default: usize| {
+                    positive(key, value, default as u64)
+                        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                };
+                let size = |key: &str, value: &Option<toml::Value>, default: usize| match value {
+                    None => Ok(default),
+                    Some(value) => {
+                        parse_size(value).map_err(|e| error(format!("[server] {key}: {e}")))
+                    }
+                };
+                let failures = |key: &str, value: Option<u64>, default: u32| match value {
+                    None => Ok(default),
+                    Some(n) => u32::try_from(n)
+                        .map_err(|_| error(format!("[server] {key}: {n} is too large"))),
+                };
                 ServerConfig {
                     listen: s.listen,
                     tls_cert: s.tls_cert.map(|p| PathBuf::from(resolve(&p))),
                     tls_key: s.tls_key.map(|p| PathBuf::from(resolve(&p))),
-                    session_idle_seconds: s.session_idle_seconds.unwrap_or(3600),
+                    session_idle_seconds: positive(
+                        "session_idle_seconds",
+                        s.session_idle_seconds,
+                        d.session_idle_seconds,
+                    )?,
+                    token_lifetime_seconds: positive(
+                        "token_lifetime_seconds",
+                        s.token_lifetime_seconds,
+                        d.token_lifetime_seconds,
+                    )?,
+                    max_sessions_per_analyst: count(
+                        "max_sessions_per_analyst",
+                        s.max_sessions_per_analyst,
+                        d.max_sessions_per_analyst,
+                    )?,
+                    max_prepared_statements: count(
+                        "max_prepared_statements",
+                        s.max_prepared_statements,
+                        d.max_prepared_statements,
+                    )?,
+                    max_message_bytes: size(
+                        "max_message_bytes",
+                        &s.max_message_bytes,
+                        d.max_message_bytes,
+                    )?,
+                    max_connections: count(
+                        "max_connections",
+                        s.max_connections,
+                        d.max_connections,
+                    )?,
+                    max_connections_per_address: count(
+                        "max_connections_per_address",
+                        s.max_connections_per_address,
+                        d.max_connections_per_address,
+                    )?,
+                    max_parameter_bytes: size(
+                        "max_parameter_bytes",
+                        &s.max_parameter_bytes,
+                        d.max_parameter_bytes,
+                    )?,
+                    max_parameter_batches: count(
+                        "max_parameter_batches",
+                        s.max_parameter_batches,
+                        d.max_parameter_batches,
+                    )?,
+                    login_concurrency: count(
+                        "login_concurrency",
+                        s.login_concurrency,
+                        d.login_concurrency,
+                    )?,
+                    login_name_failures: failures(
+                        "login_name_failures",
+                        s.login_name_failures,
+                        d.login_name_failures,
+                    )?,
+                    login_peer_failures: failures(
+                        "login_peer_failures",
+                        s.login_peer_failures,
+                        d.login_peer_failures,
+                    )?,
+                    login_backoff_max_seconds: positive(
+                        "login_backoff_max_seconds",
+                        s.login_backoff_max_seconds,
+                        d.login_backoff_max_seconds,
+                    )?,
+                    max_queries_per_analyst: count(
+                        "max_queries_per_analyst",
+                        s.max_queries_per_analyst,
+                        d.max_queries_per_analyst,
+                    )?,
+                    max_queries: count("max_queries", s.max_queries, d.max_queries)?,
+                    query_queue_seconds: positive(
+                        "query_queue_seconds",
+                        s.query_queue_seconds,
+                        d.query_queue_seconds,
+                    )?,
                     scheduler: s.scheduler,
                 }
             }
@@ -791,6 +997,73 @@ mod tests {
         assert!(err("[limits]\nmemory_limit = \"0MiB\"").contains("positive"));
         assert!(
             err("[limits]\nmemory = 1").contains("memory"),
+            "unknown keys"
+        );
+    }
+
+    #[test]
+    fn server_section() {
+        let server = |text: &str| parse(text).unwrap().server;
+        assert_eq!(server(""), ServerConfig::default());
+        assert_eq!(server("[server]"), ServerConfig::default());
+        let d = ServerConfig::default();
+        assert_eq!(d.session_idle_seconds, 3600);
+        assert_eq!(d.token_lifetime_seconds, 8 * 3600);
+        assert_eq!(d.max_message_bytes, 4 << 20);
+        assert_eq!(d.login_concurrency, default_login_concurrency());
+        let s = server(
+            "[server]\ntoken_lifetime_seconds = 60\nmax_sessions_per_analyst = 2\n\
+             max_prepared_statements = 3\nmax_message_bytes = \"1MiB\"\n\
+             max_parameter_bytes = 4096\nmax_parameter_batches = 2\nlogin_concurrency = 1\n\
+             login_name_failures = 0\nlogin_peer_failures = 7\nlogin_backoff_max_seconds = 5\n\
+             max_queries_per_analyst = 1\nmax_queries = 2\nquery_queue_seconds = 3\n\
+             max_connections = 10\nmax_connections_per_address = 4",
+        );
+        assert_eq!((s.max_connections, s.max_connections_per_address), (10, 4));
+        assert_eq!(d.max_connections, 512);
+        assert_eq!(
+            (s.token_lifetime_seconds, s.max_sessions_per_analyst),
+            (60, 2)
+        );
+        assert_eq!(
+            (s.max_prepared_statements, s.max_message_bytes),
+            (3, 1 << 20)
+        );
+        assert_eq!((s.max_parameter_bytes, s.max_parameter_batches), (4096, 2));
+        assert_eq!(
+            (
+                s.login_concurrency,
+                s.login_name_failures,
+                s.login_peer_failures
+            ),
+            (1, 0, 7)
+        );
+        assert_eq!(s.login_backoff_max_seconds, 5);
+        assert_eq!(
+            (
+                s.max_queries_per_analyst,
+                s.max_queries,
+                s.query_queue_seconds
+            ),
+            (1, 2, 3)
+        );
+        for key in [
+            "session_idle_seconds",
+            "token_lifetime_seconds",
+            "max_sessions_per_analyst",
+            "max_queries",
+            "query_queue_seconds",
+        ] {
+            let e = err(&format!("[server]\n{key} = 0"));
+            assert!(
+                e.contains(&format!("[server] {key} must be at least 1")),
+                "{e}"
+            );
+        }
+        assert!(err("[server]\nmax_parameter_bytes = \"lots\"").contains("max_parameter_bytes"));
+        assert!(err("[server]\nlogin_name_failures = 99999999999").contains("too large"));
+        assert!(
+            err("[server]\nmax_session = 1").contains("max_session"),
             "unknown keys"
         );
     }

@@ -10,7 +10,7 @@ pub mod config;
 mod lockdown;
 pub mod tables;
 
-pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, TableConfig};
+pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, ServerConfig, TableConfig};
 pub use lockdown::SessionBudget;
 
 use datafusion::catalog::TableProvider;

@@ -6,8 +6,14 @@
 //! analyst's own locked session, spending the analyst's budget through the analyst's ledger
 //! (shared by all the analyst's sessions: concurrent queries cannot overspend, and the spending
 //! survives restarts). Any Flight SQL client works: ADBC (Python, R, Go, C), JDBC, `arrow-flight`.
+//!
+//! What one analyst, or anyone reaching the port, may take from the server is bounded by the
+//! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections, password
+//! checks and back-off after failed logins (`auth.rs`), token lifetime, sessions, prepared
+//! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`).
 
 mod auth;
+mod connections;
 mod service;
 mod session;
 mod tls;
@@ -23,7 +29,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 /// Where the analysts' queries run.
@@ -70,25 +75,58 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), String> {
     let server_config = owner.config().server.clone();
-    let idle = Duration::from_secs(server_config.session_idle_seconds.max(1));
-    let service =
-        DpFlightSqlService::new(Arc::new(owner), execution, Arc::new(Sessions::new(idle)));
-    let router = Server::builder().add_service(FlightServiceServer::new(service));
-    match (&server_config.tls_cert, &server_config.tls_key) {
+    let sessions = Arc::new(Sessions::new(&server_config));
+    // Ended sessions and unfetched results are dropped every few seconds, not only when
+    // someone logs in, so a client that went away frees its memory and query slots.
+    let sweeper = {
+        let sessions = Arc::clone(&sessions);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                every.tick().await;
+                sessions.sweep();
+            }
+        })
+    };
+    let service = DpFlightSqlService::new(Arc::new(owner), execution, sessions);
+    let flight = FlightServiceServer::new(service)
+        .max_decoding_message_size(server_config.max_message_bytes);
+    // HTTP/2 pings find peers that went away without closing, so their connections stop
+    // counting against max_connections; streams per connection are bounded explicitly.
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .add_service(flight);
+    let gate = connections::ConnectionGate::new(
+        server_config.max_connections,
+        server_config.max_connections_per_address,
+    );
+    let served = match (&server_config.tls_cert, &server_config.tls_key) {
         (Some(cert), Some(key)) => {
-            let acceptor = tls::acceptor(cert, key)?;
+            let acceptor = tls::acceptor(cert, key).inspect_err(|_| sweeper.abort())?;
+            let incoming = connections::incoming(listener, gate, move |tcp| {
+                tls::handshake(acceptor.clone(), tcp)
+            });
             router
-                .serve_with_incoming_shutdown(tls::incoming(listener, acceptor), shutdown)
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         _ => {
+            let incoming =
+                connections::incoming(listener, gate, |tcp| std::future::ready(Some(tcp)));
             router
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown,
-                )
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
     }
-    .map_err(|e| format!("server: {e}"))
+    .map_err(|e| format!("server: {e}"));
+    sweeper.abort();
+    served
 }
+
+/// HTTP/2 streams (calls) open at once on one connection.
+const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+
+/// How often ended sessions and stale unfetched results are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);

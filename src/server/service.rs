@@ -6,10 +6,10 @@
 //! buys one release; a second `DoGet` of the same ticket is refused. Executing a prepared
 //! statement again plans, and charges, again.
 
-use super::auth;
-use super::session::{AnalystSession, Prepared, Sessions};
+use super::auth::{self, LoginGate};
+use super::session::{AnalystSession, Pending, Prepared, QuerySlot, QuerySlots, Sessions};
 use super::Execution;
-use crate::owner::Owner;
+use crate::owner::{Owner, ServerConfig};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -25,14 +25,14 @@ use arrow_flight::sql::{
     SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
 };
 use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, Ticket,
+    ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    IpcMessage, SchemaAsIpc, Ticket,
 };
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::SessionContext;
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -44,20 +44,89 @@ pub struct DpFlightSqlService {
     owner: Arc<Owner>,
     execution: Execution,
     sessions: Arc<Sessions>,
+    logins: LoginGate,
+    queries: QuerySlots,
+    server: ServerConfig,
 }
 
+/// A result stream not read to its end within the query deadline and this grace period is
+/// stopped and its query slot freed.
+const UNREAD_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The same without a deadline.
+const UNREAD_WITHOUT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A task aborted when this is dropped (a result stream's timer, when the stream ends).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The Flight action that cancels a query (Flight's `CancelFlightInfo`).
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+
+/// The Flight action that ends the caller's session (Flight's `CloseSession`); the body
+/// (`CloseSessionRequest`) is empty.
+const CLOSE_SESSION: &str = "CloseSession";
+
+/// Flight's `CloseSessionResult { status: CLOSED }` as protobuf (field 1, varint 1): the
+/// arrow-flight crate does not generate the session messages.
+const CLOSE_SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
+
 impl DpFlightSqlService {
+    /// `CancelFlightInfo`: cancels the caller's queries named by the `FlightInfo`'s tickets.
+    #[allow(clippy::result_large_err)]
+    fn cancel_flight_info(
+        &self,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let session = self.session(&request)?;
+        let cancel = arrow_flight::CancelFlightInfoRequest::decode(request.get_ref().body.clone())
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfoRequest: {e}")))?;
+        let mut cancelled = false;
+        for endpoint in cancel.info.map(|info| info.endpoint).unwrap_or_default() {
+            let Some(ticket) = endpoint.ticket else {
+                continue;
+            };
+            let statement = Any::decode(ticket.ticket)
+                .ok()
+                .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten());
+            if let Some(statement) = statement {
+                cancelled |= session.cancel(&statement.statement_handle);
+            }
+        }
+        let status = match cancelled {
+            true => arrow_flight::CancelStatus::Cancelled,
+            false => arrow_flight::CancelStatus::NotCancellable,
+        };
+        let result = arrow_flight::CancelFlightInfoResult::new(status);
+        let output = futures::stream::iter([Ok(arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        })]);
+        Ok(Response::new(Box::pin(output)))
+    }
+
+    /// The service for `owner`'s configuration, with its `[server]` limits (sessions, logins,
+    /// queries at once, parameter sizes).
     pub fn new(owner: Arc<Owner>, execution: Execution, sessions: Arc<Sessions>) -> Self {
+        let server = owner.config().server.clone();
+        let logins = LoginGate::new(owner.config());
         Self {
             owner,
             execution,
             sessions,
+            logins,
+            queries: QuerySlots::new(&server),
+            server,
         }
     }
 
-    /// The caller's session, from its `authorization: Bearer TOKEN` header.
+    /// The bearer token of a request's `authorization` header.
     #[allow(clippy::result_large_err)]
-    fn session<T>(&self, request: &Request<T>) -> Result<Arc<AnalystSession>, Status> {
+    fn token<T>(request: &Request<T>) -> Result<String, Status> {
         let header = request
             .metadata()
             .get("authorization")
@@ -73,9 +142,13 @@ impl DpFlightSqlService {
             .ok_or_else(|| {
                 Status::unauthenticated("expected an 'authorization: Bearer TOKEN' header")
             })?;
-        self.sessions.get(token.trim()).ok_or_else(|| {
-            Status::unauthenticated("unknown or expired session token: log in again")
-        })
+        Ok(token.trim().to_string())
+    }
+
+    /// The caller's session, from its `authorization: Bearer TOKEN` header.
+    #[allow(clippy::result_large_err)]
+    fn session<T>(&self, request: &Request<T>) -> Result<Arc<AnalystSession>, Status> {
+        self.sessions.get(&Self::token(request)?)
     }
 }
 
@@ -139,7 +212,7 @@ fn sql_info() -> &'static SqlInfoData {
             SqlInfo::FlightSqlServerTransaction,
             SqlSupportedTransaction::None as i32,
         );
-        builder.append(SqlInfo::FlightSqlServerCancel, false);
+        builder.append(SqlInfo::FlightSqlServerCancel, true);
         builder.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
         builder.append(SqlInfo::SqlDdlCatalog, false);
         builder.append(SqlInfo::SqlDdlSchema, false);
@@ -154,10 +227,12 @@ fn sql_info() -> &'static SqlInfoData {
 /// plan is kept under a one-use ticket. Returns the ticket and the result schema.
 /// Planned, physical plan included, on a thread with a large stack
 /// ([`crate::sql::privacy::limits::on_planning_stack`]), after the statement limits.
+/// The query holds `slot` from here to the end of its result.
 async fn plan_query(
     session: &Arc<AnalystSession>,
     sql: &str,
     params: Option<ParamValues>,
+    slot: QuerySlot,
 ) -> Result<(Vec<u8>, SchemaRef), Status> {
     let session = Arc::clone(session);
     let sql = sql.to_string();
@@ -167,10 +242,13 @@ async fn plan_query(
         if let Some(params) = params {
             frame = frame.with_param_values(params)?;
         }
+        // DP calls not yet bound: planning binds and charges them.
+        let charged = crate::sql::accounting::budget::has_unbound_calls(frame.logical_plan())?;
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         let schema = plan.schema();
-        let handle = session.add_pending(plan, task).ok_or_else(|| {
+        let pending = Pending::new(plan, task, slot, charged);
+        let handle = session.add_pending(pending).ok_or_else(|| {
             DataFusionError::Execution("no randomness from the OS for a ticket".to_string())
         })?;
         Ok((handle, schema))
@@ -233,6 +311,65 @@ fn param_values(batch: &RecordBatch) -> Result<ParamValues, Status> {
     Ok(ParamValues::from(values))
 }
 
+/// A failure of a query's result stream: when planning charged the query, the message says the
+/// charge is kept (the failure, a resources error or the deadline, could depend on the data).
+fn after_charge(status: Status, charged: bool) -> Status {
+    match charged {
+        false => status,
+        true => Status::new(
+            status.code(),
+            format!(
+                "{} (the query's charge is kept: it was spent when the query was planned, and \
+                 a failure while it runs can depend on the data)",
+                status.message()
+            ),
+        ),
+    }
+}
+
+/// The first non-empty batch of a `DoPut` of parameters, reading at most `max_parameter_bytes`
+/// bytes and `max_parameter_batches` messages (the schema counts as one): beyond either the
+/// stream is refused, not read further, and nothing but the first batch is kept.
+async fn first_parameter_batch(
+    data: PeekableFlightDataStream,
+    server: &ServerConfig,
+) -> Result<Option<RecordBatch>, Status> {
+    let (max_bytes, max_messages) = (server.max_parameter_bytes, server.max_parameter_batches);
+    let mut bytes = 0usize;
+    let mut messages = 0usize;
+    let counted = data.map(move |message| {
+        let message = message?;
+        bytes = bytes.saturating_add(
+            message.data_header.len() + message.data_body.len() + message.app_metadata.len(),
+        );
+        messages += 1;
+        if bytes > max_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "prepared statement parameters: over the limit of {max_bytes} bytes \
+                 (max_parameter_bytes): send one row of values"
+            )));
+        }
+        if messages > max_messages {
+            return Err(Status::resource_exhausted(format!(
+                "prepared statement parameters: over the limit of {max_messages} messages \
+                 (max_parameter_batches): send one batch of one row"
+            )));
+        }
+        Ok(message)
+    });
+    let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+        counted.map_err(FlightError::from),
+    );
+    let mut first = None;
+    while let Some(batch) = batches.next().await {
+        let batch = batch.map_err(Status::from)?;
+        if first.is_none() && batch.num_rows() > 0 {
+            first = Some(batch);
+        }
+    }
+    Ok(first)
+}
+
 #[tonic::async_trait]
 impl FlightSqlService for DpFlightSqlService {
     type FlightService = DpFlightSqlService;
@@ -253,20 +390,21 @@ impl FlightSqlService for DpFlightSqlService {
         let (name, password) = auth::parse_basic(&header).ok_or_else(|| {
             Status::unauthenticated("log in with a user name and password (Basic authorization)")
         })?;
-        let owner = Arc::clone(&self.owner);
-        let checked_name = name.clone();
-        let valid = tokio::task::spawn_blocking(move || {
-            auth::check(owner.config(), &checked_name, &password)
-        })
-        .await
-        .unwrap_or(false);
-        let analyst = match self.owner.config().analyst(&name) {
-            Some(analyst) if valid => analyst.clone(),
-            _ => {
-                eprintln!("dp-server: login refused for '{name}'");
-                return Err(Status::unauthenticated("invalid user name or password"));
-            }
-        };
+        // The peer's address: tonic's for plain TCP, ours (tls.rs) for TLS connections.
+        let peer = request
+            .remote_addr()
+            .or_else(|| {
+                request
+                    .extensions()
+                    .get::<Option<std::net::SocketAddr>>()
+                    .copied()
+                    .flatten()
+            })
+            .map(|address| address.ip());
+        let analyst = self
+            .logins
+            .login(Arc::clone(&self.owner), &name, password, peer)
+            .await?;
         let ctx = self
             .execution
             .analyst_session(&self.owner, &analyst)
@@ -276,7 +414,7 @@ impl FlightSqlService for DpFlightSqlService {
             .sessions
             .open(&analyst.name, ctx)
             .ok_or_else(|| Status::internal("no randomness from the OS for a token"))?;
-        eprintln!("dp-server: '{name}' logged in");
+        eprintln!("dp-server: {} logged in", auth::log_name(&name));
         let bearer = MetadataValue::try_from(format!("Bearer {token}"))
             .map_err(|_| Status::internal("token header"))?;
         let output = futures::stream::iter([Ok(HandshakeResponse {
@@ -295,7 +433,8 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let session = self.session(&request)?;
-        let (handle, schema) = plan_query(&session, &query.query, None).await?;
+        let slot = self.queries.acquire(&session.analyst).await?;
+        let (handle, schema) = plan_query(&session, &query.query, None, slot).await?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.into(),
         };
@@ -308,16 +447,69 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let session = self.session(&request)?;
-        let (plan, task) = session.take_pending(&ticket.statement_handle).ok_or_else(|| {
+        let Pending {
+            plan,
+            task,
+            slot,
+            charged,
+            ..
+        } = session.take_pending(&ticket.statement_handle).ok_or_else(|| {
             Status::not_found(
                 "unknown or already used result ticket: a result is sent once; run the query again (it is charged again)",
             )
         })?;
+        let (abort, registration, running) = session.start_running(&ticket.statement_handle);
         let schema = plan.schema();
-        let batches = execute_stream(plan, task).map_err(|e| status(&e))?;
+        let failed = move |e: &DataFusionError| after_charge(status(e), charged);
+        let batches = execute_stream(plan, task).map_err(|e| failed(&e))?;
         // The owner's per-query deadline, from the start of the stream to its last batch.
         let batches = crate::sql::privacy::limits::within_session_deadline(&session.ctx, batches);
-        let batches = batches.map_err(|e| FlightError::from(status(&e)));
+        // The query's slot is held until the stream ends or the client drops it. A client that
+        // stops reading never polls the stream, so neither would happen (nor the deadline, which
+        // runs as the stream is polled): a timer frees the slot and stops the query a grace
+        // period after the deadline.
+        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        let unread = crate::sql::privacy::limits::query_deadline(&session.ctx)
+            .unwrap_or(UNREAD_WITHOUT_DEADLINE)
+            + UNREAD_GRACE;
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let timer = AbortOnDrop(tokio::spawn({
+            let (slot, abort, timed_out) =
+                (Arc::clone(&slot), abort.clone(), Arc::clone(&timed_out));
+            async move {
+                tokio::time::sleep(unread).await;
+                timed_out.store(true, std::sync::atomic::Ordering::SeqCst);
+                abort.abort();
+                slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+        }));
+        let batches = batches.map(move |batch| {
+            let _held = (&slot, &timer);
+            batch.map_err(|e| FlightError::from(failed(&e)))
+        });
+        // CancelFlightInfo (or the timer) stops the stream, which then ends with an error
+        // saying so.
+        let cancelled = futures::stream::once(async move {
+            drop(running);
+            let message = match timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+                true => format!(
+                    "the result was not read within {} s (query_timeout_seconds and {} s): \
+                     the query was stopped",
+                    unread.as_secs() - UNREAD_GRACE.as_secs(),
+                    UNREAD_GRACE.as_secs()
+                ),
+                false => "the query was cancelled (CancelFlightInfo)".to_string(),
+            };
+            match abort.is_aborted() {
+                true => Some(Err(FlightError::from(after_charge(
+                    Status::cancelled(message),
+                    charged,
+                )))),
+                false => None,
+            }
+        })
+        .filter_map(std::future::ready);
+        let batches = futures::stream::Abortable::new(batches, registration).chain(cancelled);
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
@@ -331,6 +523,7 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let session = self.session(&request)?;
+        let _slot = self.queries.acquire(&session.analyst).await?;
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
@@ -362,12 +555,10 @@ impl FlightSqlService for DpFlightSqlService {
         })
         .await
         .map_err(|e| status(&e))??;
-        let handle = session
-            .add_prepared(Prepared {
-                sql: query.query,
-                params: None,
-            })
-            .ok_or_else(|| Status::internal("no randomness from the OS for a handle"))?;
+        let handle = session.add_prepared(Prepared {
+            sql: query.query,
+            params: None,
+        })?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
             dataset_schema: dataset,
@@ -381,13 +572,7 @@ impl FlightSqlService for DpFlightSqlService {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let session = self.session(&request)?;
-        let data = request.into_inner().map_err(FlightError::from);
-        let batches: Vec<RecordBatch> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(data)
-                .try_collect()
-                .await
-                .map_err(Status::from)?;
-        let params = batches.iter().find(|b| b.num_rows() > 0).cloned();
+        let params = first_parameter_batch(request.into_inner(), &self.server).await?;
         session
             .bind_prepared(&query.prepared_statement_handle, params)
             .ok_or_else(|| Status::not_found("unknown prepared statement handle"))?;
@@ -409,7 +594,8 @@ impl FlightSqlService for DpFlightSqlService {
             Some(batch) => Some(param_values(batch)?),
             None => None,
         };
-        let (handle, schema) = plan_query(&session, &prepared.sql, params).await?;
+        let slot = self.queries.acquire(&session.analyst).await?;
+        let (handle, schema) = plan_query(&session, &prepared.sql, params, slot).await?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.into(),
         };
@@ -424,6 +610,51 @@ impl FlightSqlService for DpFlightSqlService {
         let session = self.session(&request)?;
         session.close_prepared(&query.prepared_statement_handle);
         Ok(())
+    }
+
+    /// `CloseSession` (also `close_session`): ends the caller's session; its token, tickets
+    /// and prepared statements no longer work.
+    async fn do_action_fallback(
+        &self,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let kind = request.get_ref().r#type.clone();
+        if kind == CANCEL_FLIGHT_INFO {
+            return self.cancel_flight_info(request);
+        }
+        if kind != CLOSE_SESSION && kind != "close_session" {
+            return Err(Status::invalid_argument(format!(
+                "unknown action {kind:?} (this server has CreatePreparedStatement, \
+                 ClosePreparedStatement, CancelFlightInfo and CloseSession)"
+            )));
+        }
+        let token = Self::token(&request)?;
+        self.sessions.get(&token)?;
+        self.sessions.close(&token);
+        let output = futures::stream::iter([Ok(arrow_flight::Result {
+            body: CLOSE_SESSION_CLOSED.to_vec().into(),
+        })]);
+        Ok(Response::new(Box::pin(output)))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(vec![
+            Ok(ActionType {
+                r#type: CANCEL_FLIGHT_INFO.to_string(),
+                description: "Cancels a query of the caller's session: an unfetched result is \
+                              dropped, a streaming one stopped (a charge is kept).\n\
+                              Request Message: CancelFlightInfoRequest\n\
+                              Response Message: CancelFlightInfoResult"
+                    .to_string(),
+            }),
+            Ok(ActionType {
+                r#type: CLOSE_SESSION.to_string(),
+                description: "Closes the caller's session (its token, result tickets and prepared \
+                          statements).\nRequest Message: CloseSessionRequest\n\
+                          Response Message: CloseSessionResult"
+                    .to_string(),
+            }),
+        ])
     }
 
     async fn get_flight_info_catalogs(

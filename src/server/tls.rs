@@ -1,6 +1,6 @@
 //! TLS for the server with rustls (ring provider): the owner's PEM certificate chain and key,
 //! ALPN `h2` (gRPC clients such as grpc-go require it), connections handshaken as they arrive
-//! and handed to tonic as an incoming stream.
+//! and handed to tonic as an incoming stream (connections.rs).
 
 use std::io;
 use std::path::Path;
@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
@@ -75,33 +75,12 @@ impl AsyncWrite for TlsConnection {
     }
 }
 
-/// The TLS connections arriving on `listener`: each handshake runs in its own task (a slow or
-/// failing client delays no one; failures are dropped).
-pub fn incoming(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-) -> impl futures::Stream<Item = io::Result<TlsConnection>> {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<io::Result<TlsConnection>>(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(_) => continue,
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let sender = sender.clone();
-            tokio::spawn(async move {
-                let handshake =
-                    tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp))
-                        .await;
-                if let Ok(Ok(stream)) = handshake {
-                    let _ = sender.send(Ok(TlsConnection(stream))).await;
-                }
-            });
-        }
-    });
-    futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|item| (item, receiver))
-    })
+/// The TLS connection of `tcp` once its handshake is done (within 10 s), or `None`.
+pub async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream) -> Option<TlsConnection> {
+    let handshake =
+        tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await;
+    match handshake {
+        Ok(Ok(stream)) => Some(TlsConnection(stream)),
+        _ => None,
+    }
 }

@@ -75,6 +75,27 @@ impl Server {
         format!("http://{}", self.address)
     }
 
+    /// What the server wrote to its standard error so far (its log).
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The server's peak resident memory so far (`VmHWM`, Linux), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    }
+
     /// SIGKILL, as a crash or `kill -9` would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,811 @@
+//! `dp-server`'s own limits (issue 28, docs/server-limits.md), each on a real server process on
+//! loopback with arrow-flight's Flight SQL client: logins (a bounded number of password checks
+//! at once, back-off per user name and per address, names escaped in the log), token lifetime,
+//! `CloseSession`, sessions per analyst, prepared statements per session, `DoPut` parameter
+//! sizes, and queries at once. Each test checks that the limit refuses with a message naming
+//! it, that the process is alive afterwards, that an honest analyst is still served, and that
+//! the ledger holds exactly the charges of the queries that were planned.
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{CommandPreparedStatementQuery, ProstMessageExt};
+use arrow_flight::{Action, FlightDescriptor};
+use common::server::{fetch, login, query, Server};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+mod common;
+
+const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
+
+const DP_QUERY: &str = "SELECT dp_count(outcome, 0.1) AS n FROM visits";
+
+fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dp-server-limits-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `data/visits.csv` protected by `patient_id`; analysts `alice` (password `pw`, plaintext)
+/// and `bob` (`pw-b`), budget 5 each, ledgers in `dir`; `server` is the `[server]` section's
+/// body.
+fn config(dir: &Path, server: &str) -> PathBuf {
+    let text = format!(
+        "[[table]]\nname = \"visits\"\nlocation = \"{VISITS}\"\nunit = \"patient_id\"\n\
+         columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
+         [options]\nmax_rows_per_unit = 4\n\n\
+         [[analyst]]\nname = \"alice\"\npassword = \"pw\"\nepsilon_budget = 5.0\nledger = \"alice.ledger\"\n\n\
+         [[analyst]]\nname = \"bob\"\npassword = \"pw-b\"\nepsilon_budget = 5.0\nledger = \"bob.ledger\"\n\n\
+         [server]\n{server}\n"
+    );
+    let path = dir.join("owner.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The number of charges in a ledger (its lines after the header).
+fn charges(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}
+
+/// An honest analyst's round trip: a DP query answered with one row.
+async fn honest_query(client: &mut FlightSqlServiceClient<Channel>) {
+    let batches = query(client, DP_QUERY)
+        .await
+        .expect("honest query answered");
+    assert_eq!(rows(&batches), 1);
+}
+
+/// Logs in, retrying as the server's back-off message says ("retry in N s"), until `limit`;
+/// returns the client and how long it took.
+async fn login_with_retries(
+    url: &str,
+    user: &str,
+    password: &str,
+    limit: Duration,
+) -> (FlightSqlServiceClient<Channel>, Duration) {
+    let started = Instant::now();
+    loop {
+        match login(url, user, password).await {
+            Ok(client) => return (client, started.elapsed()),
+            Err(e) => {
+                assert!(
+                    e.contains("retry in") || e.contains("login_concurrency"),
+                    "an honest login is refused only for a back-off or a full queue: {e}"
+                );
+                assert!(
+                    started.elapsed() < limit,
+                    "honest login still refused after {:?}: {e}",
+                    started.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// 50 bad logins sent at once for `alice`, from one address: the first few are checked and
+/// fail, the rest are refused at once with a back-off that names when to retry, without a
+/// password check. Then the honest `alice` gets in within the back-off's cap (2 s here), and
+/// is served. Before the gate, each of the 50 ran an Argon2 check and nothing slowed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_flood_backs_off_and_the_honest_analyst_gets_in() {
+    let dir = test_dir("flood");
+    let mut server = Server::start(&config(
+        &dir,
+        "login_name_failures = 3\nlogin_peer_failures = 10\nlogin_backoff_max_seconds = 2",
+    ));
+    let url = server.url();
+    let started = Instant::now();
+    let attempts = futures::future::join_all((0..50).map(|i| {
+        let url = url.clone();
+        async move {
+            login(&url, "alice", &format!("guess-{i}"))
+                .await
+                .unwrap_err()
+        }
+    }))
+    .await;
+    let flood_time = started.elapsed();
+    let checked = attempts
+        .iter()
+        .filter(|e| e.contains("invalid user name or password"))
+        .count();
+    let backed_off = attempts.iter().filter(|e| e.contains("retry in")).count();
+    eprintln!("flood: {checked} checked, {backed_off} backed off, in {flood_time:?}");
+    assert_eq!(checked + backed_off, 50, "{attempts:?}");
+    // The free failures, the logins already holding a permit, and (on a slow machine) a few
+    // more once the first one-second wait is over: far fewer than the 50 sent.
+    assert!(checked <= 12, "{checked} of 50 bad logins were checked");
+    assert!(
+        attempts
+            .iter()
+            .any(|e| e.contains("retry in") && e.contains("login_backoff_max_seconds")),
+        "{attempts:?}"
+    );
+    // A wrong password while backed off is refused the same way (no check, no oracle).
+    let err = login(&url, "alice", "pw-wrong").await.unwrap_err();
+    assert!(err.contains("retry in"), "{err}");
+
+    let (mut alice, waited) =
+        login_with_retries(&url, "alice", "pw", Duration::from_secs(10)).await;
+    eprintln!("honest login after the flood: {waited:?}");
+    // The cap (2 s), plus the time of a login on a loaded machine.
+    assert!(waited <= Duration::from_secs(6), "{waited:?}");
+    honest_query(&mut alice).await;
+    // A success ends the back-off of the name and the address: the next login is immediate.
+    let again = Instant::now();
+    login(&url, "alice", "pw").await.unwrap();
+    assert!(
+        again.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        again.elapsed()
+    );
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+}
+
+/// 48 clients looping logins with made-up names (no back-off: the thresholds are set out of
+/// reach, so only the hashing semaphore stands between them and the memory): the server's peak
+/// resident memory stays far below the 1.95 GB that 8 such clients caused before (each check
+/// is a 19 MiB Argon2id run, and they ran unbounded on tokio's blocking pool), and an honest
+/// login still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashing_is_bounded_under_a_flood_of_unknown_names() {
+    let dir = test_dir("hash-flood");
+    let mut server = Server::start(&config(
+        &dir,
+        "login_name_failures = 1000000\nlogin_peer_failures = 1000000\nlogin_concurrency = 2",
+    ));
+    let url = server.url();
+    let before = server.peak_rss();
+    let stop = Instant::now() + Duration::from_secs(4);
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood: Vec<_> = (0..48)
+        .map(|c| {
+            let url = url.clone();
+            let attempts = Arc::clone(&attempts);
+            tokio::spawn(async move {
+                let mut i = 0;
+                while Instant::now() < stop {
+                    let err = login(&url, &format!("stranger-{c}-{i}"), "x")
+                        .await
+                        .unwrap_err();
+                    assert!(
+                        err.contains("invalid user name or password")
+                            || err.contains("login_concurrency"),
+                        "{err}"
+                    );
+                    attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mut alice, waited) =
+        login_with_retries(&url, "bob", "pw-b", Duration::from_secs(30)).await;
+    eprintln!("honest login during the flood: {waited:?}");
+    for task in flood {
+        task.await.unwrap();
+    }
+    let peak = server.peak_rss();
+    eprintln!(
+        "{} failed logins; peak RSS {} MB before the flood, {} MB after",
+        attempts.load(std::sync::atomic::Ordering::Relaxed),
+        before >> 20,
+        peak >> 20
+    );
+    // Two permits: two 19 MiB checks at once, plus the allocator's slack.
+    assert!(
+        peak < before + (200 << 20),
+        "peak {} MB (before {} MB)",
+        peak >> 20,
+        before >> 20
+    );
+    honest_query(&mut alice).await;
+    assert!(server.alive());
+}
+
+/// A failed login takes as long for an unknown name as for a known one, plaintext `password`
+/// entries included: each runs one Argon2id check. Before, a known name with a plaintext
+/// password was refused in about 0.2 ms and an unknown one in 15-25 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_login_takes_as_long_whether_or_not_the_name_exists() {
+    let dir = test_dir("timing");
+    let server = Server::start(&config(
+        &dir,
+        "login_name_failures = 1000000\nlogin_peer_failures = 1000000",
+    ));
+    let url = server.url();
+    // One connection, so that only the handshake is timed.
+    let channel = common::server::channel(&url).await;
+    let mut client = FlightSqlServiceClient::new(channel);
+    let (mut known, mut unknown) = (Vec::new(), Vec::new());
+    for _ in 0..9 {
+        for (user, times) in [("alice", &mut known), ("nobody", &mut unknown)] {
+            let started = Instant::now();
+            let err = client
+                .handshake(user, "wrong")
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("invalid user name or password"), "{err}");
+            times.push(started.elapsed());
+        }
+    }
+    known.sort();
+    unknown.sort();
+    let (known, unknown) = (known[4], unknown[4]);
+    eprintln!("median failed login: known name {known:?}, unknown name {unknown:?}");
+    assert!(
+        known >= Duration::from_millis(3),
+        "no hash for a known name: {known:?}"
+    );
+    let ratio = known.as_secs_f64() / unknown.as_secs_f64();
+    assert!((0.5..2.0).contains(&ratio), "{known:?} vs {unknown:?}");
+}
+
+/// With a `password_hash` whose Argon2 parameters are not `--hash-password`'s (here four times
+/// the memory), the decoy check of an unknown name uses the same parameters, so it still takes
+/// as long as a known name's failed check (with the default parameters it took a quarter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decoy_check_costs_what_the_configured_hashes_cost() {
+    use argon2::password_hash::PasswordHasher;
+    let dir = test_dir("decoy");
+    let path = config(
+        &dir,
+        "login_name_failures = 1000000\nlogin_peer_failures = 1000000",
+    );
+    let params = argon2::Params::new(4 * 19456, 2, 1, None).unwrap();
+    let hash = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params)
+        .hash_password(b"pw-c")
+        .unwrap()
+        .to_string();
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "[[analyst]]\nname = \"alice\"",
+        &format!(
+            "[[analyst]]\nname = \"carol\"\npassword_hash = \"{hash}\"\nepsilon_budget = 1.0\n\
+             ledger = \"carol.ledger\"\n\n[[analyst]]\nname = \"alice\""
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let mut client = FlightSqlServiceClient::new(common::server::channel(&server.url()).await);
+    let (mut known, mut unknown) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        for (user, times) in [("carol", &mut known), ("nobody", &mut unknown)] {
+            let started = Instant::now();
+            let err = client
+                .handshake(user, "wrong")
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("invalid user name or password"), "{err}");
+            times.push(started.elapsed());
+        }
+    }
+    known.sort();
+    unknown.sort();
+    let (known, unknown) = (known[3], unknown[3]);
+    eprintln!("median failed login, 76 MiB hash: known name {known:?}, unknown name {unknown:?}");
+    let ratio = known.as_secs_f64() / unknown.as_secs_f64();
+    assert!((0.5..2.0).contains(&ratio), "{known:?} vs {unknown:?}");
+    login(&server.url(), "carol", "pw-c").await.unwrap();
+}
+
+/// A refused name with a newline and a terminal escape appears quoted and escaped in the log:
+/// it cannot forge a line of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_names_are_escaped_in_the_log() {
+    let dir = test_dir("log");
+    let server = Server::start(&config(&dir, ""));
+    let url = server.url();
+    // (No ':' in it: Basic authorization ends the name at the first one.)
+    let forged = "mallory\ndp-server \"alice\" logged in\u{1b}[2J";
+    let err = login(&url, forged, "x").await.unwrap_err();
+    assert!(err.contains("invalid user name or password"), "{err}");
+    login(&url, "alice", "pw").await.unwrap();
+    let log = server.stderr_text();
+    assert!(
+        log.contains(r#"login refused for "mallory\ndp-server \"alice\" logged in\u{1b}[2J""#),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "a raw escape reached the log: {log:?}"
+    );
+    // Exactly one "logged in" line: alice's real login.
+    let logged_in: Vec<_> = log.lines().filter(|l| l.contains("logged in")).collect();
+    assert_eq!(logged_in.len(), 2, "{log}");
+    assert!(
+        logged_in[0].contains("login refused") && logged_in[1] == "dp-server: \"alice\" logged in",
+        "{log}"
+    );
+}
+
+/// With `token_lifetime_seconds = 2`, a token in use is refused after two seconds with a
+/// message naming the option, however recently it was used; a new login works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_past_its_lifetime_is_refused() {
+    let dir = test_dir("lifetime");
+    let mut server = Server::start(&config(&dir, "token_lifetime_seconds = 2"));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    honest_query(&mut alice).await;
+    // Kept busy: the idle timeout never fires, the lifetime does.
+    let started = Instant::now();
+    let err = loop {
+        match query(&mut alice, "SELECT 1").await {
+            Ok(_) => assert!(started.elapsed() < Duration::from_secs(5)),
+            Err(e) => break e,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(err.contains("token_lifetime_seconds"), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    let mut again = login(&url, "alice", "pw").await.unwrap();
+    honest_query(&mut again).await;
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
+/// `CloseSession` (Flight's action) ends the session: its token, result tickets and prepared
+/// statements stop working; other sessions of the analyst are untouched. The action is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_session_ends_the_session() {
+    let dir = test_dir("close");
+    let server = Server::start(&config(&dir, ""));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let mut other = login(&url, "alice", "pw").await.unwrap();
+    let pending = alice.execute(DP_QUERY.to_string(), None).await.unwrap();
+    let listed: Vec<String> = alice
+        .inner_mut()
+        .list_actions(arrow_flight::Empty {})
+        .await
+        .unwrap()
+        .into_inner()
+        .map_ok(|a| a.r#type)
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(listed.contains(&"CloseSession".to_string()), "{listed:?}");
+    let results: Vec<arrow_flight::Result> = alice
+        .do_action(Action::new("CloseSession", ""))
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    // CloseSessionResult { status: CLOSED (1) }.
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].body.as_ref(), [0x08, 0x01]);
+    let err = query(&mut alice, "SELECT 1").await.unwrap_err();
+    assert!(
+        err.contains("unknown, closed or expired session token"),
+        "{err}"
+    );
+    let err = fetch(&mut alice, pending).await.unwrap_err();
+    assert!(err.contains("closed"), "{err}");
+    let err = alice
+        .do_action(Action::new("CloseSession", ""))
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("closed"), "{err}");
+    honest_query(&mut other).await;
+    // The unfetched query was charged when planned, and stays charged.
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
+/// With `max_sessions_per_analyst = 2`, a third login of the analyst closes the analyst's
+/// least recently used session; other analysts' sessions are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_per_analyst_are_capped() {
+    let dir = test_dir("sessions");
+    let server = Server::start(&config(&dir, "max_sessions_per_analyst = 2"));
+    let url = server.url();
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    let mut first = login(&url, "alice", "pw").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut second = login(&url, "alice", "pw").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    query(&mut first, "SELECT 1").await.unwrap(); // now `second` is the least recently used
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut third = login(&url, "alice", "pw").await.unwrap();
+    let err = query(&mut second, "SELECT 1").await.unwrap_err();
+    assert!(
+        err.contains("unknown, closed or expired session token"),
+        "{err}"
+    );
+    honest_query(&mut first).await;
+    honest_query(&mut third).await;
+    honest_query(&mut bob).await;
+    // Hundreds of logins hold two sessions, not hundreds.
+    for _ in 0..30 {
+        login(&url, "alice", "pw").await.unwrap();
+    }
+    let err = query(&mut first, "SELECT 1").await.unwrap_err();
+    assert!(err.contains("session token"), "{err}");
+    honest_query(&mut bob).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
+/// With `max_prepared_statements = 3`, a fourth prepared statement is refused with a message
+/// naming the option; closing one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_per_session_are_capped() {
+    let dir = test_dir("prepared");
+    let server = Server::start(&config(&dir, "max_prepared_statements = 3"));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        kept.push(alice.prepare(DP_QUERY.to_string(), None).await.unwrap());
+    }
+    let err = alice
+        .prepare(DP_QUERY.to_string(), None)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_prepared_statements"), "{err}");
+    kept.pop().unwrap().close().await.unwrap();
+    let mut statement = alice.prepare(DP_QUERY.to_string(), None).await.unwrap();
+    let info = statement.execute().await.unwrap();
+    assert_eq!(rows(&fetch(&mut alice, info).await.unwrap()), 1);
+    // Another session has its own room.
+    let mut other = login(&url, "alice", "pw").await.unwrap();
+    other.prepare(DP_QUERY.to_string(), None).await.unwrap();
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+}
+
+/// A `DoPut` of prepared-statement parameters over `max_parameter_bytes` (one 3.5 MB string,
+/// streamed 150 times) or `max_parameter_batches` (many small batches) is refused with a
+/// message naming the limit, and the server does not buffer it: its peak memory stays far
+/// below the 525 MB sent. A parameter within the limits still binds and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn do_put_parameters_over_the_limits_are_refused() {
+    let dir = test_dir("doput");
+    let mut server = Server::start(&config(
+        &dir,
+        "max_parameter_bytes = \"64KiB\"\nmax_parameter_batches = 4",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let sql = "SELECT dp_count(outcome, 0.1) AS n FROM visits WHERE region = $1";
+    let statement = alice.prepare(sql.to_string(), None).await.unwrap();
+    let handle = {
+        // The handle, as the client would send it in its DoPut command.
+        let mut raw = alice.clone();
+        let prepared = raw
+            .do_action(Action::new(
+                "CreatePreparedStatement",
+                arrow_flight::sql::ActionCreatePreparedStatementRequest {
+                    query: sql.to_string(),
+                    transaction_id: None,
+                }
+                .as_any()
+                .encode_to_vec(),
+            ))
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let any = arrow_flight::sql::Any::decode(prepared[0].body.clone()).unwrap();
+        any.unpack::<arrow_flight::sql::ActionCreatePreparedStatementResult>()
+            .unwrap()
+            .unwrap()
+            .prepared_statement_handle
+    };
+    let put = |batches: Box<dyn Fn(usize) -> RecordBatch + Send + Sync>, count: usize| {
+        let mut client = alice.clone();
+        let descriptor = FlightDescriptor::new_cmd(
+            CommandPreparedStatementQuery {
+                prepared_statement_handle: handle.clone(),
+            }
+            .as_any()
+            .encode_to_vec(),
+        );
+        async move {
+            let data = FlightDataEncoderBuilder::new()
+                .with_flight_descriptor(Some(descriptor))
+                .build(futures::stream::iter(
+                    (0..count).map(move |i| Ok(batches(i))),
+                ))
+                .map(|d| d.expect("encode"));
+            match client.do_put(data).await {
+                Ok(mut results) => match results.next().await {
+                    Some(Err(e)) => Err(e.to_string()),
+                    _ => Ok(()),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    };
+    let one = |value: String| {
+        RecordBatch::try_from_iter([("$1", Arc::new(StringArray::from(vec![value])) as ArrayRef)])
+            .unwrap()
+    };
+    let big = "x".repeat(3_500_000);
+    let err = put(Box::new(move |_| one(big.clone())), 150)
+        .await
+        .unwrap_err();
+    assert!(err.contains("max_parameter_bytes"), "{err}");
+    let err = put(Box::new(move |_| one("north".to_string())), 50)
+        .await
+        .unwrap_err();
+    assert!(err.contains("max_parameter_batches"), "{err}");
+    let peak = server.peak_rss();
+    eprintln!("peak RSS after the refused DoPuts: {} MB", peak >> 20);
+    assert!(peak < 400 << 20, "peak {} MB", peak >> 20);
+    // Within the limits: one batch of one row binds, and the query runs.
+    put(Box::new(move |_| one("north".to_string())), 1)
+        .await
+        .unwrap();
+    let mut statement = statement;
+    statement.set_parameters(one("north".to_string())).unwrap();
+    let info = statement.execute().await.unwrap();
+    assert_eq!(rows(&fetch(&mut alice, info).await.unwrap()), 1);
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+}
+
+/// With `max_queries_per_analyst = 2` and `max_queries = 3`: alice's third query at once
+/// (planned, not yet fetched) waits `query_queue_seconds` and is refused with
+/// `ResourceExhausted` naming the limit, and is not charged; bob is still served, until the
+/// server's total is reached. Fetching a result frees its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_queries_are_capped_per_analyst_and_in_total() {
+    let dir = test_dir("queries");
+    let server = Server::start(&config(
+        &dir,
+        "max_queries_per_analyst = 2\nmax_queries = 3\nquery_queue_seconds = 1",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    let first = alice.execute(DP_QUERY.to_string(), None).await.unwrap();
+    let _second = alice.execute(DP_QUERY.to_string(), None).await.unwrap();
+    let started = Instant::now();
+    let err = alice
+        .execute(DP_QUERY.to_string(), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_queries_per_analyst") && err.contains("nothing was charged"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "queued first"
+    );
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+    // Bob takes the third slot of the server; his second query at once is over max_queries.
+    let bob_pending = bob.execute(DP_QUERY.to_string(), None).await.unwrap();
+    let err = bob
+        .execute(DP_QUERY.to_string(), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_queries ="), "{err}");
+    assert_eq!(charges(&dir.join("bob.ledger")), 1);
+    // Fetching frees the slots.
+    assert_eq!(rows(&fetch(&mut alice, first).await.unwrap()), 1);
+    assert_eq!(rows(&fetch(&mut bob, bob_pending).await.unwrap()), 1);
+    honest_query(&mut bob).await;
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 3);
+    assert_eq!(charges(&dir.join("bob.ledger")), 2);
+}
+
+/// A charged query that fails while it runs (here over a 1 MiB memory pool) keeps its charge,
+/// and its error says so; the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
+    let dir = test_dir("charge-kept");
+    let path = config(&dir, "");
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nmemory_limit = \"1KiB\"\n";
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let sql = "SELECT dp_count(outcome, 0.1) AS n FROM visits";
+    let info = alice.execute(sql.to_string(), None).await.unwrap();
+    let err = fetch(&mut alice, info).await.unwrap_err();
+    assert!(err.contains("charge is kept"), "{err}");
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    // A query without DP aggregates is not charged, and its error does not claim a charge.
+    let public = "SELECT count(*) FROM (SELECT value % 100000 AS k FROM range(200000) GROUP BY k)";
+    if let Err(e) = query(&mut alice, public).await {
+        assert!(!e.contains("charge is kept"), "{e}");
+    }
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    assert_eq!(rows(&query(&mut bob, "SELECT 1").await.unwrap()), 1);
+}
+
+/// With `max_connections_per_address = 4`, a fifth connection from the same address is closed
+/// as soon as it is accepted (a stranger holding connections cannot use up the server's file
+/// descriptors); once the held ones close, connections are accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_address_are_capped() {
+    use tokio::io::AsyncReadExt;
+    let dir = test_dir("connections");
+    let mut server = Server::start(&config(&dir, "max_connections_per_address = 4"));
+    let url = server.url();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            tokio::net::TcpStream::connect(&server.address)
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The fifth is closed by the server: reading it ends at once.
+    let mut fifth = tokio::net::TcpStream::connect(&server.address)
+        .await
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), fifth.read(&mut byte))
+        .await
+        .expect("the server closes the fifth connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let over = async {
+        let channel = Channel::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = FlightSqlServiceClient::new(channel);
+        client
+            .handshake("alice", "pw")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(10), over).await;
+    assert!(
+        matches!(refused, Ok(Err(_))),
+        "a login over the cap fails: {refused:?}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    honest_query(&mut alice).await;
+    assert!(server.alive());
+}
+
+/// `CancelFlightInfo` frees a query's slot: an unfetched result is dropped (its ticket then
+/// refused, its charge kept), and a slow streaming one stops at once with `Cancelled`. With
+/// `max_queries_per_analyst = 1`, the next query runs right after each cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_flight_info_stops_a_query_and_frees_its_slot() {
+    let dir = test_dir("cancel");
+    let server = Server::start(&config(
+        &dir,
+        "max_queries_per_analyst = 1\nquery_queue_seconds = 1",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let cancel = |client: &mut FlightSqlServiceClient<Channel>, info: arrow_flight::FlightInfo| {
+        let mut client = client.clone();
+        async move {
+            let results: Vec<arrow_flight::Result> = client
+                .do_action(Action::new(
+                    "CancelFlightInfo",
+                    arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
+                ))
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
+                .unwrap()
+                .status
+        }
+    };
+    let cancelled = arrow_flight::CancelStatus::Cancelled as i32;
+
+    // Unfetched: dropped, its ticket refused, the charge kept.
+    let info = alice.execute(DP_QUERY.to_string(), None).await.unwrap();
+    assert_eq!(cancel(&mut alice, info.clone()).await, cancelled);
+    let err = fetch(&mut alice, info.clone()).await.unwrap_err();
+    assert!(
+        err.contains("unknown or already used result ticket"),
+        "{err}"
+    );
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    assert_ne!(
+        cancel(&mut alice, info).await,
+        cancelled,
+        "nothing left to cancel"
+    );
+
+    // Streaming: a slow aggregation (about 9 s in a debug build) stops with Cancelled.
+    let slow =
+        "SELECT count(*) AS n FROM (SELECT value % 15000000 AS k FROM range(30000000) GROUP BY k)";
+    let info = alice.execute(slow.to_string(), None).await.unwrap();
+    let mut streaming = alice.clone();
+    let stream_info = info.clone();
+    let started = Instant::now();
+    let stream = tokio::spawn(async move { fetch(&mut streaming, stream_info).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cancel(&mut alice, info).await, cancelled);
+    let err = stream.await.unwrap().unwrap_err();
+    assert!(err.contains("cancelled (CancelFlightInfo)"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // The slot is free: the next query does not wait for the queue.
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
+/// A client that stops reading its result holds its query slot no longer than the query
+/// deadline and a 30 s grace: then the server stops the query and frees the slot, so an
+/// analyst at `max_queries_per_analyst = 1` can query again (this test takes about 31 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_result_frees_its_slot_after_the_deadline_and_grace() {
+    let dir = test_dir("unread");
+    let path = config(
+        &dir,
+        "max_queries_per_analyst = 1\nquery_queue_seconds = 60",
+    );
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nquery_timeout_seconds = 1\n";
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    // 80 MB of public rows: far more than HTTP/2 buffers while nobody reads.
+    let info = alice
+        .execute("SELECT value FROM range(10000000)".to_string(), None)
+        .await
+        .unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut unread = alice.do_get(ticket).await.unwrap();
+    let first = unread.next().await;
+    assert!(matches!(first, Some(Ok(_))), "the stream started");
+    let started = Instant::now();
+    // Queued behind the unread result until the server frees its slot.
+    honest_query(&mut alice).await;
+    let waited = started.elapsed();
+    eprintln!("next query after an unread result: {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(20) && waited < Duration::from_secs(50),
+        "{waited:?}"
+    );
+    // The unread stream, read now, ends with the error naming the limit.
+    let mut error = None;
+    while let Some(item) = unread.next().await {
+        if let Err(e) = item {
+            error = Some(e.to_string());
+            break;
+        }
+    }
+    let error = error.expect("the unread stream ends with an error");
+    assert!(error.contains("was not read within 1 s"), "{error}");
+}
