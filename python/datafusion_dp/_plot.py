@@ -128,7 +128,13 @@ def forest_plot(
     values = _finite(estimates + lowers + uppers, positive=log)
     low, high = _limits(values, reference, log)
     if log:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
         ax.set_xscale("log")
+        # Plain numbers (0.2, 0.5, 1, 2, 5), as a forest plot's readers expect, not 10^k.
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(low, high)
     ax.axvline(reference, color="0.45", linestyle="--", linewidth=1, zorder=1)
 
@@ -158,7 +164,10 @@ def forest_plot(
     def number(v: Optional[float]) -> str:
         if v is None or math.isnan(v):
             return "-"
-        return "inf" if math.isinf(v) else f"{v:.2f}"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        text = f"{v:.2f}"
+        return "0.00" if text == "-0.00" else text
 
     # The numbers beside each row, as a forest plot's table column.
     transform = ax.get_yaxis_transform()
@@ -175,6 +184,16 @@ def forest_plot(
         )
 
     level = f"{confidences[0]:.0%} " if confidences else ""
+    ax.text(
+        1.02,
+        n + 0.55,
+        f"estimate ({level}CI)",
+        transform=transform,
+        va="center",
+        ha="left",
+        fontsize=9,
+        fontweight="bold",
+    )
     ax.set_xlabel(f"{name}{' (log scale)' if log else ''}, {level}confidence interval")
     if title:
         ax.set_title(title)
@@ -189,8 +208,9 @@ def forest_plot(
         caption += " SEEDED NOISE: NOT PRIVATE (tests only)."
     figure.text(0.01, 0.005, caption, fontsize=8, color="0.3", ha="left", va="bottom")
     if layout := getattr(figure, "get_layout_engine", lambda: None)():
-        # Room for the caption under the axis label.
-        layout.set(rect=(0, 0.06, 1, 0.94))
+        # Room for the caption under the axis label and, on the right, for the numbers
+        # column (text beside the axes, which the layout engine does not make room for).
+        layout.set(rect=(0, 0.06, 0.78, 0.94))
     if path is not None:
         figure.savefig(os.fspath(path))
     return figure

@@ -74,16 +74,18 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> PyErr {
     ))
 }
 
-/// Runs `work` on the runtime with the GIL released (other Python threads run meanwhile),
-/// mapping its error to `DpError` and a panic to `DpError` too.
-fn run<T, F>(py: Python<'_>, work: F) -> PyResult<T>
+/// Runs the future `work` makes on the runtime with the GIL released (other Python threads
+/// run meanwhile), mapping its error to `DpError` and a panic to `DpError` too. The future is
+/// made and driven on this thread (`block_on`), so it need not be `Send` (opening a table's
+/// is not); its tasks run on the runtime's workers.
+fn run<T, F, Fut>(py: Python<'_>, work: F) -> PyResult<T>
 where
-    F: Future<Output = Result<T>> + Send,
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = Result<T>>,
     T: Send,
 {
-    let outcome = py.detach(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| runtime().block_on(work)))
-    });
+    let outcome =
+        py.detach(|| std::panic::catch_unwind(AssertUnwindSafe(|| runtime().block_on(work()))));
     match outcome {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(dp_error(&error)),
@@ -118,8 +120,11 @@ fn declared_fields(table: &str, what: &str, declarations: &[String]) -> Result<V
                      (e.g. \"patient_id BIGINT\")"
                 ))
             })?;
-        let data_type = datafusion_dp::owner::config::sql_type(sql)
-            .map_err(|e| refused(format!("table '{table}': {what} entry '{declaration}': {e}")))?;
+        let data_type = datafusion_dp::owner::config::sql_type(sql).map_err(|e| {
+            refused(format!(
+                "table '{table}': {what} entry '{declaration}': {e}"
+            ))
+        })?;
         if fields.iter().any(|f| f.name() == name) {
             return Err(refused(format!(
                 "table '{table}': column '{name}' is declared twice"
@@ -225,9 +230,7 @@ impl Session {
     /// resolved on first use (local files; `s3://` from the `AWS_*` environment variables).
     #[new]
     fn new() -> PyResult<Self> {
-        let ctx = guarded(|| {
-            tables::session(SessionConfig::new().with_information_schema(true))
-        })?;
+        let ctx = guarded(|| tables::session(SessionConfig::new().with_information_schema(true)))?;
         Ok(Self {
             ctx,
             inferred: Mutex::new(Vec::new()),
@@ -240,7 +243,7 @@ impl Session {
     #[staticmethod]
     #[pyo3(signature = (path, analyst=None))]
     fn from_config(py: Python<'_>, path: String, analyst: Option<String>) -> PyResult<Self> {
-        let ctx = run(py, async move {
+        let ctx = run(py, move || async move {
             let config = OwnerConfig::load(std::path::Path::new(&path))?;
             let spender = config
                 .spending_analyst(analyst.as_deref())
@@ -288,7 +291,7 @@ impl Session {
         let inferred = columns.is_none() && format != "parquet";
         let ctx = self.ctx.clone();
         let table = name.clone();
-        run(py, async move {
+        run(py, move || async move {
             if inferred && partition_columns.is_empty() {
                 return tables::register_table(&ctx, &table, &path, Some(&format)).await;
             }
@@ -411,7 +414,8 @@ impl Session {
     /// ([`datafusion_dp::analyst_sql`]).
     fn sql(&self, py: Python<'_>, query: String) -> PyResult<(PyTable, Option<(f64, f64)>)> {
         let locked = self.locked();
-        run(py, answer(self.ctx.clone(), query, locked))
+        let ctx = self.ctx.clone();
+        run(py, move || answer(ctx, query, locked))
     }
 
     /// The names of the session's tables (default catalog and schema).

@@ -42,6 +42,28 @@ def regions_csv(tmp_path):
     return path
 
 
+@pytest.fixture
+def locked_ctx_factory(regions_csv):
+    """Makes a locked session as an owner would: visits (declared columns) protected by
+    patient_id, a public regions table as the public GROUP BY keys, and the given budget."""
+    import datafusion_dp
+
+    def make(epsilon_budget, ledger=None):
+        ctx = datafusion_dp.SessionContext()
+        ctx.register_csv("visits", VISITS, columns=VISITS_COLUMNS)
+        ctx.register_csv("regions", regions_csv)
+        ctx.protect("visits", unit="patient_id")
+        ctx.protect("regions", public=True)
+        ctx.lock(
+            epsilon_budget=epsilon_budget,
+            ledger=ledger,
+            options={"public_groups": "regions", "max_rows_per_unit": 4},
+        )
+        return ctx
+
+    return make
+
+
 def write_owner_config(directory, epsilon_budget):
     """An examples/owner.toml-style configuration in ``directory``: visits protected by
     patient_id, a public regions table as the public GROUP BY keys, analyst alice (clear

@@ -94,8 +94,8 @@ def test_bad_sql_and_bad_tables_are_errors_not_crashes(ctx, tmp_path):
         ctx.protect("visits", unit="patient_id", public=True)
 
 
-def test_budget_refusal(ctx):
-    ctx.lock(epsilon_budget=1.5)
+def test_budget_refusal(locked_ctx_factory):
+    ctx = locked_ctx_factory(1.5)
     first = ctx.sql(RR_BY_REGION)
     assert first.epsilon == pytest.approx(1.0)
     with pytest.raises(DpError) as refused:
@@ -110,9 +110,8 @@ def test_budget_refusal(ctx):
     assert budget["remaining"]["epsilon"] == pytest.approx(0.0)
 
 
-def test_lock_is_one_way(ctx, tmp_path):
-    assert not ctx.locked
-    ctx.lock(epsilon_budget=5.0, ledger=tmp_path / "analyst.ledger")
+def test_lock_is_one_way(locked_ctx_factory, tmp_path):
+    ctx = locked_ctx_factory(5.0, ledger=tmp_path / "analyst.ledger")
     assert ctx.locked
     with pytest.raises(DpError, match="locked"):
         ctx.register_csv("again", VISITS, columns=VISITS_COLUMNS)
@@ -128,6 +127,7 @@ def test_lock_is_one_way(ctx, tmp_path):
         "SET dp.seed = 1",
         f"CREATE EXTERNAL TABLE v2 STORED AS CSV LOCATION '{VISITS}'",
         "DROP TABLE visits",
+        "SET datafusion.execution.listing_table_ignore_subdirectory = false",
     ):
         with pytest.raises(DpError):
             ctx.sql(statement)
@@ -151,13 +151,9 @@ def test_lock_refuses_a_protected_table_with_an_inferred_schema():
     assert ctx.sql("SELECT dp_count(patient_id, 1.0) AS n FROM visits").num_rows == 1
 
 
-def test_public_groups_and_public_tables_through_lock_options(regions_csv):
-    ctx = datafusion_dp.SessionContext()
-    ctx.register_csv("visits", VISITS, columns=VISITS_COLUMNS)
-    ctx.register_csv("regions", regions_csv)  # public: inference is fine
-    ctx.protect("visits", unit="patient_id")
-    ctx.protect("regions", public=True)
-    ctx.lock(epsilon_budget=2.0, options={"public_groups": "regions", "max_rows_per_unit": 4})
+def test_public_groups_and_public_tables_through_lock_options(locked_ctx_factory):
+    # regions was registered without columns: public, so inference is fine.
+    ctx = locked_ctx_factory(2.0)
     result = ctx.sql(RR_BY_REGION)
     assert result.to_arrow().column("region").to_pylist() == REGIONS
     # The public table is released exactly; the analyst cannot move the declaration.
