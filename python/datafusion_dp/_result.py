@@ -179,4 +179,4 @@ class QueryResult:
             lines.append(f"... {table.num_rows - _MAX_REPR_ROWS} more rows")
         rows_text = f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}"
         lines.append(f"({rows_text}; {self._cost_text()})")
-        return "\n".join(lines)
+        return "\n".join(line.rstrip() for line in lines)

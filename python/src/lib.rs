@@ -84,12 +84,32 @@ where
     Fut: Future<Output = Result<T>>,
     T: Send,
 {
-    let outcome =
-        py.detach(|| std::panic::catch_unwind(AssertUnwindSafe(|| runtime().block_on(work()))));
+    let outcome = py.detach(|| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            runtime().block_on(until_interrupted(work()))
+        }))
+    });
     match outcome {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(dp_error(&error)),
+        Ok(Ok(Ok(value))) => Ok(value),
+        Ok(Ok(Err(error))) => Err(dp_error(&error)),
+        Ok(Err(interrupt)) => Err(interrupt),
         Err(payload) => Err(panic_error(payload)),
+    }
+}
+
+/// Drives `work`, checking every 100 ms for a signal Python must handle (Ctrl-C in a notebook
+/// or a shell): then `work` is dropped, which stops the query (a charge already made stays),
+/// and the signal's exception (`KeyboardInterrupt`) is returned.
+async fn until_interrupted<T>(work: impl Future<Output = T>) -> std::result::Result<T, PyErr> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        let tick = std::pin::pin!(tokio::time::sleep(std::time::Duration::from_millis(100)));
+        match futures::future::select(work.as_mut(), tick).await {
+            futures::future::Either::Left((value, _)) => return Ok(value),
+            futures::future::Either::Right(((), _)) => {
+                Python::attach(|py| py.check_signals())?;
+            }
+        }
     }
 }
 

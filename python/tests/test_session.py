@@ -190,3 +190,21 @@ def test_session_from_an_owner_configuration(tmp_path):
         ctx.sql(RR_BY_REGION)
     with pytest.raises(DpError, match="bob"):
         datafusion_dp.SessionContext.from_config(config, analyst="bob")
+
+
+def test_ctrl_c_stops_a_running_query():
+    import _thread
+    import threading
+    import time
+
+    ctx = datafusion_dp.SessionContext()
+    # Ten billion rows of a public table function: minutes of work, stopped after 0.5 s.
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        ctx.sql("SELECT count(*) AS n FROM generate_series(1, 10000000000)")
+    timer.join()
+    assert time.monotonic() - start < 10
+    # The session is still usable.
+    assert ctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]
