@@ -4,8 +4,8 @@
 //! cargo run -p datafusion-dp-python --example collect -- TABLE.parquet RUNS QUERY
 
 use datafusion::error::Result;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig};
-use datafusion_dp::owner::tables;
+use datafusion::prelude::SessionConfig;
+use datafusion_dp::owner::{tables, TableConfig};
 use datafusion_dp::Protection;
 use std::time::Instant;
 
@@ -19,8 +19,17 @@ async fn main() -> Result<()> {
     let runs: usize = runs.parse().expect("RUNS is a number");
     // The session the Python package makes (python/src/lib.rs: `Session::new`).
     let ctx = tables::session(SessionConfig::new().with_information_schema(true))?;
-    ctx.register_parquet("t", path, ParquetReadOptions::default())
-        .await?;
+    // Opened as `register_parquet` in the package opens it (the file's own schema).
+    let table = TableConfig {
+        name: "t".to_string(),
+        location: path.clone(),
+        format: Some("parquet".to_string()),
+        protection: Protection::Rows,
+        columns: None,
+        partition_columns: Vec::new(),
+    };
+    let provider = tables::open_table(&ctx, &table).await?;
+    ctx.register_table("t", provider)?;
     datafusion_dp::protect(&ctx, "t", Protection::Rows)?;
     ctx.sql("SET dp.public_groups = 'assert'").await?;
     for _ in 0..runs {
