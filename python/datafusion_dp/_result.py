@@ -161,12 +161,37 @@ class QueryResult:
             text += f", delta {self._delta:g}"
         return text + " charged"
 
-    def __repr__(self) -> str:
+    def _cells(self) -> list:
+        """The first rows' cells as text, an interval as ``estimate [lower, upper]``."""
         table = self._table
         intervals = [_is_interval(f) for f in table.schema]
         rows = table.slice(0, _MAX_REPR_ROWS).to_pylist()
+        return [
+            [_format_cell(row[n], i) for n, i in zip(table.column_names, intervals)]
+            for row in rows
+        ]
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the same rows and cost as ``repr``, as an HTML table."""
+        from html import escape
+
+        table = self._table
+        head = "".join(f"<th>{escape(n)}</th>" for n in table.column_names)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+            for row in self._cells()
+        )
+        more = table.num_rows - _MAX_REPR_ROWS
+        note = f"{table.num_rows} rows" + (f" ({more} not shown)" if more > 0 else "")
+        return (
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<p>{escape(note)}; {escape(self._cost_text())}</p>"
+        )
+
+    def __repr__(self) -> str:
+        table = self._table
         names = table.column_names
-        cells = [[_format_cell(row[n], i) for n, i in zip(names, intervals)] for row in rows]
+        cells = self._cells()
         widths = [
             max([len(n)] + [len(r[k]) for r in cells]) for k, n in enumerate(names)
         ]

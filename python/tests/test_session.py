@@ -32,6 +32,8 @@ def test_relative_risk_by_region(ctx):
     assert result.epsilon == pytest.approx(1.0)
     assert result.delta == 0.0
     assert "epsilon 1 charged" in repr(result)
+    html = result._repr_html_()
+    assert html.count("<tr>") == 5 and "epsilon 1 charged" in html
 
 
 def test_cost_of_every_dp_call_is_reported(ctx):
