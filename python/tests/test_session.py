@@ -210,3 +210,32 @@ def test_ctrl_c_stops_a_running_query():
     assert time.monotonic() - start < 10
     # The session is still usable.
     assert ctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]
+
+
+def test_register_parquet_and_json(tmp_path):
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    visits = pyarrow.csv.read_csv(VISITS)
+    pyarrow.parquet.write_table(visits, tmp_path / "visits.parquet")
+    with open(tmp_path / "visits.json", "w") as f:
+        for row in visits.to_pylist():
+            f.write(__import__("json").dumps(row) + "\n")
+    ctx = datafusion_dp.SessionContext()
+    ctx.register_parquet("p", tmp_path / "visits.parquet")  # the file's own schema
+    ctx.register_json("j", tmp_path / "visits.json", columns=VISITS_COLUMNS)
+    ctx.protect("p", unit="patient_id")
+    ctx.protect("j", unit="patient_id")
+    ctx.lock(epsilon_budget=2.0)  # neither schema was inferred from rows
+    for table in ("p", "j"):
+        n = ctx.sql(f"SELECT dp_count(patient_id, 1.0) AS n FROM {table}").to_pylist()[0]["n"]
+        assert 3000 < n < 5000
+        with pytest.raises(DpError, match=f"'{table}'"):
+            ctx.sql(f"SELECT * FROM {table}")
+    # A Parquet directory whose files disagree is refused, as dp-server refuses it.
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pyarrow.parquet.write_table(visits, mixed / "a.parquet")
+    pyarrow.parquet.write_table(visits.drop_columns(["month"]), mixed / "b.parquet")
+    with pytest.raises(DpError, match="same columns"):
+        datafusion_dp.SessionContext().register_parquet("m", mixed)
