@@ -1,6 +1,8 @@
 """datafusion_dp.connect against a real dp-server on loopback (built with cargo), through
 the ADBC Flight SQL driver."""
 
+import math
+
 import pytest
 
 import datafusion_dp
@@ -25,7 +27,10 @@ def test_query_returns_the_same_result_type(server, tmp_path):
             "west",
         ]
         for row in result.to_pylist():
-            assert 0 <= row["rr"]["lower"] <= row["rr"]["estimate"] <= row["rr"]["upper"]
+            # A noisy estimate may fall outside its interval (even below 0 in a small
+            # group); the interval itself is ordered, and a ratio's is never below 0.
+            assert 0 <= row["rr"]["lower"] <= row["rr"]["upper"]
+            assert math.isfinite(row["rr"]["estimate"])
         assert result.epsilon == pytest.approx(1.0)
         assert len(result.to_pandas()) == 4
         path = tmp_path / "server-forest.png"
