@@ -276,13 +276,16 @@ impl<'a> PlanAnalysis<'a> {
                 LogicalPlan::Copy(copy) => format!("COPY TO '{}'", copy.output_url),
                 _ => "the query".to_string(),
             };
+            let functions: Vec<&str> = crate::sql::functions::aggregate::DpFunction::ALL
+                .map(|f| f.name())
+                .to_vec();
             return plan_err!(
                 "{what} would output rows of protected table {} ({}), or values computed \
-                 exactly from them. Only DP aggregates (dp_count, dp_relative_risk, dp_rr_ci, \
-                 dp_odds_ratio, dp_or_ci) and group keys declared public may leave a protected \
-                 table",
+                 exactly from them. Only DP aggregates ({}) and group keys declared public may \
+                 leave a protected table",
                 p.names(),
-                operator(plan)
+                operator(plan),
+                functions.join(", ")
             );
         }
         Ok(())
@@ -474,8 +477,8 @@ impl<'a> PlanAnalysis<'a> {
                         return plan_err!(
                             "{} over protected table {} is computed exactly: only DP \
                              aggregates may aggregate protected rows (dp_count for counts; \
-                             dp_relative_risk, dp_rr_ci, dp_odds_ratio, dp_or_ci for 2x2 \
-                             tables)",
+                             dp_relative_risk, dp_rr_ci, dp_odds_ratio, dp_or_ci, \
+                             dp_risk_difference, dp_rd_ci for 2x2 tables)",
                             written(exact),
                             p.names()
                         );
