@@ -81,8 +81,11 @@ impl OptimizerRule for BoundPublicFanout {
         if !scans_protected(&plan)? {
             return Ok(Transformed::no(plan));
         }
-        let (plan, _) = bound(plan)?;
-        Ok(Transformed::yes(plan))
+        // Only a pass that placed a cap changed the plan (the optimiser stops when a pass
+        // changes nothing).
+        let mut changed = false;
+        let (plan, _) = bound(plan, &mut changed)?;
+        Ok(Transformed::new_transformed(plan, changed))
     }
 }
 
@@ -122,27 +125,27 @@ fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64) -> Fanout {
 
 /// `plan` with every join of protected rows and a public relation capped (module docs), and
 /// what its output carries of protected rows (`None`: nothing, a public relation or a DP
-/// release).
-fn bound(plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+/// release). `changed` is set when a cap is placed.
+fn bound(plan: LogicalPlan, changed: &mut bool) -> Result<(LogicalPlan, Fanout)> {
     let plan = plan
-        .map_subqueries(|subquery| Ok(Transformed::yes(bound(subquery)?.0)))?
+        .map_subqueries(|subquery| Ok(Transformed::yes(bound(subquery, changed)?.0)))?
         .data;
     if protected_scan(&plan) {
         return Ok((plan, Some(1)));
     }
     match plan {
         LogicalPlan::Join(mut join) => {
-            let (left, l) = bound(Arc::unwrap_or_clone(join.left))?;
-            let (right, r) = bound(Arc::unwrap_or_clone(join.right))?;
+            let (left, l) = bound(Arc::unwrap_or_clone(join.left), changed)?;
+            let (right, r) = bound(Arc::unwrap_or_clone(join.right), changed)?;
             let (left, right, fanout) = match (l, r) {
                 (Some(p), None) => {
                     let keys: Vec<Expr> = join.on.iter().map(|(_, r)| r.clone()).collect();
-                    let (right, p) = meet_public(p, right, &keys, join.join_type, true)?;
+                    let (right, p) = meet_public(p, right, &keys, join.join_type, true, changed)?;
                     (left, right, Some(p))
                 }
                 (None, Some(p)) => {
                     let keys: Vec<Expr> = join.on.iter().map(|(l, _)| l.clone()).collect();
-                    let (left, p) = meet_public(p, left, &keys, join.join_type, false)?;
+                    let (left, p) = meet_public(p, left, &keys, join.join_type, false, changed)?;
                     (left, right, Some(p))
                 }
                 (l, r) => (left, right, merge(l, r, u64::saturating_mul)),
@@ -154,19 +157,19 @@ fn bound(plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
         // A DP aggregate's output is a release (the plan analysis refused any other
         // aggregate over protected rows).
         LogicalPlan::Aggregate(_) => {
-            let (plan, _) = bound_children(plan)?;
+            let (plan, _) = bound_children(plan, changed)?;
             Ok((plan, None))
         }
-        other => bound_children(other),
+        other => bound_children(other, changed),
     }
 }
 
 /// `plan` with its inputs bounded, carrying the largest multiplication among them.
-fn bound_children(plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+fn bound_children(plan: LogicalPlan, changed: &mut bool) -> Result<(LogicalPlan, Fanout)> {
     let mut fanout: Fanout = None;
     let plan = plan
         .map_children(|child| {
-            let (child, f) = bound(child)?;
+            let (child, f) = bound(child, changed)?;
             fanout = merge(fanout, f, u64::max);
             Ok(Transformed::yes(child))
         })?
@@ -182,6 +185,7 @@ fn meet_public(
     keys: &[Expr],
     join_type: JoinType,
     protected_left: bool,
+    changed: &mut bool,
 ) -> Result<(LogicalPlan, u64)> {
     use JoinType::*;
     let repeats = match join_type {
@@ -218,11 +222,15 @@ fn meet_public(
                 fetch: Some(left as usize),
             }),
         };
+        *changed = true;
         return Ok((public, times * left));
     }
     let (public, cap) = match capped(&public) {
         Some(existing) if existing <= left => (public, existing),
-        _ => (cap_per_key(public, keys, left)?, left),
+        _ => {
+            *changed = true;
+            (cap_per_key(public, keys, left)?, left)
+        }
     };
     Ok((public, (times * cap).min(MAX_PUBLIC_FANOUT)))
 }
