@@ -34,7 +34,7 @@ use super::{DpLogicalCodec, DpPhysicalCodec};
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::lock::ANALYST_SETTINGS;
+use crate::sql::privacy::lock::{in_analyst_range, ANALYST_SETTINGS};
 use crate::sql::privacy::rule::Placement;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -127,15 +127,15 @@ impl LockedCluster {
             else {
                 continue;
             };
-            match value.trim().parse::<u64>() {
-                Ok(v) if (*low..=*high).contains(&v) => config.options_mut().set(key, &value)?,
-                _ => {
-                    return Err(DataFusionError::Plan(format!(
-                        "{key} = {value}: this cluster is locked; the value must be an integer \
-                         from {low} to {high}"
-                    )))
-                }
+            if !in_analyst_range(&value, *low, *high) {
+                return Err(DataFusionError::Plan(format!(
+                    "{key} = {value}: this cluster is locked; the value must be an integer \
+                     from {low} to {high}"
+                )));
             }
+            config
+                .options_mut()
+                .set(key, value.trim().trim_matches('\''))?;
         }
         if let Some(name) = sent.iter().find(|e| e.key == "ballista.job.name") {
             if let Some(value) = &name.value {

@@ -170,6 +170,16 @@ fn refuse_verbose_explain(plan: &LogicalPlan) -> Result<()> {
     }
 }
 
+/// Whether `value` (a `SET` value, quoted or not) is an integer from `low` to `high`: the
+/// check of an [`ANALYST_SETTINGS`] value, here and on a locked cluster's scheduler.
+pub(crate) fn in_analyst_range(value: &str, low: u64, high: u64) -> bool {
+    value
+        .trim()
+        .trim_matches('\'')
+        .parse::<u64>()
+        .is_ok_and(|v| (low..=high).contains(&v))
+}
+
 /// The DataFusion options an analyst may set in a locked session, each with the range of
 /// values accepted. Every other option is the owner's: several turn one large value in a row
 /// into an allocation (`perfect_hash_join_min_key_density = 0` sizes a hash table by the
@@ -202,9 +212,9 @@ fn refuse_owner_statements(plan: &LogicalPlan) -> Result<()> {
             allowed.join(", ")
         );
     };
-    match value.map(|v| v.trim().trim_matches('\'').parse::<u64>()) {
+    match value {
         None => Ok(()),
-        Some(Ok(v)) if (*low..=*high).contains(&v) => Ok(()),
+        Some(v) if in_analyst_range(v, *low, *high) => Ok(()),
         Some(_) => plan_err!(
             "SET {variable}: this session is locked; the value must be an integer from {low} \
              to {high}"
