@@ -551,6 +551,83 @@ async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_person_meets_a_bounded_number_of_their_own_rows() -> Result<()> {
+    // 10 patients with 300 rows each, and a 600-element list in every row. A join of the
+    // protected table with itself on the unit repeats each row by the person's own rows (300),
+    // and UNNEST by the row's own list (600): in a locked session both are capped out of the
+    // same allowance as public joins (MAX_PUBLIC_FANOUT = 256 per row, issue 27's "Work"
+    // class), a trusted session is not. The bounding keeps up to 1,000,000 rows per patient,
+    // so the counts show the caps themselves (at epsilon = 1e9 the noise is far below 0.5).
+    use datafusion_dp::sql::privacy::public_fanout::MAX_PUBLIC_FANOUT;
+    let cap = MAX_PUBLIC_FANOUT as i64;
+    let mut sessions = Vec::new();
+    for locked in [true, false] {
+        let ctx = SessionContext::new_with_config(config(4, false));
+        datafusion_dp::register(&ctx)?;
+        for sql in [
+            "CREATE TABLE own AS SELECT value % 10 AS patient_id, value AS v, \
+             array_to_string(range(600), ',') AS note FROM range(0, 3000)",
+            "SET dp.epsilon_budget = 1e12",
+            "SET dp.max_rows_per_unit = 1000000",
+        ] {
+            ctx.sql(sql).await?.collect().await?;
+        }
+        protect(&ctx, "own", Protection::Unit("patient_id".into()))?;
+        if locked {
+            lock(&ctx)?;
+        }
+        sessions.push((ctx, locked));
+    }
+    let rows = 3000;
+    // (query, locked count, trusted count: None where the trusted join is too large to run)
+    let cases: &[(&str, i64, Option<i64>)] = &[
+        ("SELECT dp_count(a.v, 1e9) FROM own a JOIN own b ON a.patient_id = b.patient_id", rows * cap, Some(rows * 300)),
+        ("SELECT dp_count(a.v, 1e9) FROM own a LEFT JOIN own b ON a.patient_id = b.patient_id", rows * cap, Some(rows * 300)),
+        ("SELECT dp_count(b.v, 1e9) FROM own a RIGHT JOIN own b ON a.patient_id = b.patient_id", rows * cap, Some(rows * 300)),
+        // Own rows, then a public relation: the public side gets what is left (one row).
+        ("SELECT dp_count(a.v, 1e9) FROM own a JOIN own b ON a.patient_id = b.patient_id CROSS JOIN range(1000)", rows * cap, None),
+        // A public relation, then own rows: the own side gets what is left.
+        ("SELECT dp_count(a.v, 1e9) FROM own a CROSS JOIN range(1000) JOIN own b ON a.patient_id = b.patient_id", rows * cap, None),
+        // UNNEST of a list the row holds.
+        ("SELECT dp_count(x, 1e9) FROM (SELECT patient_id, unnest(string_to_array(note, ',')) AS x FROM own)", rows * cap, Some(rows * 600)),
+        ("SELECT dp_count(x, 1e9) FROM (SELECT patient_id, unnest(string_to_array(note, ',')) AS x FROM own) CROSS JOIN range(1000)", rows * cap, None),
+        // A list already within the cap is not cut.
+        ("SELECT dp_count(x, 1e9) FROM (SELECT patient_id, unnest(array_slice(string_to_array(note, ','), 1, 7)) AS x FROM own)", rows * 7, Some(rows * 7)),
+    ];
+    for (sql, locked_count, trusted_count) in cases {
+        for (ctx, locked) in &sessions {
+            let expected = match (*locked, trusted_count) {
+                (true, _) => *locked_count,
+                (false, Some(count)) => *count,
+                (false, None) => continue,
+            };
+            let got = near_exact_count(ctx, sql, *locked).await?;
+            assert_eq!(got, expected, "locked = {locked}: {sql}");
+        }
+    }
+    // The own-rows sample shows in the plan; recursive UNNEST of protected lists is refused.
+    let (locked_ctx, _) = &sessions[0];
+    let plan = run(
+        locked_ctx,
+        "EXPLAIN SELECT dp_count(a.v, 1.0) FROM own a JOIN own b ON a.patient_id = b.patient_id",
+    )
+    .await?;
+    let text = format!(
+        "{}",
+        datafusion::arrow::util::pretty::pretty_format_batches(&plan)?
+    );
+    assert!(text.contains("__dp_own_rows"), "{text}");
+    let nested = run(
+        locked_ctx,
+        "SELECT dp_count(x, 1.0) FROM (SELECT patient_id, unnest(unnest(make_array(string_to_array(note, ',')))) AS x FROM own)",
+    )
+    .await;
+    let error = nested.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("UNNEST of nested lists"), "{error}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_locked_join_builds_its_public_side_first() -> Result<()> {
     // A hash join reads its build side first and skips the probe side when the build side is
     // empty: with one person's filtered rows as the build side, their presence decided whether

@@ -1,5 +1,5 @@
-//! A locked query's work grows by a bounded number of rows with one person: protected rows
-//! meet at most [`MAX_PUBLIC_FANOUT`] public rows through joins.
+//! A locked query's work grows by a bounded number of rows with one person: a protected row
+//! is repeated at most [`MAX_PUBLIC_FANOUT`] times, through joins and `UNNEST`.
 //!
 //! The bounding rewrite ([`crate::sql::privacy::bounding`]) keeps `max_rows_per_unit` rows of
 //! each person, but it runs after the joins, so the rows it reads are the person's rows times
@@ -25,28 +25,39 @@
 //! cap, so a key with more public rows than the cap can lose matches that a trusted session
 //! would find: the price of a query whose work does not show one person's rows.
 //!
-//! Semi and anti joins filter protected rows without repeating them. Joins of two protected
-//! relations (on their unit columns) and `UNNEST` repeat a person's rows by that person's own
-//! rows and values: they stay as they are (`docs/privacy-analysis.md`, "What is not covered").
+//! Semi and anti joins filter protected rows without repeating them. Two operators repeat a
+//! person's rows by that person's own data, and are capped out of the same allowance:
+//! - a join of two protected relations (allowed only on their unit columns): the side whose
+//!   rows are repeated keeps a uniformly random sample of at most `MAX_PUBLIC_FANOUT / f` rows
+//!   of each person ([`bounding::sample_rows_per_unit`], a window named `__dp_own_rows`). The
+//!   sample depends on that person's rows only, so the contribution bound is untouched;
+//! - `UNNEST` of a list: each list keeps its first `MAX_PUBLIC_FANOUT / f` elements
+//!   (`array_slice`); nested lists unnested recursively are refused.
+//!
 //! This is the same rule as Tumult Analytics' `join_public` (equi-joins with public tables
 //! only), with the multiplication capped rather than the join refused.
 
+use crate::sql::options::DpOptions;
+use crate::sql::privacy::analysis::{PlanAnalysis, Protected, Relation, Unit};
+use crate::sql::privacy::bounding;
 use crate::sql::privacy::protected_scan::{ProtectedScanExec, ProtectedTable};
 use crate::sql::privacy::release_order::with_tie_breakers;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{plan_err, Column, Result, ScalarValue};
 use datafusion::datasource::source_as_provider;
+use datafusion::functions_nested::expr_fn::array_slice;
 use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     col, lit, BinaryExpr, Expr, ExprFunctionExt, JoinType, LogicalPlan, LogicalPlanBuilder,
-    Operator, Sort,
+    Operator, Sort, Unnest,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
 use datafusion::physical_plan::ExecutionPlan;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Public rows one protected row may meet through joins, in all, in a locked query. One
@@ -76,16 +87,26 @@ impl OptimizerRule for BoundPublicFanout {
     fn rewrite(
         &self,
         plan: LogicalPlan,
-        _config: &dyn OptimizerConfig,
+        config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
         if !scans_protected(&plan)? {
             return Ok(Transformed::no(plan));
         }
+        let options = config.options();
+        let session = options
+            .extensions
+            .get::<DpOptions>()
+            .cloned()
+            .unwrap_or_default();
+        let mut bounder = Bounder {
+            analysis: PlanAnalysis::new(&session.protections, &options, None),
+            seed: session.seed,
+            changed: false,
+        };
+        let (plan, _) = bounder.bound(plan)?;
         // Only a pass that placed a cap changed the plan (the optimiser stops when a pass
         // changes nothing).
-        let mut changed = false;
-        let (plan, _) = bound(plan, &mut changed)?;
-        Ok(Transformed::new_transformed(plan, changed))
+        Ok(Transformed::new_transformed(plan, bounder.changed))
     }
 }
 
@@ -123,116 +144,270 @@ fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64) -> Fanout {
     }
 }
 
-/// `plan` with every join of protected rows and a public relation capped (module docs), and
-/// what its output carries of protected rows (`None`: nothing, a public relation or a DP
-/// release). `changed` is set when a cap is placed.
-fn bound(plan: LogicalPlan, changed: &mut bool) -> Result<(LogicalPlan, Fanout)> {
-    let plan = plan
-        .map_subqueries(|subquery| Ok(Transformed::yes(bound(subquery, changed)?.0)))?
-        .data;
-    if protected_scan(&plan) {
-        return Ok((plan, Some(1)));
-    }
-    match plan {
-        LogicalPlan::Join(mut join) => {
-            let (left, l) = bound(Arc::unwrap_or_clone(join.left), changed)?;
-            let (right, r) = bound(Arc::unwrap_or_clone(join.right), changed)?;
-            let (left, right, fanout) = match (l, r) {
-                (Some(p), None) => {
-                    let keys: Vec<Expr> = join.on.iter().map(|(_, r)| r.clone()).collect();
-                    let (right, p) = meet_public(p, right, &keys, join.join_type, true, changed)?;
-                    (left, right, Some(p))
-                }
-                (None, Some(p)) => {
-                    let keys: Vec<Expr> = join.on.iter().map(|(l, _)| l.clone()).collect();
-                    let (left, p) = meet_public(p, left, &keys, join.join_type, false, changed)?;
-                    (left, right, Some(p))
-                }
-                (l, r) => (left, right, merge(l, r, u64::saturating_mul)),
-            };
-            join.left = Arc::new(left);
-            join.right = Arc::new(right);
-            Ok((LogicalPlan::Join(join), fanout))
-        }
-        // A DP aggregate's output is a release (the plan analysis refused any other
-        // aggregate over protected rows).
-        LogicalPlan::Aggregate(_) => {
-            let (plan, _) = bound_children(plan, changed)?;
-            Ok((plan, None))
-        }
-        other => bound_children(other, changed),
-    }
+/// The state of one pass: the analysis that finds a protected relation's unit column, the
+/// non-private seed of the samples, and whether a cap was placed.
+struct Bounder<'a> {
+    analysis: PlanAnalysis<'a>,
+    seed: Option<u64>,
+    changed: bool,
 }
 
-/// `plan` with its inputs bounded, carrying the largest multiplication among them.
-fn bound_children(plan: LogicalPlan, changed: &mut bool) -> Result<(LogicalPlan, Fanout)> {
-    let mut fanout: Fanout = None;
-    let plan = plan
-        .map_children(|child| {
-            let (child, f) = bound(child, changed)?;
-            fanout = merge(fanout, f, u64::max);
-            Ok(Transformed::yes(child))
-        })?
-        .data;
-    Ok((plan, fanout))
-}
-
-/// A join of protected rows (repeated `times`, on the left if `protected_left`) with `public`,
-/// on the public side's `keys`: `public` capped if the join can repeat protected rows.
-fn meet_public(
-    times: u64,
-    public: LogicalPlan,
-    keys: &[Expr],
-    join_type: JoinType,
-    protected_left: bool,
-    changed: &mut bool,
-) -> Result<(LogicalPlan, u64)> {
-    use JoinType::*;
-    let repeats = match join_type {
-        Inner | Full => true,
-        Left => protected_left,
-        Right => !protected_left,
-        // Semi, anti and mark joins keep each row of one side at most once; the analysis
-        // refused those that select public rows by protected ones.
-        LeftSemi | LeftAnti | RightSemi | RightAnti | LeftMark | RightMark => false,
-    };
-    if !repeats {
-        return Ok((public, times));
-    }
-    let left = MAX_PUBLIC_FANOUT / times;
-    if let Some(rows) = public.max_rows() {
-        let rows = (rows as u64).max(1);
-        if rows <= left {
-            return Ok((public, times * rows));
+impl Bounder<'_> {
+    /// `plan` with every operator that repeats protected rows capped (module docs), and what
+    /// its output carries of protected rows (`None`: nothing, a public relation or a DP
+    /// release).
+    fn bound(&mut self, plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+        let plan = plan
+            .map_subqueries(|subquery| Ok(Transformed::yes(self.bound(subquery)?.0)))?
+            .data;
+        if protected_scan(&plan) {
+            return Ok((plan, Some(1)));
+        }
+        match plan {
+            LogicalPlan::Join(mut join) => {
+                let (left, l) = self.bound(Arc::unwrap_or_clone(join.left))?;
+                let (right, r) = self.bound(Arc::unwrap_or_clone(join.right))?;
+                let (left, right, fanout) = match (l, r) {
+                    (Some(p), None) => {
+                        let keys: Vec<Expr> = join.on.iter().map(|(_, r)| r.clone()).collect();
+                        let (right, p) = self.meet_public(p, right, &keys, join.join_type, true)?;
+                        (left, right, Some(p))
+                    }
+                    (None, Some(p)) => {
+                        let keys: Vec<Expr> = join.on.iter().map(|(l, _)| l.clone()).collect();
+                        let (left, p) = self.meet_public(p, left, &keys, join.join_type, false)?;
+                        (left, right, Some(p))
+                    }
+                    (Some(l), Some(r)) => self.meet_own(l, r, left, right, join.join_type)?,
+                    (None, None) => (left, right, None),
+                };
+                join.left = Arc::new(left);
+                join.right = Arc::new(right);
+                Ok((LogicalPlan::Join(join), fanout))
+            }
+            LogicalPlan::Unnest(unnest) => self.unnest(unnest),
+            // A DP aggregate's output is a release (the plan analysis refused any other
+            // aggregate over protected rows).
+            LogicalPlan::Aggregate(_) => {
+                let (plan, _) = self.bound_children(plan)?;
+                Ok((plan, None))
+            }
+            other => self.bound_children(other),
         }
     }
-    if keys.is_empty() {
-        // One key for all rows: the first rows in the order of their values (a top-k sort),
-        // which `max_rows` sees in the optimiser's next pass.
-        let expr = with_tie_breakers(Vec::new(), public.schema());
-        let public = match expr.is_empty() {
-            // No column to order by (none read, or none Arrow can order): rows that cannot
-            // be told apart, so any of them will do.
-            true => LogicalPlanBuilder::from(public)
-                .limit(0, Some(left as usize))?
-                .build()?,
-            false => LogicalPlan::Sort(Sort {
-                expr,
-                input: Arc::new(public),
-                fetch: Some(left as usize),
-            }),
+
+    /// `plan` with its inputs bounded, carrying the largest multiplication among them.
+    fn bound_children(&mut self, plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
+        let mut fanout: Fanout = None;
+        let plan = plan
+            .map_children(|child| {
+                let (child, f) = self.bound(child)?;
+                fanout = merge(fanout, f, u64::max);
+                Ok(Transformed::yes(child))
+            })?
+            .data;
+        Ok((plan, fanout))
+    }
+
+    /// A join of protected rows (repeated `times`, on the left if `protected_left`) with
+    /// `public`, on the public side's `keys`: `public` capped if the join can repeat protected
+    /// rows.
+    fn meet_public(
+        &mut self,
+        times: u64,
+        public: LogicalPlan,
+        keys: &[Expr],
+        join_type: JoinType,
+        protected_left: bool,
+    ) -> Result<(LogicalPlan, u64)> {
+        use JoinType::*;
+        let repeats = match join_type {
+            Inner | Full => true,
+            Left => protected_left,
+            Right => !protected_left,
+            // Semi, anti and mark joins keep each row of one side at most once; the analysis
+            // refused those that select public rows by protected ones.
+            LeftSemi | LeftAnti | RightSemi | RightAnti | LeftMark | RightMark => false,
         };
-        *changed = true;
-        return Ok((public, times * left));
-    }
-    let (public, cap) = match capped(&public) {
-        Some(existing) if existing <= left => (public, existing),
-        _ => {
-            *changed = true;
-            (cap_per_key(public, keys, left)?, left)
+        if !repeats {
+            return Ok((public, times));
         }
+        let left = MAX_PUBLIC_FANOUT / times;
+        if let Some(rows) = public.max_rows() {
+            let rows = (rows as u64).max(1);
+            if rows <= left {
+                return Ok((public, times * rows));
+            }
+        }
+        if keys.is_empty() {
+            // One key for all rows: the first rows in the order of their values (a top-k
+            // sort), which `max_rows` sees in the optimiser's next pass.
+            let expr = with_tie_breakers(Vec::new(), public.schema());
+            let public = match expr.is_empty() {
+                // No column to order by (none read, or none Arrow can order): rows that
+                // cannot be told apart, so any of them will do.
+                true => LogicalPlanBuilder::from(public)
+                    .limit(0, Some(left as usize))?
+                    .build()?,
+                false => LogicalPlan::Sort(Sort {
+                    expr,
+                    input: Arc::new(public),
+                    fetch: Some(left as usize),
+                }),
+            };
+            self.changed = true;
+            return Ok((public, times * left));
+        }
+        let (public, cap) = match capped(&public) {
+            Some(existing) if existing <= left => (public, existing),
+            _ => {
+                self.changed = true;
+                (cap_per_key(public, keys, left)?, left)
+            }
+        };
+        Ok((public, (times * cap).min(MAX_PUBLIC_FANOUT)))
+    }
+
+    /// A join of two protected relations (repeated `l` and `r` times), which the analysis
+    /// allowed only on their unit columns: each row meets the rows of its own person on the
+    /// other side, as many as that person has. The side whose rows are repeated (the right
+    /// one of an inner or left join, the left one of a right join) keeps a random sample of
+    /// at most `MAX_PUBLIC_FANOUT / (l * r)` rows of each person
+    /// ([`bounding::sample_rows_per_unit`]).
+    fn meet_own(
+        &mut self,
+        l: u64,
+        r: u64,
+        left: LogicalPlan,
+        right: LogicalPlan,
+        join_type: JoinType,
+    ) -> Result<(LogicalPlan, LogicalPlan, Fanout)> {
+        use JoinType::*;
+        let times = l.saturating_mul(r).min(MAX_PUBLIC_FANOUT);
+        let cap_right = match join_type {
+            Inner | Left | Full => true,
+            Right => false,
+            // Each row of one side kept at most once.
+            LeftSemi | LeftAnti | RightSemi | RightAnti | LeftMark | RightMark => {
+                return Ok((left, right, Some(times)))
+            }
+        };
+        let cap = (MAX_PUBLIC_FANOUT / times).max(1);
+        let (left, right) = match cap_right {
+            true => (left, self.own_rows_capped(right, cap)?),
+            false => (self.own_rows_capped(left, cap)?, right),
+        };
+        Ok((
+            left,
+            right,
+            Some(times.saturating_mul(cap).min(MAX_PUBLIC_FANOUT)),
+        ))
+    }
+
+    /// `side` keeping at most `cap` rows of each person, unless an earlier pass already
+    /// capped it at most that.
+    fn own_rows_capped(&mut self, side: LogicalPlan, cap: u64) -> Result<LogicalPlan> {
+        if bounding::rows_per_unit_sampled(&side).is_some_and(|existing| existing <= cap) {
+            return Ok(side);
+        }
+        let Relation::Protected(Protected {
+            unit: Unit::Column(unit),
+            ..
+        }) = self.analysis.relation(&side)?
+        else {
+            return plan_err!(
+                "a join of protected relations: no unit column found on one side after \
+                 optimisation, so what one person's rows meet of their own cannot be bounded"
+            );
+        };
+        let unit = Expr::Column(Column::from(side.schema().qualified_field(unit)));
+        self.changed = true;
+        let rows = u32::try_from(cap).unwrap_or(u32::MAX);
+        Ok(Arc::unwrap_or_clone(bounding::sample_rows_per_unit(
+            Arc::new(side),
+            unit,
+            rows,
+            self.seed,
+        )?))
+    }
+
+    /// `UNNEST` of protected rows (repeated `f` times): one row per element of each unnested
+    /// list, as many as the person's values hold (`string_to_array(note, ' ')`, a list
+    /// column). Each list is cut to its first `MAX_PUBLIC_FANOUT / f` elements before.
+    fn unnest(&mut self, mut unnest: Unnest) -> Result<(LogicalPlan, Fanout)> {
+        let (input, f) = self.bound(Arc::unwrap_or_clone(unnest.input))?;
+        let (Some(f), false) = (f, unnest.list_type_columns.is_empty()) else {
+            unnest.input = Arc::new(input);
+            return Ok((LogicalPlan::Unnest(unnest), f));
+        };
+        if unnest
+            .list_type_columns
+            .iter()
+            .any(|(_, list)| list.depth > 1)
+        {
+            return plan_err!(
+                "UNNEST of nested lists of protected rows (recursive, depth > 1): each level \
+                 repeats one person's rows by their own values; unnest one level at a time"
+            );
+        }
+        let cap = (MAX_PUBLIC_FANOUT / f).max(1);
+        let lists: BTreeSet<usize> = unnest.list_type_columns.iter().map(|(i, _)| *i).collect();
+        let schema = Arc::clone(input.schema());
+        let already = match &input {
+            LogicalPlan::Projection(p) => lists
+                .iter()
+                .all(|i| p.expr.get(*i).and_then(sliced).is_some_and(|n| n <= cap)),
+            _ => false,
+        };
+        let input = match already {
+            true => input,
+            false => {
+                self.changed = true;
+                let exprs = schema
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (qualifier, field))| {
+                        let column = Expr::Column(Column::from((qualifier, field)));
+                        match lists.contains(&i) {
+                            true => array_slice(column, lit(1i64), lit(cap as i64), None)
+                                .alias_qualified(qualifier.cloned(), field.name()),
+                            false => column,
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                LogicalPlanBuilder::from(input).project(exprs)?.build()?
+            }
+        };
+        unnest.input = Arc::new(input);
+        let plan = LogicalPlan::Unnest(unnest).recompute_schema()?;
+        Ok((plan, Some(f.saturating_mul(cap).min(MAX_PUBLIC_FANOUT))))
+    }
+}
+
+/// The most elements `expr` keeps of a list, if it is `array_slice(list, 1, n)` (what
+/// [`Bounder::unnest`] places, or the analyst wrote).
+fn sliced(expr: &Expr) -> Option<u64> {
+    let expr = match expr {
+        Expr::Alias(alias) => alias.expr.as_ref(),
+        other => other,
     };
-    Ok((public, (times * cap).min(MAX_PUBLIC_FANOUT)))
+    let Expr::ScalarFunction(f) = expr else {
+        return None;
+    };
+    if f.func.name() != "array_slice" || f.args.len() != 3 {
+        return None;
+    }
+    let int = |e: &Expr| match e {
+        Expr::Literal(v, _) => match v.cast_to(&arrow::datatypes::DataType::Int64) {
+            Ok(ScalarValue::Int64(Some(v))) => Some(v),
+            _ => None,
+        },
+        _ => None,
+    };
+    match (int(&f.args[1])?, int(&f.args[2])?) {
+        (1, n) if n >= 1 => Some(n as u64),
+        _ => None,
+    }
 }
 
 /// `public` keeping, of the rows of each value of `keys`, the first `cap` in the order of all

@@ -75,10 +75,73 @@ pub fn bound_contributions(
     max_groups: u32,
     seed: Option<u64>,
 ) -> Result<Arc<LogicalPlan>> {
+    sample_per_unit(input, unit_column, keys, max_rows, max_groups, seed, KEEP)
+}
+
+/// The window column that marks the rows [`sample_rows_per_unit`] keeps.
+pub const OWN_ROWS_KEEP: &str = "__dp_own_rows";
+
+/// `input` keeping a uniformly random sample of at most `max_rows` rows of each unit (the
+/// same window as [`bound_contributions`] without groups, its column named
+/// [`OWN_ROWS_KEEP`]): a cap on what one person's rows can meet of their own rows in a join
+/// of two protected relations ([`crate::sql::privacy::public_fanout`]). Each unit's sample
+/// depends only on its own rows and the salt, so the cap is a per-unit transformation and the
+/// contribution bound above it is unchanged.
+pub fn sample_rows_per_unit(
+    input: Arc<LogicalPlan>,
+    unit_column: Expr,
+    max_rows: u32,
+    seed: Option<u64>,
+) -> Result<Arc<LogicalPlan>> {
+    sample_per_unit(input, unit_column, &[], max_rows, 1, seed, OWN_ROWS_KEEP)
+}
+
+/// The cap [`sample_rows_per_unit`] placed on `plan`, seen through the nodes the optimiser
+/// may leave above it.
+pub fn rows_per_unit_sampled(plan: &LogicalPlan) -> Option<u64> {
+    match plan {
+        LogicalPlan::Projection(p) => rows_per_unit_sampled(&p.input),
+        LogicalPlan::SubqueryAlias(a) => rows_per_unit_sampled(&a.input),
+        LogicalPlan::Filter(f) => rows_per_unit_sampled(&f.input),
+        LogicalPlan::Window(window) => window.window_expr.iter().find_map(|expr| {
+            let Expr::Alias(alias) = expr else {
+                return None;
+            };
+            if alias.name != OWN_ROWS_KEEP {
+                return None;
+            }
+            let Expr::WindowFunction(f) = alias.expr.as_ref() else {
+                return None;
+            };
+            // (unit, group order, row order, max_rows, max_groups)
+            match f.params.args.get(3) {
+                Some(Expr::Literal(ScalarValue::UInt64(Some(rows)), _)) => Some(*rows),
+                _ => None,
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// The bounding window (module docs), its keep column named `keep_column`.
+fn sample_per_unit(
+    input: Arc<LogicalPlan>,
+    unit_column: Expr,
+    keys: &[Expr],
+    max_rows: u32,
+    max_groups: u32,
+    seed: Option<u64>,
+    keep_column: &str,
+) -> Result<Arc<LogicalPlan>> {
     let schema = input.schema().clone();
     let original: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
     let salt = match seed {
-        Some(seed) => seeded_rng(seed, "__dp_unit_group_order").next_u64(),
+        // The contribution bounding's label is unchanged, so seeded outputs are too.
+        Some(seed) => match keep_column {
+            KEEP => seeded_rng(seed, "__dp_unit_group_order"),
+            other => seeded_rng(seed, other),
+        }
+        .next_u64(),
         None => secure_rng()
             .map_err(|e| plan_datafusion_err!("contribution bounding: {e}"))?
             .next_u64(),
@@ -116,11 +179,11 @@ pub fn bound_contributions(
         .call(args)
         .partition_by(vec![col(BUCKET)])
         .build()?
-        .alias(KEEP);
+        .alias(keep_column);
     let plan = LogicalPlanBuilder::from(input)
         .project(with_order)?
         .window(vec![keep])?
-        .filter(col(KEEP))?
+        .filter(col(keep_column))?
         .project(original)?
         .build()?;
     Ok(Arc::new(plan))
