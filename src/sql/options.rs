@@ -89,7 +89,7 @@ pub struct DpOptions {
     /// The data owner's declarations: which tables are protected, by which unit column, and
     /// which are public (`dp.protected_tables`, `dp.public_tables`).
     pub protections: Protections,
-    /// Set by [`crate::lock`]: the owner's options below ([`OWNER_KEYS`]) can no longer be
+    /// Set by [`crate::lock`]: the owner's options ([`SetBy::Owner`]) can no longer be
     /// changed, by `SET` or by a call's options string. Not an option itself.
     pub locked: bool,
     /// Rows of one unit kept per group (a random sample), for tables protected by a unit.
@@ -136,31 +136,380 @@ impl ConfigExtension for DpOptions {
     const PREFIX: &'static str = "dp";
 }
 
-/// The option keys and what they mean (shown by `SHOW ALL`).
-const KEYS: &[(&str, &str)] = &[
-    ("seed", "NON-PRIVATE: a non-negative integer makes the noise reproducible (tests only); 'none' restores secure noise"),
-    ("mechanism", "noise mechanism: 'laplace' (pure epsilon-DP, default) or 'gaussian' (needs delta)"),
-    ("delta", "delta in (0, 1) for the gaussian mechanism"),
-    ("confidence", "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95"),
-    ("ci_method", "interval: 'default' (each statistic's own: 'score' for the relative risk and the odds ratio, 'conservative' for the risk difference), 'score' (ratios: noise-aware score test inversion), 'conservative' (the paper's, sampling + noise variance), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)"),
-    ("group_sizes", "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)"),
-    ("gaussian_calibration", "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)"),
-    ("method", "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr"),
-    ("bias_correction", "noised_log only: multiply by 1-(log 2/epsilon)^2 (needs epsilon > log 2)"),
-    ("ptr_bound", "ptr only: the proposed local-sensitivity bound, > 0"),
-    ("epsilon_budget", "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning"),
-    ("delta_budget", "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)"),
-    ("protected_tables", "the data owner's protected tables: comma-separated 'table(unit_column)' (a person is every row with one unit value, e.g. 'visits(patient_id)') or 'table' (each row a person); tables not declared anywhere are protected row by row"),
-    ("public_tables", "the data owner's public tables (released exactly), comma-separated; '*': every table not declared protected"),
-    ("max_rows_per_unit", "tables protected by a unit: rows of one unit kept per group (random sample), default 1"),
-    ("max_groups_per_unit", "tables protected by a unit: groups one unit may contribute to, default 1"),
-    ("public_groups", "a table name (e.g. 'regions' or 'public.regions'): the table's rows are the public GROUP BY keys, matched by column name; every declared key is released (noise on zero for keys without rows) and rows of undeclared keys are dropped. 'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are. 'none' (default)"),
-    ("selection_epsilon", "private group selection: epsilon of the thresholded noisy count that decides which groups are released"),
-    ("selection_delta", "private group selection: delta in (0, 1), the chance a group of one unit is released"),
-    ("locked", "true: lock the session for an untrusted analyst (the data owner's options can no longer be set; needs dp.epsilon_budget; cannot be undone); see datafusion_dp::lock"),
-    ("require_secure", "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off"),
-    ("ledger", "append-only file keeping the charges across sessions and processes ('none': in memory only)"),
+/// Who may set an option once a session is locked ([`crate::lock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetBy {
+    /// The data owner only: the option protects the data (budgets, ledger, secure noise) or
+    /// declares something about it that releases exact values when false (public tables, keys
+    /// and group sizes). A locked session refuses it, by `SET` and in a call's options.
+    Owner,
+    /// The analyst too: it only changes accuracy, or spends budget that is charged.
+    Analyst,
+}
+
+/// One `dp.*` option, declared once: its key, what it means (shown by `SHOW ALL`), who may set
+/// it, whether a call's options string may set it, and how it is read, parsed and copied.
+/// Everything else (`SET`, `SHOW`, per-call options, the lock, the wire codec that ships a
+/// bound call's options to Ballista executors) reads this table, so an option cannot be
+/// forgotten in one of them.
+pub struct DpOption {
+    pub key: &'static str,
+    pub doc: &'static str,
+    pub set_by: SetBy,
+    /// Whether a DP aggregate's options string may set it (each function lists which of
+    /// these it understands: `DpFunction::option_keys`).
+    pub per_call: bool,
+    /// The value as `SHOW` prints it and `set` parses it back (`None`: unset).
+    pub get: fn(&DpOptions) -> Option<String>,
+    /// Parses and applies a value: the one parser of `SET` and of a call's options.
+    pub set: fn(&mut DpOptions, &str) -> std::result::Result<(), String>,
+    /// Copies this option's value from another set of options (to reset it to a default).
+    pub copy: fn(&mut DpOptions, &DpOptions),
+}
+
+impl std::fmt::Debug for DpOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpOption")
+            .field("key", &self.key)
+            .field("set_by", &self.set_by)
+            .field("per_call", &self.per_call)
+            .finish()
+    }
+}
+
+/// Every `dp.*` option, in the order `SHOW ALL` lists them and the wire codec applies them
+/// (`seed` before `require_secure`, which refuses a seed set after it).
+pub const OPTIONS: &[DpOption] = &[
+    DpOption {
+        key: "seed",
+        doc: "NON-PRIVATE: a non-negative integer makes the noise reproducible (tests only); 'none' restores secure noise",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| o.seed.map(|s| s.to_string()),
+        set: |o, value| {
+            let v = value.trim();
+            o.seed = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let seed = v.parse::<u64>().map_err(|_| {
+                    format!("seed must be a non-negative integer (or 'none'), got '{value}'")
+                })?;
+                if o.require_secure {
+                    return Err(
+                        "dp.require_secure is on: a seed (reproducible, NON-PRIVATE noise) is refused"
+                            .to_string(),
+                    );
+                }
+                Some(seed)
+            };
+            Ok(())
+        },
+        copy: |o, from| o.seed = from.seed,
+    },
+    DpOption {
+        key: "mechanism",
+        doc: "noise mechanism: 'laplace' (pure epsilon-DP, default) or 'gaussian' (needs delta)",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.mechanism.to_string()),
+        set: |o, value| {
+            o.mechanism = Mechanism::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.mechanism = from.mechanism,
+    },
+    DpOption {
+        key: "delta",
+        doc: "delta in (0, 1) for the gaussian mechanism",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| o.delta.map(|d| d.to_string()),
+        set: |o, value| {
+            o.delta = match value.trim().eq_ignore_ascii_case("none") {
+                true => None,
+                false => Some(parse_delta(value)?),
+            };
+            Ok(())
+        },
+        copy: |o, from| o.delta = from.delta,
+    },
+    DpOption {
+        key: "confidence",
+        doc: "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.confidence.to_string()),
+        set: |o, value| {
+            o.confidence = parse_confidence(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.confidence = from.confidence,
+    },
+    DpOption {
+        key: "ci_method",
+        doc: "interval: 'default' (each statistic's own: 'score' for the relative risk and the odds ratio, 'conservative' for the risk difference), 'score' (ratios: noise-aware score test inversion), 'conservative' (the paper's, sampling + noise variance), 'plain' (sampling only), 'log' (ratios: log scale with the noise variance) or 'bootstrap' (parametric bootstrap for small counts, post-processing)",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.ci_method.map_or_else(|| "default".to_string(), |m| m.to_string())),
+        set: |o, value| {
+            o.ci_method = match value.trim().to_ascii_lowercase().as_str() {
+                "default" => None,
+                _ => Some(IntervalMethod::parse(value)?),
+            };
+            Ok(())
+        },
+        copy: |o, from| o.ci_method = from.ci_method,
+    },
+    DpOption {
+        key: "group_sizes",
+        doc: "'private' (default: noise all four cells) or 'public' (assert exposed/unexposed sizes are public)",
+        set_by: SetBy::Owner,
+        per_call: true,
+        get: |o| Some(o.group_sizes.to_string()),
+        set: |o, value| {
+            o.group_sizes = GroupSizes::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.group_sizes = from.group_sizes,
+    },
+    DpOption {
+        key: "gaussian_calibration",
+        doc: "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.gaussian_calibration.to_string()),
+        set: |o, value| {
+            o.gaussian_calibration = GaussianCalibration::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.gaussian_calibration = from.gaussian_calibration,
+    },
+    DpOption {
+        key: "method",
+        doc: "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.method.to_string()),
+        set: |o, value| {
+            o.method = RatioMethod::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.method = from.method,
+    },
+    DpOption {
+        key: "bias_correction",
+        doc: "noised_log only: multiply by 1-(log 2/epsilon)^2 (needs epsilon > log 2)",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| Some(o.bias_correction.to_string()),
+        set: |o, value| {
+            o.bias_correction = parse_bool("bias_correction", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.bias_correction = from.bias_correction,
+    },
+    DpOption {
+        key: "ptr_bound",
+        doc: "ptr only: the proposed local-sensitivity bound, > 0",
+        set_by: SetBy::Analyst,
+        per_call: true,
+        get: |o| o.ptr_bound.map(|b| b.to_string()),
+        set: |o, value| {
+            let bound = parse_f64("ptr_bound", value)?;
+            if !(bound.is_finite() && bound > 0.0) {
+                return Err(format!("ptr_bound must be a finite number > 0, got {value}"));
+            }
+            o.ptr_bound = Some(bound);
+            Ok(())
+        },
+        copy: |o, from| o.ptr_bound = from.ptr_bound,
+    },
+    DpOption {
+        key: "epsilon_budget",
+        doc: "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| o.epsilon_budget.map(|b| b.to_string()),
+        set: |o, value| {
+            o.epsilon_budget = parse_budget("epsilon_budget", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.epsilon_budget = from.epsilon_budget,
+    },
+    DpOption {
+        key: "delta_budget",
+        doc: "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| o.delta_budget.map(|b| b.to_string()),
+        set: |o, value| {
+            o.delta_budget = parse_budget("delta_budget", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.delta_budget = from.delta_budget,
+    },
+    DpOption {
+        key: "protected_tables",
+        doc: "the data owner's protected tables: comma-separated 'table(unit_column)' (a person is every row with one unit value, e.g. 'visits(patient_id)') or 'table' (each row a person); tables not declared anywhere are protected row by row",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.protections.protected_value()),
+        set: |o, value| o.protections.set_protected(value),
+        copy: |o, from| o.protections.clone_from(&from.protections),
+    },
+    DpOption {
+        key: "public_tables",
+        doc: "the data owner's public tables (released exactly), comma-separated; '*': every table not declared protected",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.protections.public_value()),
+        set: |o, value| o.protections.set_public(value),
+        copy: |o, from| o.protections.clone_from(&from.protections),
+    },
+    DpOption {
+        key: "max_rows_per_unit",
+        doc: "tables protected by a unit: rows of one unit kept per group (random sample), default 1",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| Some(o.max_rows_per_unit.to_string()),
+        set: |o, value| {
+            o.max_rows_per_unit = parse_bound("max_rows_per_unit", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.max_rows_per_unit = from.max_rows_per_unit,
+    },
+    DpOption {
+        key: "max_groups_per_unit",
+        doc: "tables protected by a unit: groups one unit may contribute to, default 1",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| Some(o.max_groups_per_unit.to_string()),
+        set: |o, value| {
+            o.max_groups_per_unit = parse_bound("max_groups_per_unit", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.max_groups_per_unit = from.max_groups_per_unit,
+    },
+    DpOption {
+        key: "public_groups",
+        doc: "a table name (e.g. 'regions' or 'public.regions'): the table's rows are the public GROUP BY keys, matched by column name; every declared key is released (noise on zero for keys without rows) and rows of undeclared keys are dropped. 'assert': you assert every GROUP BY key is public (known in advance), so keys are released as they are. 'none' (default)",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.public_groups.to_string()),
+        set: |o, value| {
+            o.public_groups = PublicGroups::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.public_groups.clone_from(&from.public_groups),
+    },
+    DpOption {
+        key: "selection_epsilon",
+        doc: "private group selection: epsilon of the thresholded noisy count that decides which groups are released",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| o.selection_epsilon.map(|e| e.to_string()),
+        set: |o, value| {
+            o.selection_epsilon = if value.trim().eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let e = parse_f64("selection_epsilon", value)?;
+                if !(e.is_finite() && e > 0.0) {
+                    return Err(format!(
+                        "selection_epsilon must be a finite number > 0, got {value}"
+                    ));
+                }
+                Some(e)
+            };
+            Ok(())
+        },
+        copy: |o, from| o.selection_epsilon = from.selection_epsilon,
+    },
+    DpOption {
+        key: "selection_delta",
+        doc: "private group selection: delta in (0, 1), the chance a group of one unit is released",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| o.selection_delta.map(|d| d.to_string()),
+        set: |o, value| {
+            o.selection_delta = match value.trim().eq_ignore_ascii_case("none") {
+                true => None,
+                false => Some(parse_delta(value).map_err(|e| format!("selection_{e}"))?),
+            };
+            Ok(())
+        },
+        copy: |o, from| o.selection_delta = from.selection_delta,
+    },
+    DpOption {
+        key: "locked",
+        doc: "true: lock the session for an untrusted analyst (the data owner's options can no longer be set; needs dp.epsilon_budget; cannot be undone); see datafusion_dp::lock",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| Some(o.locked.to_string()),
+        set: |o, value| {
+            let on = parse_bool("locked", value)?;
+            if o.locked && !on {
+                return Err("a locked session cannot be unlocked".to_string());
+            }
+            if on && !o.locked {
+                o.lock()?;
+            }
+            Ok(())
+        },
+        copy: |o, from| o.locked = from.locked,
+    },
+    DpOption {
+        key: "require_secure",
+        doc: "true: refuse dp.seed (the non-private reproducible mode) for the rest of the session; cannot be turned off",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.require_secure.to_string()),
+        set: |o, value| {
+            let on = parse_bool("require_secure", value)?;
+            if o.require_secure && !on {
+                return Err("require_secure cannot be turned off in a session".to_string());
+            }
+            if on && o.seed.is_some() {
+                return Err(
+                    "dp.seed is set (non-private mode); unset it first with SET dp.seed = 'none'"
+                        .to_string(),
+                );
+            }
+            o.require_secure = on;
+            Ok(())
+        },
+        copy: |o, from| o.require_secure = from.require_secure,
+    },
+    DpOption {
+        key: "ledger",
+        doc: "append-only file keeping the charges across sessions and processes ('none': in memory only)",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| o.ledger.clone(),
+        set: |o, value| {
+            let path = value.trim();
+            o.ledger = match path.is_empty() || path.eq_ignore_ascii_case("none") {
+                true => None,
+                false => Some(path.to_string()),
+            };
+            Ok(())
+        },
+        copy: |o, from| o.ledger.clone_from(&from.ledger),
+    },
 ];
+
+/// The option named `key` (any case).
+pub fn option(key: &str) -> Option<&'static DpOption> {
+    let key = key.trim();
+    OPTIONS.iter().find(|o| o.key.eq_ignore_ascii_case(key))
+}
+
+/// The options only the data owner sets ([`SetBy::Owner`]).
+pub fn owner_keys() -> impl Iterator<Item = &'static str> {
+    OPTIONS
+        .iter()
+        .filter(|o| o.set_by == SetBy::Owner)
+        .map(|o| o.key)
+}
 
 fn parse_f64(key: &str, value: &str) -> std::result::Result<f64, String> {
     value
@@ -216,25 +565,18 @@ fn parse_budget(key: &str, value: &str) -> std::result::Result<Option<f64>, Stri
     }
 }
 
-/// The options only the data owner sets: in a locked session ([`crate::lock`]) `SET` and
-/// call options strings are refused for these. Each either protects the data (budgets, ledger,
-/// secure noise) or declares something about it that releases exact values when false
-/// (public tables, keys and group sizes). The others only change accuracy, or spend budget
-/// that is charged.
-pub const OWNER_KEYS: &[&str] = &[
-    "seed",
-    "require_secure",
-    "epsilon_budget",
-    "delta_budget",
-    "ledger",
-    "public_groups",
-    "group_sizes",
-    "protected_tables",
-    "public_tables",
-];
+/// Checks a per-unit bound: an integer >= 1.
+fn parse_bound(key: &str, value: &str) -> std::result::Result<u32, String> {
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|b| *b >= 1)
+        .ok_or_else(|| format!("{key} must be an integer >= 1, got '{value}'"))
+}
 
 impl DpOptions {
-    /// Locks the owner's options ([`OWNER_KEYS`]) for the rest of the session, turning
+    /// Locks the owner's options ([`SetBy::Owner`]) for the rest of the session, turning
     /// `require_secure` on. Refused without an epsilon budget, or with `dp.seed` set.
     pub fn lock(&mut self) -> std::result::Result<(), String> {
         if self.epsilon_budget.is_none() {
@@ -260,158 +602,37 @@ impl DpOptions {
         Ok(())
     }
 
-    /// These options with every owner option ([`OWNER_KEYS`]) back at its default and the
+    /// These options with every owner option ([`SetBy::Owner`]) back at its default and the
     /// lock off: what a locked Ballista cluster keeps of a client's settings (the accuracy
     /// options) before its data owner's are applied.
     pub fn without_owner_settings(&self) -> DpOptions {
         let defaults = DpOptions::default();
-        DpOptions {
-            seed: defaults.seed,
-            require_secure: defaults.require_secure,
-            epsilon_budget: defaults.epsilon_budget,
-            delta_budget: defaults.delta_budget,
-            ledger: defaults.ledger,
-            public_groups: defaults.public_groups,
-            group_sizes: defaults.group_sizes,
-            protections: defaults.protections,
-            locked: false,
-            ..self.clone()
+        let mut kept = self.clone();
+        for option in OPTIONS.iter().filter(|o| o.set_by == SetBy::Owner) {
+            (option.copy)(&mut kept, &defaults);
         }
+        kept.locked = false;
+        kept
     }
 
-    /// Applies one `key = value`; the same parser serves `SET` and per-call options.
+    /// Applies one `key = value` ([`OPTIONS`]); the same parser serves `SET` and per-call
+    /// options.
     pub fn apply(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
-        let lower = key.trim().to_ascii_lowercase();
-        if self.locked && OWNER_KEYS.contains(&lower.as_str()) {
+        let Some(option) = option(key) else {
+            let known: Vec<&str> = OPTIONS.iter().map(|o| o.key).collect();
             return Err(format!(
-                "{lower} is set by the data owner: this session is locked (accuracy options such as confidence, ci_method, mechanism, delta and max_rows_per_unit can still be set)"
+                "unknown option '{}' (known: {})",
+                key.trim().to_ascii_lowercase(),
+                known.join(", ")
+            ));
+        };
+        if self.locked && option.set_by == SetBy::Owner {
+            return Err(format!(
+                "{} is set by the data owner: this session is locked (accuracy options such as confidence, ci_method, mechanism, delta and max_rows_per_unit can still be set)",
+                option.key
             ));
         }
-        match lower.as_str() {
-            "seed" => {
-                let v = value.trim();
-                self.seed = if v.eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    let seed = v.parse::<u64>().map_err(|_| {
-                        format!("seed must be a non-negative integer (or 'none'), got '{value}'")
-                    })?;
-                    if self.require_secure {
-                        return Err(
-                            "dp.require_secure is on: a seed (reproducible, NON-PRIVATE noise) is refused"
-                                .to_string(),
-                        );
-                    }
-                    Some(seed)
-                };
-            }
-            "locked" => {
-                let on = parse_bool("locked", value)?;
-                if self.locked && !on {
-                    return Err("a locked session cannot be unlocked".to_string());
-                }
-                if on && !self.locked {
-                    self.lock()?;
-                }
-            }
-            "protected_tables" => self.protections.set_protected(value)?,
-            "public_tables" => self.protections.set_public(value)?,
-            "max_rows_per_unit" | "max_groups_per_unit" => {
-                let bound = value
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|b| *b >= 1)
-                    .ok_or_else(|| format!("{key} must be an integer >= 1, got '{value}'"))?;
-                if key.trim().eq_ignore_ascii_case("max_rows_per_unit") {
-                    self.max_rows_per_unit = bound;
-                } else {
-                    self.max_groups_per_unit = bound;
-                }
-            }
-            "public_groups" => self.public_groups = PublicGroups::parse(value)?,
-            "selection_epsilon" => {
-                self.selection_epsilon = if value.trim().eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    let e = parse_f64("selection_epsilon", value)?;
-                    if !(e.is_finite() && e > 0.0) {
-                        return Err(format!(
-                            "selection_epsilon must be a finite number > 0, got {value}"
-                        ));
-                    }
-                    Some(e)
-                }
-            }
-            "selection_delta" => {
-                self.selection_delta = if value.trim().eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    Some(parse_delta(value).map_err(|e| format!("selection_{e}"))?)
-                }
-            }
-            "require_secure" => {
-                let on = parse_bool("require_secure", value)?;
-                if self.require_secure && !on {
-                    return Err("require_secure cannot be turned off in a session".to_string());
-                }
-                if on && self.seed.is_some() {
-                    return Err(
-                        "dp.seed is set (non-private mode); unset it first with SET dp.seed = 'none'"
-                            .to_string(),
-                    );
-                }
-                self.require_secure = on;
-            }
-            "mechanism" => self.mechanism = Mechanism::parse(value)?,
-            "delta" => {
-                self.delta = if value.trim().eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    Some(parse_delta(value)?)
-                }
-            }
-            "confidence" => self.confidence = parse_confidence(value)?,
-            "ci_method" => {
-                self.ci_method = match value.trim().to_ascii_lowercase().as_str() {
-                    "default" => None,
-                    _ => Some(IntervalMethod::parse(value)?),
-                }
-            }
-            "group_sizes" => self.group_sizes = GroupSizes::parse(value)?,
-            "gaussian_calibration" => {
-                self.gaussian_calibration = GaussianCalibration::parse(value)?
-            }
-            "method" => self.method = RatioMethod::parse(value)?,
-            "bias_correction" => self.bias_correction = parse_bool("bias_correction", value)?,
-            "ptr_bound" => {
-                let bound = parse_f64("ptr_bound", value)?;
-                if !(bound.is_finite() && bound > 0.0) {
-                    return Err(format!(
-                        "ptr_bound must be a finite number > 0, got {value}"
-                    ));
-                }
-                self.ptr_bound = Some(bound);
-            }
-            "epsilon_budget" => self.epsilon_budget = parse_budget("epsilon_budget", value)?,
-            "delta_budget" => self.delta_budget = parse_budget("delta_budget", value)?,
-            "ledger" => {
-                let path = value.trim();
-                self.ledger = if path.is_empty() || path.eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    Some(path.to_string())
-                };
-            }
-            other => {
-                let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
-                return Err(format!(
-                    "unknown option '{other}' (known: {})",
-                    known.join(", ")
-                ));
-            }
-        }
-        Ok(())
+        (option.set)(self, value)
     }
 
     /// Session options overridden by a per-call options string. `allowed` lists the keys the
@@ -480,37 +701,12 @@ impl ExtensionOptions for DpOptions {
     }
 
     fn entries(&self) -> Vec<ConfigEntry> {
-        KEYS.iter()
-            .map(|(key, description)| ConfigEntry {
-                key: format!("dp.{key}"),
-                value: match *key {
-                    "seed" => self.seed.map(|s| s.to_string()),
-                    "mechanism" => Some(self.mechanism.to_string()),
-                    "delta" => self.delta.map(|d| d.to_string()),
-                    "confidence" => Some(self.confidence.to_string()),
-                    "ci_method" => Some(
-                        self.ci_method
-                            .map_or_else(|| "default".to_string(), |m| m.to_string()),
-                    ),
-                    "group_sizes" => Some(self.group_sizes.to_string()),
-                    "method" => Some(self.method.to_string()),
-                    "bias_correction" => Some(self.bias_correction.to_string()),
-                    "ptr_bound" => self.ptr_bound.map(|b| b.to_string()),
-                    "epsilon_budget" => self.epsilon_budget.map(|b| b.to_string()),
-                    "delta_budget" => self.delta_budget.map(|b| b.to_string()),
-                    "ledger" => self.ledger.clone(),
-                    "require_secure" => Some(self.require_secure.to_string()),
-                    "locked" => Some(self.locked.to_string()),
-                    "public_groups" => Some(self.public_groups.to_string()),
-                    "selection_epsilon" => self.selection_epsilon.map(|e| e.to_string()),
-                    "selection_delta" => self.selection_delta.map(|d| d.to_string()),
-                    "protected_tables" => Some(self.protections.protected_value()),
-                    "public_tables" => Some(self.protections.public_value()),
-                    "max_rows_per_unit" => Some(self.max_rows_per_unit.to_string()),
-                    "max_groups_per_unit" => Some(self.max_groups_per_unit.to_string()),
-                    _ => Some(self.gaussian_calibration.to_string()),
-                },
-                description,
+        OPTIONS
+            .iter()
+            .map(|option| ConfigEntry {
+                key: format!("dp.{}", option.key),
+                value: (option.get)(self),
+                description: option.doc,
             })
             .collect()
     }
@@ -519,6 +715,85 @@ impl ExtensionOptions for DpOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_option_is_declared_once_and_reads_back_what_it_set() {
+        let mut seen = std::collections::BTreeSet::new();
+        for option in OPTIONS {
+            assert!(seen.insert(option.key), "{} declared twice", option.key);
+            assert!(!option.doc.is_empty(), "{} has no doc", option.key);
+        }
+        // Options away from their defaults (and valid together): each one's value as read
+        // must parse back to the same value, as the wire codec relies on.
+        let mut options = DpOptions::default();
+        for (key, value) in [
+            ("seed", "7"),
+            ("mechanism", "gaussian"),
+            ("delta", "0.001"),
+            ("confidence", "0.9"),
+            ("ci_method", "log"),
+            ("group_sizes", "public"),
+            ("gaussian_calibration", "classic"),
+            ("method", "ptr"),
+            ("bias_correction", "true"),
+            ("ptr_bound", "2.5"),
+            ("epsilon_budget", "10"),
+            ("delta_budget", "0.01"),
+            ("protected_tables", "visits(patient_id)"),
+            ("public_tables", "regions"),
+            ("max_rows_per_unit", "3"),
+            ("max_groups_per_unit", "2"),
+            ("public_groups", "regions"),
+            ("selection_epsilon", "0.5"),
+            ("selection_delta", "0.0001"),
+            ("ledger", "/tmp/ledger"),
+        ] {
+            options.apply(key, value).unwrap();
+        }
+        for option in OPTIONS {
+            let mut copy = DpOptions::default();
+            if let Some(value) = (option.get)(&options) {
+                (option.set)(&mut copy, &value).unwrap();
+            }
+            assert_eq!(
+                (option.get)(&copy),
+                (option.get)(&options),
+                "{} does not read back",
+                option.key
+            );
+            let mut copied = DpOptions::default();
+            (option.copy)(&mut copied, &options);
+            assert_eq!(
+                (option.get)(&copied),
+                (option.get)(&options),
+                "{}",
+                option.key
+            );
+        }
+    }
+
+    #[test]
+    fn every_key_a_function_accepts_is_a_per_call_option() {
+        use crate::sql::functions::aggregate::DpFunction;
+        for function in DpFunction::ALL {
+            for key in function.option_keys() {
+                assert!(
+                    option(key).is_some_and(|o| o.per_call),
+                    "{}: '{key}' is not a per-call option",
+                    function.name()
+                );
+            }
+        }
+        for option in OPTIONS.iter().filter(|o| o.per_call) {
+            assert!(
+                DpFunction::ALL
+                    .iter()
+                    .any(|f| f.option_keys().contains(&option.key)),
+                "per-call option '{}' is accepted by no function",
+                option.key
+            );
+        }
+    }
 
     #[test]
     fn without_owner_settings_resets_every_owner_key_and_keeps_the_rest() {
@@ -547,7 +822,7 @@ mod tests {
                 .find(|e| e.key == format!("dp.{key}"))
                 .map(|e| e.value)
         };
-        for key in OWNER_KEYS {
+        for key in owner_keys() {
             assert_ne!(
                 entry(&client, key),
                 entry(&defaults, key),

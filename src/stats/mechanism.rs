@@ -35,6 +35,18 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
+    /// The privacy cost `(ε, δ)` of a release this mechanism calibrated for `(ε, δ)`: the
+    /// discrete Laplace is pure `ε`-DP, so it spends no `δ` whatever was asked (paper, Theorem
+    /// Lap_DP); the discrete Gaussian spends the `δ` it was calibrated for (Canonne, Kamath &
+    /// Steinke 2020, arXiv:2004.00010, Theorem 7). Budget accounting reads this, never the
+    /// mechanism's name (module docs).
+    pub fn cost(self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        match self {
+            Self::Laplace => (epsilon, 0.0),
+            Self::Gaussian => (epsilon, delta.unwrap_or(0.0)),
+        }
+    }
+
     pub fn parse(name: &str) -> Result<Self, String> {
         match name.trim().to_ascii_lowercase().as_str() {
             "laplace" => Ok(Self::Laplace),
@@ -621,6 +633,13 @@ fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn each_mechanism_states_its_cost() {
+        assert_eq!(Mechanism::Laplace.cost(0.5, Some(1e-6)), (0.5, 0.0));
+        assert_eq!(Mechanism::Laplace.cost(0.5, None), (0.5, 0.0));
+        assert_eq!(Mechanism::Gaussian.cost(0.5, Some(1e-6)), (0.5, 1e-6));
+    }
 
     fn below(x: f64) -> f64 {
         f64::from_bits(x.to_bits() - 1)

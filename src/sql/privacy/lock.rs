@@ -16,7 +16,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What the lock holds: the owner's `dp.*` options ([`crate::sql::options::OWNER_KEYS`]:
+//! What the lock holds: the owner's `dp.*` options ([`crate::sql::options::SetBy::Owner`]:
 //! the protection, the budgets, the ledger, `dp.seed`, `dp.require_secure`,
 //! `dp.public_groups`, `group_sizes`) can no longer be changed by `SET` or a call's options
 //! string, from any path into the session; `require_secure` is on. [`analyst_sql`] also

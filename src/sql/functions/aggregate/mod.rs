@@ -427,12 +427,16 @@ impl CallPlan {
     /// mechanism, smooth sensitivity, PTR, private group selection). Budget accounting charges
     /// exactly this.
     pub fn cost(&self) -> (f64, f64) {
-        let delta = match &self.release {
-            Release::LocalRatio { delta, .. } => delta.unwrap_or(0.0),
-            _ if self.options.mechanism == Mechanism::Gaussian => self.options.delta.unwrap_or(0.0),
-            _ => 0.0,
+        // The calibrated noise's own mechanism states what it spends.
+        let (epsilon, delta) = match &self.release {
+            Release::Count(noise)
+            | Release::Table {
+                noise: TableNoise { cell: noise, .. },
+                ..
+            } => noise.mechanism.cost(self.epsilon, self.options.delta),
+            Release::LocalRatio { delta, .. } => (self.epsilon, delta.unwrap_or(0.0)),
         };
-        (self.epsilon, delta + self.selection_delta.unwrap_or(0.0))
+        (epsilon, delta + self.selection_delta.unwrap_or(0.0))
     }
 }
 
