@@ -632,32 +632,42 @@ async fn a_locked_join_builds_its_public_side_first() -> Result<()> {
     // A hash join reads its build side first and skips the probe side when the build side is
     // empty: with one person's filtered rows as the build side, their presence decided whether
     // the public side's work ran at all. In a locked session the public side is built.
-    use datafusion::physical_plan::joins::HashJoinExec;
+    use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
     use datafusion::physical_plan::ExecutionPlan;
     use datafusion_dp::sql::privacy::protected_scan::ProtectedScanExec;
     let ctx = session(true).await?;
     let sql = "SELECT dp_count(visits.region, 1.0) FROM visits JOIN (SELECT value % 7 AS k FROM range(100000)) AS q ON visits.patient_id % 7 = q.k WHERE visits.patient_id = 3";
-    let plan = analyst_sql(&ctx, sql).await?.create_physical_plan().await?;
     fn protected(plan: &Arc<dyn ExecutionPlan>) -> bool {
         plan.downcast_ref::<ProtectedScanExec>().is_some()
             || plan.children().into_iter().any(protected)
     }
-    fn joins(plan: &Arc<dyn ExecutionPlan>, found: &mut Vec<(bool, bool)>) {
+    // (kind, build side reads protected rows, probe side does)
+    fn joins(plan: &Arc<dyn ExecutionPlan>, found: &mut Vec<(&'static str, bool, bool)>) {
         if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-            found.push((protected(join.left()), protected(join.right())));
+            found.push(("hash", protected(join.left()), protected(join.right())));
+        } else if let Some(join) = plan.downcast_ref::<NestedLoopJoinExec>() {
+            found.push(("nested", protected(join.left()), protected(join.right())));
+        } else if plan.downcast_ref::<CrossJoinExec>().is_some() {
+            found.push(("cross", false, false));
         }
         for child in plan.children() {
             joins(child, found);
         }
     }
-    let mut found = Vec::new();
-    joins(&plan, &mut found);
-    assert_eq!(
-        found,
-        vec![(false, true)],
-        "{}",
-        datafusion::physical_plan::displayable(plan.as_ref()).indent(true)
-    );
+    // A cross join emitted one batch per public row (256 batches of the person's rows, 1.42x
+    // the instructions without them): it becomes a nested-loop join, public side built.
+    let cross = "SELECT dp_count(visits.region, 1.0) FROM visits CROSS JOIN range(100000) WHERE visits.patient_id = 3";
+    for (sql, kind) in [(sql, "hash"), (cross, "nested")] {
+        let plan = analyst_sql(&ctx, sql).await?.create_physical_plan().await?;
+        let mut found = Vec::new();
+        joins(&plan, &mut found);
+        assert_eq!(
+            found,
+            vec![(kind, false, true)],
+            "{}",
+            datafusion::physical_plan::displayable(plan.as_ref()).indent(true)
+        );
+    }
     Ok(())
 }
 

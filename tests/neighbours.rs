@@ -800,6 +800,44 @@ async fn timing_and_memory_with_and_without_one_person() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    // With INSTRUCTIONS=1, the instructions each run executes instead (valgrind's callgrind:
+    // a count that other load on the machine does not change), D twice and D' once.
+    if std::env::var("INSTRUCTIONS").is_ok() {
+        let instructions = |config: &Path, sql: &str| -> u64 {
+            let _ = std::fs::remove_file(config.parent().unwrap().join("analyst.ledger"));
+            let out = std::process::Command::new("valgrind")
+                .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", dpsql])
+                .arg("--config")
+                .arg(config)
+                .args(["-c", sql])
+                .output()
+                .expect("run valgrind dpsql");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            stderr
+                .lines()
+                .find_map(|l| l.split("Collected : ").nth(1))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        println!(
+            "{:>14} {:>14} {:>14} {:>7} {:>7}  query",
+            "D", "D again", "D'", "D'/D", "repeat"
+        );
+        for sql in queries {
+            let (d, again, p) = (
+                instructions(&configs[0], sql),
+                instructions(&configs[0], sql),
+                instructions(&configs[1], sql),
+            );
+            println!(
+                "{d:>14} {again:>14} {p:>14} {:>7.3} {:>7.3}  {sql}",
+                p as f64 / d.max(1) as f64,
+                again as f64 / d.max(1) as f64
+            );
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    }
     // Runs alternate between the two tables (D, D', D, D', ...), so a load that comes and
     // goes on the machine falls on both; the repeat spread is D's slowest over its fastest.
     const RUNS: usize = 5;

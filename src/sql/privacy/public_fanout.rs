@@ -55,6 +55,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::joins::utils::reorder_output_after_swap;
 use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
 use datafusion::physical_plan::ExecutionPlan;
 use std::collections::BTreeSet;
@@ -465,8 +466,9 @@ fn capped(public: &LogicalPlan) -> Option<u64> {
 /// the probe side when the build side is empty, so with protected rows on the build side a
 /// person filtered alone decided whether the public side (a scan, the cap's sort) ran at all:
 /// 0.04 s against 0.10 s for a cap over `range(1000000)`. Built first, the public side does
-/// its work with or without them. Runs after DataFusion's `join_selection`, before the
-/// distribution is enforced.
+/// its work with or without them. A cross join becomes a nested-loop join without a filter
+/// (the same rows, in full batches rather than one per public row). Runs after DataFusion's
+/// `join_selection`, before the distribution is enforced.
 #[derive(Debug, Default)]
 pub struct PublicBuildSide;
 
@@ -481,10 +483,39 @@ impl PhysicalOptimizerRule for PublicBuildSide {
         }
         plan.transform_up(|node| {
             let children = node.children();
-            if children.len() != 2
-                || !reads_protected(children[0])?
-                || reads_protected(children[1])?
-            {
+            if children.len() != 2 {
+                return Ok(Transformed::no(node));
+            }
+            let (left, right) = (reads_protected(children[0])?, reads_protected(children[1])?);
+            if let Some(join) = node.downcast_ref::<CrossJoinExec>() {
+                // A cross join emits one batch per build row: 256 public rows made 256 batches
+                // of the person's few rows, each paying every operator above its per-batch
+                // cost (1.42x the instructions of the query without them). A nested-loop
+                // join without a filter gives the same rows, public side built, in full
+                // batches.
+                let (public, protected) = match (left, right) {
+                    (false, true) => (join.left(), join.right()),
+                    (true, false) => (join.right(), join.left()),
+                    _ => return Ok(Transformed::no(node)),
+                };
+                let nested = NestedLoopJoinExec::try_new(
+                    Arc::clone(public),
+                    Arc::clone(protected),
+                    None,
+                    &JoinType::Inner,
+                    None,
+                )?;
+                return Ok(Transformed::yes(match left {
+                    // Back in the cross join's column order.
+                    true => reorder_output_after_swap(
+                        Arc::new(nested),
+                        &join.left().schema(),
+                        &join.right().schema(),
+                    )?,
+                    false => Arc::new(nested),
+                }));
+            }
+            if !left || right {
                 return Ok(Transformed::no(node));
             }
             if let Some(join) = node.downcast_ref::<HashJoinExec>() {
@@ -495,8 +526,6 @@ impl PhysicalOptimizerRule for PublicBuildSide {
                 if join.join_type().supports_swap() {
                     return Ok(Transformed::yes(join.swap_inputs()?));
                 }
-            } else if let Some(join) = node.downcast_ref::<CrossJoinExec>() {
-                return Ok(Transformed::yes(join.swap_inputs()?));
             }
             Ok(Transformed::no(node))
         })
