@@ -36,6 +36,7 @@ use datafusion::common::{plan_err, DFSchema, DFSchemaRef, Result, ScalarValue};
 use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
     ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowFunctionDefinition,
@@ -535,6 +536,51 @@ fn operator_is_total(op: Operator, left: &DataType, right: &DataType, divisor: &
     }
 }
 
+/// Whether [`operator_is_total`] reads its operands' types (arithmetic does; comparisons,
+/// `AND`/`OR` are total and `||` never is, whatever the types).
+fn operator_needs_types(op: Operator) -> bool {
+    use Operator::*;
+    matches!(
+        op,
+        Plus | Minus | Multiply | BitwiseAnd | BitwiseOr | BitwiseXor | Divide | Modulo
+    )
+}
+
+/// The type of `expr` over `schema`, as `Expr::get_type` gives it, computed without naming
+/// every subexpression: `get_type` builds each level's display name, so asking it at every
+/// level of a chain of `n` operators cost `O(n^3)` (400 terms of `+` or `||` planned for
+/// 6.7 s, issue 28). Operators and the total forms' functions are typed from their operands
+/// here, each level in time linear in its size; other expressions ask DataFusion.
+fn type_of(expr: &Expr, schema: &DFSchemaRef) -> Option<DataType> {
+    match expr {
+        Expr::Alias(alias) => type_of(&alias.expr, schema),
+        Expr::Column(column) => schema
+            .qualified_field_from_column(column)
+            .ok()
+            .map(|(_, f)| f.data_type().clone()),
+        Expr::Literal(value, _) => Some(value.data_type()),
+        Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) => {
+            Some(field.data_type().clone())
+        }
+        Expr::BinaryExpr(binary) => {
+            let left = type_of(&binary.left, schema)?;
+            let right = type_of(&binary.right, schema)?;
+            BinaryTypeCoercer::new(&left, &binary.op, &right)
+                .get_result_type()
+                .ok()
+        }
+        Expr::ScalarFunction(call)
+            if call.func.inner().downcast_ref::<TryBinary>().is_some()
+                || call.func.inner().downcast_ref::<TryCastRows>().is_some() =>
+        {
+            let types: Option<Vec<DataType>> =
+                call.args.iter().map(|a| type_of(a, schema)).collect();
+            call.func.return_type(&types?).ok()
+        }
+        other => other.get_type(schema).ok(),
+    }
+}
+
 /// Whether a constant divisor is safe for every dividend: not NULL, 0 or -1 (`MIN / -1`
 /// overflows).
 fn nonzero_not_minus_one(value: &ScalarValue) -> bool {
@@ -711,13 +757,19 @@ fn total_expr(expr: Expr, schema: &DFSchemaRef) -> Result<Transformed<Expr>> {
             }
         }
         Expr::BinaryExpr(binary) => {
-            let left = binary.left.get_type(schema).ok();
-            let right = binary.right.get_type(schema).ok();
-            let total = match (left, right) {
-                (Some(left), Some(right)) => {
-                    operator_is_total(binary.op, &left, &right, &binary.right)
+            let total = match operator_needs_types(binary.op) {
+                false => {
+                    operator_is_total(binary.op, &DataType::Null, &DataType::Null, &binary.right)
                 }
-                _ => false,
+                true => match (
+                    type_of(&binary.left, schema),
+                    type_of(&binary.right, schema),
+                ) {
+                    (Some(left), Some(right)) => {
+                        operator_is_total(binary.op, &left, &right, &binary.right)
+                    }
+                    _ => false,
+                },
             };
             if total {
                 return Ok(Transformed::no(Expr::BinaryExpr(binary)));
@@ -844,6 +896,42 @@ mod tests {
             return_field: Arc::new(Field::new("r", return_type, true)),
             config_options: Arc::new(ConfigOptions::default()),
         }
+    }
+
+    #[test]
+    fn type_of_agrees_with_datafusion_on_every_subexpression() {
+        use datafusion::logical_expr::{col, lit};
+        let schema: DFSchemaRef = Arc::new(
+            DFSchema::try_from(Schema::new(vec![
+                Field::new("i", DataType::Int32, true),
+                Field::new("l", DataType::Int64, true),
+                Field::new("f", DataType::Float64, true),
+                Field::new("s", DataType::Utf8, true),
+                Field::new("d", DataType::Decimal128(10, 2), true),
+            ]))
+            .unwrap(),
+        );
+        let exprs = [
+            col("i") + col("l") * lit(3i8) - col("f"),
+            (col("i") / col("l")) % lit(0i64) + col("d"),
+            binary(col("s"), Operator::StringConcat, col("s")),
+            Expr::Cast(Cast::new(Box::new(col("s")), DataType::Int16)) + col("i"),
+            (col("d") * col("d")).alias("x") - lit(1.5f32),
+            col("l").eq(col("f")).and(col("i").lt(lit(2u8))),
+        ];
+        for expr in exprs {
+            let total = total_expr(expr, &schema).unwrap().data;
+            total
+                .apply(|e| {
+                    assert_eq!(type_of(e, &schema), e.get_type(&schema).ok(), "{e}");
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                })
+                .unwrap();
+        }
+    }
+
+    fn binary(left: Expr, op: Operator, right: Expr) -> Expr {
+        Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right)))
     }
 
     #[test]
