@@ -36,25 +36,7 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
             options.extensions.insert(options::DpOptions::default());
         }
     }
-    ctx.register_udaf(functions::aggregate::dp_count::udaf().as_ref().clone());
-    ctx.register_udaf(
-        functions::aggregate::dp_relative_risk::udaf()
-            .as_ref()
-            .clone(),
-    );
-    ctx.register_udaf(functions::aggregate::dp_rr_ci::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_odds_ratio::udaf().as_ref().clone());
-    ctx.register_udaf(functions::aggregate::dp_or_ci::udaf().as_ref().clone());
-    ctx.register_udaf(
-        functions::aggregate::dp_risk_difference::udaf()
-            .as_ref()
-            .clone(),
-    );
-    ctx.register_udaf(functions::aggregate::dp_rd_ci::udaf().as_ref().clone());
-    ctx.register_udf(functions::scalar::rr_ci_katz::udf().as_ref().clone());
-    for udf in functions::scalar::analytic::udfs() {
-        ctx.register_udf(udf);
-    }
+    functions::register_all(ctx)?;
     // The contribution-bounding rewrite's functions (`dp_keyed_hash`, `dp_unit_sample`) are
     // not registered: an analyst's SQL must not resolve them (one took its bounds from its
     // first row). The rewrite inserts them as values, and a Ballista codec resolves them by

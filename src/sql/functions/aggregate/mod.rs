@@ -47,6 +47,39 @@ pub enum DpFunction {
 }
 
 impl DpFunction {
+    /// Every DP aggregate, in registration order: the one list that registration
+    /// ([`crate::sql::functions::register_all`]), the wire codec, refusal messages and the
+    /// docs check read.
+    pub const ALL: [DpFunction; 7] = [
+        DpFunction::Count,
+        DpFunction::RelativeRisk,
+        DpFunction::RrCi,
+        DpFunction::OddsRatio,
+        DpFunction::OrCi,
+        DpFunction::RiskDifference,
+        DpFunction::RdCi,
+    ];
+
+    /// The function's place in [`Self::ALL`]. Exhaustive, so a new variant does not compile
+    /// until it has a place (and `ALL` grows to hold it); checked by a test.
+    #[cfg(test)]
+    pub(crate) const fn position(self) -> usize {
+        match self {
+            Self::Count => 0,
+            Self::RelativeRisk => 1,
+            Self::RrCi => 2,
+            Self::OddsRatio => 3,
+            Self::OrCi => 4,
+            Self::RiskDifference => 5,
+            Self::RdCi => 6,
+        }
+    }
+
+    /// The function called `name` in SQL.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Count => "dp_count",

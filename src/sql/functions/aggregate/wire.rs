@@ -19,24 +19,6 @@ use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
 /// First field of every encoded call; bump the version when the layout changes.
 const MAGIC: &str = "datafusion-dp/call/2";
 
-impl DpFunction {
-    /// Every DP aggregate, in registration order.
-    pub const ALL: [DpFunction; 7] = [
-        DpFunction::Count,
-        DpFunction::RelativeRisk,
-        DpFunction::RrCi,
-        DpFunction::OddsRatio,
-        DpFunction::OrCi,
-        DpFunction::RiskDifference,
-        DpFunction::RdCi,
-    ];
-
-    /// The function called `name` in SQL.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
-
 impl DpAggregate {
     /// The bound call as bytes, or `None` for an unbound function (which travels by name).
     pub fn encode(&self) -> Option<Vec<u8>> {
