@@ -586,7 +586,8 @@ impl SchedulerGrpc for ClientPort {
         let cluster = Arc::clone(&self.cluster);
         let updates = updates.map(move |update| {
             let mut update = update?;
-            if let Some(id) = update.status.as_ref().map(|s| s.job_id.clone()) {
+            let id = update.status.as_ref().map(|s| s.job_id.clone());
+            if let Some(id) = id.filter(|id| !id.is_empty()) {
                 cluster.door.submitted(&id, &caller)?;
                 if let Some(job) = cluster.door.job(&id) {
                     with_result_capability(&mut update, &job);
