@@ -30,7 +30,7 @@
 //!   cluster spends, not the client's own (empty) session.
 //! - **Credentials.** Only that analyst may call the client port: a Flight handshake with the
 //!   owner's credentials for the analyst gives a bearer token, which every call carries
-//!   ([`super::door`]); a call without valid credentials is refused before anything runs or is
+//!   (`door.rs`); a call without valid credentials is refused before anything runs or is
 //!   charged. Job status, results and cancellation are answered for the jobs submitted through
 //!   the port only; any other job id is answered as one that does not exist.
 
