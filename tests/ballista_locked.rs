@@ -1,19 +1,24 @@
 //! A Ballista cluster locked by its data owner (an in-process scheduler on two loopback ports
 //! and two executors): the scheduler binds and charges with the owner's tables, options and
-//! analyst budget, whatever a client sends, and its client port serves nothing else.
+//! analyst budget, whatever a client sends, its client port serves nothing else, and only to
+//! that analyst's credentials.
 #![cfg(feature = "ballista")]
 
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{HandshakeRequest, Ticket};
 use ballista_core::serde::protobuf::execute_query_params::Query;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::{
-    execute_query_result, job_status, ExecuteQueryParams, GetJobMetricsParams, GetJobStatusParams,
-    KeyValuePair, PartitionLocation, RegisterExecutorParams,
+    execute_query_result, job_status, CancelJobParams, CreateUpdateSessionParams,
+    ExecuteQueryParams, GetJobMetricsParams, GetJobStatusParams, KeyValuePair, PartitionLocation,
+    RegisterExecutorParams,
 };
+use base64::prelude::{Engine, BASE64_STANDARD};
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Float64Type;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{CsvReadOptions, SessionContext};
-use datafusion_dp::distributed::{locked, remote_context, DpLogicalCodec, LockedCluster};
+use datafusion_dp::distributed::{locked, remote_context_as, DpLogicalCodec, LockedCluster};
 use datafusion_dp::owner::OwnerConfig;
 use datafusion_proto::logical_plan::AsLogicalPlan;
 use datafusion_proto::physical_plan::AsExecutionPlan;
@@ -23,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 const BUDGET: f64 = 1.5;
+/// The analyst's password in the owner's configuration.
+const PASSWORD: &str = "team-pw";
 
 fn data(file: &str) -> String {
     format!("{}/data/{file}", env!("CARGO_MANIFEST_DIR"))
@@ -45,10 +52,17 @@ fn ledger() -> PathBuf {
 }
 
 /// The locked cluster for the whole test binary: the owner protects `visits` by patient and
-/// declares `regions` public (and its keys the public GROUP BY keys); analyst `team` has an
-/// epsilon budget of 1.5. Returns the client port's `df://` URL.
+/// declares `regions` public (and its keys the public GROUP BY keys); analyst `team` (password
+/// [`PASSWORD`]) has an epsilon budget of 1.5, and analyst `other` (password `other-pw`) is
+/// not the one the cluster spends. Returns the client port's `df://` URL.
 fn cluster() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
+    &ports().0
+}
+
+/// The client port's `df://` URL, the internal port's `http://` URL, and a bearer token of
+/// analyst `team` (logged in once).
+fn ports() -> &'static (String, String, String) {
+    static URL: OnceLock<(String, String, String)> = OnceLock::new();
     URL.get_or_init(|| {
         let config = dir().join("owner.toml");
         std::fs::write(
@@ -58,10 +72,13 @@ fn cluster() -> &'static str {
                  columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
                  [[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
                  [options]\npublic_groups = \"regions\"\nmax_rows_per_unit = 4\n\n\
-                 [[analyst]]\nname = \"team\"\nepsilon_budget = {BUDGET}\nledger = \"{}\"\n",
+                 [server]\nlogin_name_failures = 100\nlogin_peer_failures = 100\n\n\
+                 [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = {BUDGET}\nledger = \"{}\"\n\n\
+                 [[analyst]]\nname = \"other\"\npassword = \"other-pw\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
                 data("visits.csv"),
                 data("regions.csv"),
-                ledger().display()
+                ledger().display(),
+                dir().join("other.ledger").display()
             ),
         )
         .unwrap();
@@ -74,14 +91,18 @@ fn cluster() -> &'static str {
                 .unwrap();
             runtime.block_on(async {
                 let owner = OwnerConfig::load(&config).unwrap();
-                let cluster = LockedCluster::open(owner, None).await.unwrap();
-                started
-                    .send(locked::start_local_cluster(&cluster, 2, 2).await)
-                    .unwrap();
+                let cluster = LockedCluster::open(owner, Some("team")).await.unwrap();
+                let (client, internal) = locked::start_local_cluster_with_internal(&cluster, 2, 2)
+                    .await
+                    .expect("cluster starts");
+                let token = log_in(&client.replace("df://", "http://"), "team", PASSWORD)
+                    .await
+                    .expect("the analyst logs in");
+                started.send((client, internal, token)).unwrap();
                 std::future::pending::<()>().await
             })
         });
-        url.recv().unwrap().expect("cluster starts")
+        url.recv().unwrap()
     })
 }
 
@@ -89,9 +110,65 @@ fn grpc_url() -> String {
     cluster().replace("df://", "http://")
 }
 
+/// `authorization: Basic base64(user:password)`.
+fn basic(user: &str, password: &str) -> tonic::metadata::MetadataValue<tonic::metadata::Ascii> {
+    format!(
+        "Basic {}",
+        BASE64_STANDARD.encode(format!("{user}:{password}"))
+    )
+    .parse()
+    .unwrap()
+}
+
+/// Logs in on the client port at `url` (`http://host:port`) with a Flight handshake, as
+/// `dp-server`'s clients do: the bearer token.
+async fn log_in(url: &str, user: &str, password: &str) -> Result<String, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(futures::stream::iter([HandshakeRequest::default()]));
+    request
+        .metadata_mut()
+        .insert("authorization", basic(user, password));
+    let response = FlightServiceClient::new(channel).handshake(request).await?;
+    let header = response.metadata().get("authorization").unwrap();
+    Ok(header
+        .to_str()
+        .unwrap()
+        .strip_prefix("Bearer ")
+        .unwrap()
+        .to_string())
+}
+
+/// `request` with the analyst's bearer token.
+fn authorised<T>(mut request: tonic::Request<T>) -> tonic::Request<T> {
+    let bearer = format!("Bearer {}", ports().2).parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    request
+}
+
+/// `request` with `authorization` set to `value`, or without one.
+fn with_authorization<T>(mut request: tonic::Request<T>, value: Option<&str>) -> tonic::Request<T> {
+    match value {
+        Some(value) => {
+            request
+                .metadata_mut()
+                .insert("authorization", value.parse().unwrap());
+        }
+        None => {
+            request.metadata_mut().remove("authorization");
+        }
+    }
+    request
+}
+
 /// An analyst's client with the tables declared as the analyst likes.
 async fn analyst() -> SessionContext {
-    let ctx = remote_context(cluster()).await.unwrap();
+    let ctx = remote_context_as(cluster(), "team", PASSWORD)
+        .await
+        .unwrap();
     for (name, file) in [("visits", "visits.csv"), ("regions", "regions.csv")] {
         ctx.register_csv(name, &data(file), CsvReadOptions::new())
             .await
@@ -153,6 +230,29 @@ async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
     .unwrap();
     assert_eq!(rows, regions, "the owner's public keys, one row each");
     assert_eq!(charges(), vec![0.5], "charged to the owner's ledger once");
+    // A DP query from a client without the analyst's credentials (none, a wrong password,
+    // another analyst's) is refused before it is bound or charged.
+    let mut raw = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    for value in [
+        None,
+        Some(basic("team", "not-the-password")),
+        Some(basic("other", "other-pw")),
+    ] {
+        let query = unbound_dp_query("SELECT dp_count(visit_id, 0.25) FROM visits").await;
+        let value = value.as_ref().map(|v| v.to_str().unwrap());
+        let err = raw
+            .execute_query(with_authorization(submit(query), value))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ),
+            "{value:?}: {err}"
+        );
+    }
+    assert_eq!(charges(), vec![0.5], "refused calls charge nothing");
     assert!(!own_ledger.exists(), "the client's ledger is not used");
     // A second client session spends the same analyst budget: 0.5 + 0.5 of 1.5, then 0.6 does
     // not fit.
@@ -220,7 +320,9 @@ async fn a_client_table_is_the_owners_table_or_nothing() {
     )
     .await;
     // The protected file registered under the public table's name.
-    let renamed = remote_context(cluster()).await.unwrap();
+    let renamed = remote_context_as(cluster(), "team", PASSWORD)
+        .await
+        .unwrap();
     renamed
         .register_csv("regions", &data("visits.csv"), CsvReadOptions::new())
         .await
@@ -254,7 +356,8 @@ async fn unbound_plan(sql: &str) -> LogicalPlan {
     }
 }
 
-/// A job submission as Ballista's client makes it (with its version header).
+/// A job submission as Ballista's client makes it (with its version header), with the
+/// analyst's bearer token.
 fn submit(query: Query) -> tonic::Request<ExecuteQueryParams> {
     submit_with(query, &[])
 }
@@ -273,7 +376,7 @@ fn submit_with(query: Query, settings: &[(&str, &str)]) -> tonic::Request<Execut
         query: Some(query),
     });
     ballista_core::version::insert_version_header(request.metadata_mut());
-    request
+    authorised(request)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -371,9 +474,9 @@ async fn only_the_released_partitions_are_served() {
     let job_id = success.job_id;
     let locations: Vec<PartitionLocation> = loop {
         let status = client
-            .get_job_status(GetJobStatusParams {
+            .get_job_status(authorised(tonic::Request::new(GetJobStatusParams {
                 job_id: job_id.clone(),
-            })
+            })))
             .await
             .unwrap()
             .into_inner()
@@ -493,4 +596,364 @@ async fn the_client_port_refuses_what_a_locked_session_refuses() {
         text.contains("batch_size = 1: this cluster is locked"),
         "{text}"
     );
+}
+
+/// Asserts that `answer` is a refusal for want of credentials.
+fn unauthenticated<T>(answer: Result<T, tonic::Status>, what: &str) {
+    let err = answer.map(|_| ()).expect_err(&format!("{what}: answered"));
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{what}: {err}");
+}
+
+/// The public query a raw client submits in the credentials test, as a job submission.
+async fn public_query() -> Query {
+    let plan = unbound_plan("SELECT region FROM regions").await;
+    Query::LogicalPlan(
+        LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+            .unwrap()
+            .encode_to_vec(),
+    )
+}
+
+/// A DP query with its call unbound, as a client of a locked cluster sends it: the scheduler
+/// would bind and charge it.
+async fn unbound_dp_query(sql: &str) -> Query {
+    let ctx = SessionContext::new_with_state(
+        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
+            .unwrap(),
+    );
+    ctx.register_csv("visits", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+    Query::LogicalPlan(
+        LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+            .unwrap()
+            .encode_to_vec(),
+    )
+}
+
+/// The partitions of job `job_id` once it has finished on the scheduler `client` talks to,
+/// asked with the analyst's token.
+async fn finished(
+    client: &mut SchedulerGrpcClient<tonic::transport::Channel>,
+    job_id: &str,
+) -> Vec<PartitionLocation> {
+    loop {
+        let status = client
+            .get_job_status(authorised(tonic::Request::new(GetJobStatusParams {
+                job_id: job_id.to_string(),
+            })))
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .and_then(|s| s.status);
+        match status {
+            Some(job_status::Status::Successful(job)) => break job.partition_location,
+            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// A Flight ticket for `location`'s partition, naming `host` as the executor.
+fn ticket(location: &PartitionLocation, host: &str) -> Ticket {
+    let id = location.partition_id.clone().unwrap();
+    let action = ballista_core::serde::scheduler::Action::FetchPartition {
+        job_id: id.job_id.clone().into(),
+        stage_id: id.stage_id as usize,
+        partition_id: id.partition_id as usize,
+        host: host.to_string(),
+        port: location.executor_meta.as_ref().unwrap().port as u16,
+        file_id: location.file_id,
+        layout: location.layout(),
+        file_kind: ballista_core::serde::scheduler::ShuffleFileKind::Data,
+        byte_ranges: vec![],
+    };
+    let action: ballista_core::serde::protobuf::Action = action.try_into().unwrap();
+    Ticket {
+        ticket: action.encode_to_vec().into(),
+    }
+}
+
+/// A Flight `DoGet` of `ticket` on the client port with `authorization` set to `value`: the
+/// number of messages streamed, or the refusal.
+async fn do_get(ticket: Ticket, value: Option<&str>) -> Result<usize, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let request = with_authorization(tonic::Request::new(ticket), value);
+    let mut stream = FlightServiceClient::new(channel)
+        .do_get(request)
+        .await?
+        .into_inner();
+    let mut messages = 0;
+    while let Some(message) = stream.message().await? {
+        let _ = message;
+        messages += 1;
+    }
+    Ok(messages)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_port_needs_the_analysts_credentials() {
+    cluster();
+    let token = format!("Bearer {}", ports().2);
+    let mut client = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    let basic_right = basic("team", PASSWORD);
+    let basic_right = basic_right.to_str().unwrap();
+    let basic_wrong = basic("team", "not-the-password");
+    let basic_wrong = basic_wrong.to_str().unwrap();
+
+    // Logins: a wrong password and another analyst of the owner are refused; the analyst whose
+    // budget the cluster spends is answered with a token.
+    let err = log_in(&grpc_url(), "team", "not-the-password")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert!(
+        err.message().contains("invalid user name or password"),
+        "{err}"
+    );
+    let err = log_in(&grpc_url(), "other", "other-pw").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    assert!(err.message().contains("not the analyst"), "{err}");
+    assert_eq!(
+        log_in(&grpc_url(), "team", PASSWORD).await.unwrap().len(),
+        64
+    );
+
+    // A job submitted with the right password on the call itself is answered.
+    let answer = client
+        .execute_query(with_authorization(
+            submit(public_query().await),
+            Some(basic_right),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(execute_query_result::Result::Success(success)) = answer.result else {
+        panic!("an authenticated public query was refused: {answer:?}");
+    };
+    let job_id = success.job_id;
+    let locations = finished(&mut client, &job_id).await;
+    let location = locations
+        .iter()
+        .find(|l| l.partition_stats.as_ref().is_some_and(|s| s.num_rows > 0))
+        .expect("a final partition with rows")
+        .clone();
+    // The executor's address is replaced by the job's result capability.
+    let capability = location.executor_meta.as_ref().unwrap().host.clone();
+    assert_eq!(capability.len(), 64, "{capability}");
+
+    // Without credentials, with a wrong password or an unknown token, every call is refused.
+    for value in [None, Some(basic_wrong), Some("Bearer 0123456789abcdef")] {
+        let what = format!("authorization {value:?}");
+        unauthenticated(
+            client
+                .execute_query(with_authorization(submit(public_query().await), value))
+                .await,
+            &format!("execute_query, {what}"),
+        );
+        unauthenticated(
+            client
+                .get_job_status(with_authorization(
+                    tonic::Request::new(GetJobStatusParams {
+                        job_id: job_id.clone(),
+                    }),
+                    value,
+                ))
+                .await,
+            &format!("get_job_status, {what}"),
+        );
+        unauthenticated(
+            client
+                .get_job_status(with_authorization(
+                    tonic::Request::new(GetJobStatusParams {
+                        job_id: "datafusion-dp/budget".to_string(),
+                    }),
+                    value,
+                ))
+                .await,
+            &format!("dp_budget, {what}"),
+        );
+        unauthenticated(
+            client
+                .cancel_job(with_authorization(
+                    tonic::Request::new(CancelJobParams {
+                        job_id: job_id.clone(),
+                    }),
+                    value,
+                ))
+                .await,
+            &format!("cancel_job, {what}"),
+        );
+        unauthenticated(
+            client
+                .create_update_session(with_authorization(
+                    tonic::Request::new(CreateUpdateSessionParams::default()),
+                    value,
+                ))
+                .await,
+            &format!("create_update_session, {what}"),
+        );
+        unauthenticated(
+            do_get(ticket(&location, "localhost"), value).await,
+            &format!("do_get, {what}"),
+        );
+    }
+    // A fetch without metadata (Ballista's client) needs the job's capability as its host.
+    unauthenticated(
+        do_get(ticket(&location, &"0".repeat(64)), None).await,
+        "do_get with a wrong capability",
+    );
+    assert!(do_get(ticket(&location, &capability), None).await.unwrap() > 0);
+    assert!(
+        do_get(ticket(&location, "localhost"), Some(&token))
+            .await
+            .unwrap()
+            > 0
+    );
+
+    // A job the client port did not see (submitted on the internal port) is answered as one
+    // that does not exist, and is not cancelled.
+    let mut internal = SchedulerGrpcClient::connect(ports().1.clone())
+        .await
+        .unwrap();
+    let answer = internal
+        .execute_query(submit(public_query().await))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(execute_query_result::Result::Success(other)) = answer.result else {
+        panic!("the internal port refused a public query: {answer:?}");
+    };
+    let other_locations = finished(&mut internal, &other.job_id).await;
+    let nonexistent = "zzzzzzz".to_string();
+    let not_found = |err: tonic::Status, id: &str| {
+        assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+        err.message().replace(id, "ID")
+    };
+    let status = |id: String| {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_job_status(authorised(tonic::Request::new(GetJobStatusParams {
+                    job_id: id,
+                })))
+                .await
+                .unwrap_err()
+        }
+    };
+    let cancel = |id: String| {
+        let mut client = client.clone();
+        async move {
+            client
+                .cancel_job(authorised(tonic::Request::new(CancelJobParams {
+                    job_id: id,
+                })))
+                .await
+                .unwrap_err()
+        }
+    };
+    assert_eq!(
+        not_found(status(other.job_id.clone()).await, &other.job_id),
+        not_found(status(nonexistent.clone()).await, &nonexistent)
+    );
+    assert_eq!(
+        not_found(cancel(other.job_id.clone()).await, &other.job_id),
+        not_found(cancel(nonexistent.clone()).await, &nonexistent)
+    );
+    let other_location = other_locations
+        .iter()
+        .find(|l| l.partition_stats.as_ref().is_some_and(|s| s.num_rows > 0))
+        .expect("a final partition with rows");
+    let err = do_get(ticket(other_location, "localhost"), Some(&token))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+    unauthenticated(
+        do_get(ticket(other_location, "localhost"), None).await,
+        "do_get of another job without credentials",
+    );
+    assert_eq!(
+        finished(&mut internal, &other.job_id).await.len(),
+        other_locations.len(),
+        "the other job was not cancelled"
+    );
+
+    // The analyst may cancel the analyst's own job.
+    client
+        .cancel_job(authorised(tonic::Request::new(CancelJobParams {
+            job_id: job_id.clone(),
+        })))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_logins_back_off_as_on_dp_server() {
+    // A second locked cluster (no executors) whose owner makes every failed login wait: the
+    // first failure starts a wait of 1 s, during which even the right password is refused
+    // without a password check.
+    let dir = dir().join("backoff");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [server]\nlogin_name_failures = 0\n\n\
+             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data("regions.csv"),
+            dir.join("team.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap();
+    let url = locked::start_local_cluster(&cluster, 0, 1)
+        .await
+        .unwrap()
+        .replace("df://", "http://");
+    let mut attempts = Vec::new();
+    for password in ["wrong", "wrong", PASSWORD] {
+        attempts.push(log_in(&url, "team", password).await.unwrap_err());
+    }
+    assert!(
+        attempts[0]
+            .message()
+            .contains("invalid user name or password"),
+        "{}",
+        attempts[0]
+    );
+    for err in &attempts[1..] {
+        assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+        assert!(err.message().contains("too many failed logins"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_cluster_needs_its_analysts_credential() {
+    let dir = dir().join("no-credential");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [[analyst]]\nname = \"team\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data("regions.csv"),
+            dir.join("team.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let err = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no password or password_hash"), "{err}");
 }

@@ -51,13 +51,27 @@ const QUERY_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs `dpsql args` to completion, killing it and failing the test after [`QUERY_LIMIT`].
 fn dpsql(args: &[&str]) -> Output {
-    run_limited(env!("CARGO_BIN_EXE_dpsql"), args)
+    dpsql_with(args, &[])
+}
+
+/// [`dpsql`] with the environment variables `env` (a locked cluster's `DP_PASSWORD`).
+fn dpsql_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    run_limited_with(env!("CARGO_BIN_EXE_dpsql"), args, env)
 }
 
 /// Runs `binary args` to completion, killing it and failing the test after [`QUERY_LIMIT`].
 fn run_limited(binary: &str, args: &[&str]) -> Output {
+    run_limited_with(binary, args, &[])
+}
+
+/// [`run_limited`] with the environment variables `env`, and none of the test runner's
+/// credentials for a locked cluster.
+fn run_limited_with(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(binary)
         .args(args)
+        .env_remove("DP_USER")
+        .env_remove("DP_PASSWORD")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -142,9 +156,14 @@ fn start_executors(cluster: &mut Cluster, dir: &Path, port: u16) -> Vec<PathBuf>
 /// Runs `dpsql args` until it succeeds (the servers take a moment to start and register) or
 /// 60 s pass.
 fn dpsql_on_cluster(args: &[&str]) -> Output {
+    dpsql_on_cluster_with(args, &[])
+}
+
+/// [`dpsql_on_cluster`] with the environment variables `env`.
+fn dpsql_on_cluster_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let started = Instant::now();
     loop {
-        let out = dpsql(args);
+        let out = dpsql_with(args, env);
         if out.status.success() || started.elapsed() > Duration::from_secs(60) {
             break out;
         }
@@ -155,7 +174,12 @@ fn dpsql_on_cluster(args: &[&str]) -> Output {
 /// How many tasks the executors ran, from their logs.
 /// Waits until the cluster at `url` answers `sql` over the `--table` argument `table`.
 fn wait_for_cluster(url: &str, table: &str, sql: &str) {
-    let ready = dpsql_on_cluster(&["--scheduler", url, "--table", table, "-c", sql]);
+    wait_for_cluster_with(url, table, sql, &[])
+}
+
+/// [`wait_for_cluster`] with the environment variables `env`.
+fn wait_for_cluster_with(url: &str, table: &str, sql: &str, env: &[(&str, &str)]) {
+    let ready = dpsql_on_cluster_with(&["--scheduler", url, "--table", table, "-c", sql], env);
     assert!(
         ready.status.success(),
         "{}",
@@ -306,11 +330,13 @@ fn owner_config(dir: &Path, name: &str, password: Option<&str>) -> (PathBuf, Pat
 #[test]
 fn a_locked_scheduler_process_charges_the_owners_ledger() {
     // docs/distributed.md's locked cluster: `dp-scheduler --owner-config`, executors on its internal
-    // port, `dpsql --scheduler` on its client port with a budget it sets itself (ignored).
+    // port, `dpsql --scheduler df://alice@...` (password in DP_PASSWORD) on its client port with
+    // a budget it sets itself (ignored).
     let dir = std::env::temp_dir().join(format!("datafusion-dp-locked-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
-    let (config, ledger) = owner_config(&dir, "owner", None);
+    let (config, ledger) = owner_config(&dir, "owner", Some("alice-pw"));
+    let password = [("DP_PASSWORD", "alice-pw")];
     let (internal, clients) = (free_port(), free_port());
     let mut cluster = Cluster(vec![start(
         env!("CARGO_BIN_EXE_dp-scheduler"),
@@ -330,22 +356,47 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     let logs = start_executors(&mut cluster, &dir, internal);
     let visits = format!("visits={}", data.join("visits.csv").display());
     let regions = format!("regions={}", data.join("regions.csv").display());
-    let url = format!("df://127.0.0.1:{clients}");
+    let url = format!("df://alice@127.0.0.1:{clients}");
     // Wait for the cluster with a query of the public table (no charge), then charge once.
-    wait_for_cluster(&url, &regions, "SELECT count(*) FROM regions");
-    let out = dpsql(&[
-        "--scheduler",
-        &url,
-        "--table",
-        &visits,
-        "--table",
-        &regions,
-        "-c",
-        "SET dp.epsilon_budget = 100; \
+    wait_for_cluster_with(&url, &regions, "SELECT count(*) FROM regions", &password);
+    // Without the password, with a wrong one, or as no analyst, dpsql is refused at connection
+    // and nothing is charged.
+    let query = "SELECT dp_count(visit_id, 0.5) FROM visits";
+    let anonymous = format!("df://127.0.0.1:{clients}");
+    for (url, env, expected) in [
+        (url.as_str(), &[][..], "DP_PASSWORD"),
+        (
+            url.as_str(),
+            &[("DP_PASSWORD", "wrong")][..],
+            "invalid user name or password",
+        ),
+        (anonymous.as_str(), &password[..], "df://NAME@host:port"),
+    ] {
+        let out = dpsql_with(&["--scheduler", url, "--table", &visits, "-c", query], env);
+        assert!(!out.status.success(), "{url} {env:?}: answered");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{url} {env:?}: {err}");
+    }
+    assert!(
+        datafusion_dp::sql::accounting::ledger::read(&ledger).map_or(true, |e| e.is_empty()),
+        "refused clients charged nothing"
+    );
+    let out = dpsql_with(
+        &[
+            "--scheduler",
+            &url,
+            "--table",
+            &visits,
+            "--table",
+            &regions,
+            "-c",
+            "SET dp.epsilon_budget = 100; \
          SELECT region, dp_count(visit_id, 0.75) AS n FROM visits GROUP BY region",
-        "--format",
-        "csv",
-    ]);
+            "--format",
+            "csv",
+        ],
+        &password,
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -364,14 +415,17 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
         .collect();
     assert_eq!(charged, vec![0.75]);
     // dp_budget() on the client reports the owner's analyst, read from the scheduler.
-    let budget = dpsql(&[
-        "--scheduler",
-        &url,
-        "-c",
-        "SET dp.epsilon_budget = 100; SELECT entry, epsilon FROM dp_budget() ORDER BY entry",
-        "--format",
-        "csv",
-    ]);
+    let budget = dpsql_with(
+        &[
+            "--scheduler",
+            &url,
+            "-c",
+            "SET dp.epsilon_budget = 100; SELECT entry, epsilon FROM dp_budget() ORDER BY entry",
+            "--format",
+            "csv",
+        ],
+        &password,
+    );
     assert!(
         budget.status.success(),
         "{}",
@@ -382,14 +436,17 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
         "entry,epsilon\nbudget,1.0\ncharge,0.75\nremaining,0.25\nspent,0.75\n"
     );
     // 0.25 is left of the owner's budget of 1, whatever the client set.
-    let refused = dpsql(&[
-        "--scheduler",
-        &url,
-        "--table",
-        &visits,
-        "-c",
-        "SET dp.epsilon_budget = 100; SELECT dp_count(visit_id, 0.5) FROM visits",
-    ]);
+    let refused = dpsql_with(
+        &[
+            "--scheduler",
+            &url,
+            "--table",
+            &visits,
+            "-c",
+            "SET dp.epsilon_budget = 100; SELECT dp_count(visit_id, 0.5) FROM visits",
+        ],
+        &password,
+    );
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("budget"), "{err}");

@@ -6,7 +6,9 @@
 //! (`datafusion_dp::distributed::locked`): the scheduler binds and charges every DP call with
 //! the owner's tables, protection and options and that analyst's budget and ledger, whatever a
 //! client sends. Analysts connect to `--client-port`; executors to `--bind-port`, which the
-//! owner keeps off the analysts' network.
+//! owner keeps off the analysts' network. The client port logs in that analyst only, with the
+//! analyst's `password` or `password_hash` from the owner's configuration (as `dp-server`
+//! does), and refuses every call without the analyst's credentials.
 
 use ballista_core::error::BallistaError;
 use ballista_scheduler::cluster::BallistaCluster;
@@ -29,7 +31,7 @@ struct Args {
     #[arg(long)]
     owner_config: Option<PathBuf>,
     /// With --owner-config: the analyst whose budget and ledger every query spends (default:
-    /// the only one).
+    /// the only one), and the only one who may log in on the client port.
     #[arg(long, requires = "owner_config")]
     analyst: Option<String>,
     /// With --owner-config: the port analysts' clients connect to (executors use --bind-port).

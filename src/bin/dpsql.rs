@@ -12,7 +12,9 @@
 //! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (dp_rr_ci,
 //!                                         dp_or_ci, dp_rd_ci) as a forest plot
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
-//! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`)
+//! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`); a
+//!                                         locked cluster's analyst connects as
+//!                                         df://NAME@host:50051 with the password in DP_PASSWORD
 //! ```
 //! `s3://` locations use the usual AWS environment variables. Errors are one line. Output into a
 //! pipe that closes early (`dpsql ... | head`) ends dpsql quietly with status 0; progress is
@@ -381,12 +383,18 @@ async fn locked_shell(
 }
 
 /// A session on the Ballista cluster at `url`: queries are planned (and charged) here and run
-/// on the cluster's executors.
+/// on the cluster's executors. Errors name the URL without a password in it.
 #[cfg(feature = "ballista")]
 async fn remote(url: &str) -> Result<datafusion::prelude::SessionContext, String> {
     datafusion_dp::distributed::remote_context(url)
         .await
-        .map_err(|e| format!("scheduler {url}: {}", one_line_error(&e)))
+        .map_err(|e| {
+            let shown = url::Url::parse(url).map_or(url.to_string(), |mut parsed| {
+                let _ = parsed.set_password(None);
+                parsed.to_string()
+            });
+            format!("scheduler {shown}: {}", one_line_error(&e))
+        })
 }
 
 #[cfg(not(feature = "ballista"))]

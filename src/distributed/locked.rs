@@ -28,7 +28,13 @@
 //! - **The analyst's budget.** A client's `dp_budget()` asks the client port
 //!   ([`cluster_budget`]) and shows the rows of the analyst whose budget and ledger the
 //!   cluster spends, not the client's own (empty) session.
+//! - **Credentials.** Only that analyst may call the client port: a Flight handshake with the
+//!   owner's credentials for the analyst gives a bearer token, which every call carries
+//!   (`door.rs`); a call without valid credentials is refused before anything runs or is
+//!   charged. Job status, results and cancellation are answered for the jobs submitted through
+//!   the port only; any other job id is answered as one that does not exist.
 
+use super::door::{self, Caller, Door, Job};
 use super::{session_config, session_state_placed, start_executors};
 use super::{DpLogicalCodec, DpPhysicalCodec};
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
@@ -39,6 +45,7 @@ use crate::sql::privacy::rule::Placement;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
+use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
@@ -49,11 +56,11 @@ use ballista_core::serde::protobuf::execute_query_params::Query;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::scheduler_grpc_server::{SchedulerGrpc, SchedulerGrpcServer};
 use ballista_core::serde::protobuf::{
-    job_status, CancelJobParams, CancelJobResult, CleanJobDataParams, CleanJobDataResult,
-    CreateUpdateSessionParams, CreateUpdateSessionResult, ExecuteQueryParams, ExecuteQueryResult,
-    ExecutorStoppedParams, ExecutorStoppedResult, GetJobMetricsParams, GetJobMetricsResult,
-    GetJobStatusParams, GetJobStatusResult, HeartBeatParams, HeartBeatResult, JobStatus,
-    PollWorkParams, PollWorkResult, RegisterExecutorParams, RegisterExecutorResult,
+    execute_query_result, job_status, CancelJobParams, CancelJobResult, CleanJobDataParams,
+    CleanJobDataResult, CreateUpdateSessionParams, CreateUpdateSessionResult, ExecuteQueryParams,
+    ExecuteQueryResult, ExecutorStoppedParams, ExecutorStoppedResult, GetJobMetricsParams,
+    GetJobMetricsResult, GetJobStatusParams, GetJobStatusResult, HeartBeatParams, HeartBeatResult,
+    JobStatus, PollWorkParams, PollWorkResult, RegisterExecutorParams, RegisterExecutorResult,
     RemoveSessionParams, RemoveSessionResult, UpdateTaskStatusParams, UpdateTaskStatusResult,
 };
 use ballista_core::serde::scheduler::Action as BallistaAction;
@@ -67,9 +74,12 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::stream::BoxStream;
+use futures::StreamExt;
+use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The job whose status a client asks for to learn whether a cluster is locked
@@ -82,26 +92,33 @@ const BUDGET_JOB: &str = "datafusion-dp/budget";
 
 type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
-/// The data owner's side of a locked cluster: the owner's tables, opened once, and the budget
-/// and ledger of the analyst every job is charged to.
+/// The data owner's side of a locked cluster: the owner's tables, opened once, the budget
+/// and ledger of the analyst every job is charged to, and the client port's door (that
+/// analyst's logins and the jobs submitted).
 #[derive(Debug)]
 pub struct LockedCluster {
-    owner: Owner,
+    owner: Arc<Owner>,
     budget: SessionBudget,
+    door: Door,
 }
 
 impl LockedCluster {
     /// Opens the tables of `config` and chooses the analyst whose budget and ledger the
-    /// cluster spends (`analyst`, or the only one).
+    /// cluster spends (`analyst`, or the only one), who must have a password or password
+    /// hash: the client port logs that analyst in.
     pub async fn open(config: OwnerConfig, analyst: Option<&str>) -> Result<Arc<Self>> {
         let analyst = config
             .spending_analyst(analyst)
             .map_err(DataFusionError::Configuration)?
             .clone();
         let budget = analyst.budget();
+        let owner = Arc::new(Owner::open(config).await?);
+        let door =
+            Door::new(Arc::clone(&owner), &analyst).map_err(DataFusionError::Configuration)?;
         Ok(Arc::new(Self {
-            owner: Owner::open(config).await?,
+            owner,
             budget,
+            door,
         }))
     }
 
@@ -184,33 +201,86 @@ impl LockedCluster {
     }
 }
 
-/// The status the scheduler at `url` (`http://host:port`) gives for `job_id`: the locked
-/// cluster's own requests ride on job status, which every Ballista scheduler answers. The
-/// outer error is a scheduler that cannot be reached.
-async fn ask(url: &str, job_id: &str) -> Result<std::result::Result<Option<JobStatus>, Status>> {
+/// The status the scheduler at `url` (`http://host:port`) gives for `job_id`, asked with the
+/// bearer `token` if any: the locked cluster's own requests ride on job status, which every
+/// Ballista scheduler answers. The outer error is a scheduler that cannot be reached.
+async fn ask(
+    url: &str,
+    job_id: &str,
+    token: Option<&str>,
+) -> Result<std::result::Result<Option<JobStatus>, Status>> {
     let mut client = SchedulerGrpcClient::connect(url.to_string())
         .await
         .map_err(|e| {
             DataFusionError::Execution(format!("cannot reach the Ballista scheduler at {url}: {e}"))
         })?;
-    let answer = client
-        .get_job_status(GetJobStatusParams {
-            job_id: job_id.to_string(),
-        })
-        .await;
+    let mut request = Request::new(GetJobStatusParams {
+        job_id: job_id.to_string(),
+    });
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", bearer(token)?);
+    }
+    let answer = client.get_job_status(request).await;
     Ok(answer.map(|r| r.into_inner().status))
 }
 
-/// Whether the scheduler at `url` (`http://host:port`) is a locked cluster's client port.
+/// `authorization: Bearer token`.
+fn bearer(token: &str) -> Result<MetadataValue<tonic::metadata::Ascii>> {
+    MetadataValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| DataFusionError::Execution("a malformed bearer token".to_string()))
+}
+
+/// Whether the scheduler at `url` (`http://host:port`) is a locked cluster's client port (it
+/// answers this without credentials).
 pub(crate) async fn is_locked_cluster(url: &str) -> Result<bool> {
-    let answer = ask(url, PROBE_JOB).await?;
+    let answer = ask(url, PROBE_JOB, None).await?;
     Ok(answer.is_ok_and(|s| s.is_some_and(|s| s.job_name == LOCKED_MARKER)))
 }
 
+/// Logs `user` in to the locked cluster whose client port is `url` (`http://host:port`) with
+/// `password` (a Flight handshake with `authorization: Basic`, as with `dp-server`): the bearer
+/// token every further call carries.
+pub(crate) async fn log_in(url: &str, user: &str, password: &str) -> Result<String> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+        .map_err(|e| DataFusionError::Configuration(format!("scheduler URL {url}: {e}")))?
+        .connect()
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!("cannot reach the Ballista scheduler at {url}: {e}"))
+        })?;
+    let mut request = Request::new(futures::stream::iter([HandshakeRequest::default()]));
+    let basic = MetadataValue::try_from(format!(
+        "Basic {}",
+        BASE64_STANDARD.encode(format!("{user}:{password}"))
+    ))
+    .map_err(|_| DataFusionError::Configuration("a malformed user name".to_string()))?;
+    request.metadata_mut().insert("authorization", basic);
+    let response = FlightServiceClient::new(channel)
+        .handshake(request)
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!(
+                "cannot log in to the locked cluster at {url} as {}: {}",
+                crate::owner::auth::log_name(user),
+                e.message()
+            ))
+        })?;
+    door::header(response.metadata())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            DataFusionError::Execution(format!(
+                "the locked cluster at {url} answered the login without a bearer token"
+            ))
+        })
+}
+
 /// The `dp_budget()` rows of the locked cluster whose client port is `url` (`http://host:port`):
-/// the budget and charges of the analyst it spends.
-pub(crate) async fn cluster_budget(url: &str) -> Result<Vec<RecordBatch>> {
-    let answer = ask(url, BUDGET_JOB)
+/// the budget and charges of the analyst it spends, asked with the analyst's bearer `token`.
+pub(crate) async fn cluster_budget(url: &str, token: &str) -> Result<Vec<RecordBatch>> {
+    let answer = ask(url, BUDGET_JOB, Some(token))
         .await?
         .map_err(|e| DataFusionError::Execution(format!("dp_budget: {}", e.message())))?;
     let bytes = BASE64_STANDARD
@@ -246,6 +316,7 @@ pub async fn serve(
     let proxy = ReleasedPartitions {
         scheduler: scheduler.clone(),
         proxy: BallistaFlightProxyService::new(decoding, encoding, config.use_tls, None),
+        cluster: Arc::clone(&locked),
     };
     // Ballista's own server for the internal port (executors register with the address
     // their connection comes from, which only its server records).
@@ -286,6 +357,20 @@ pub async fn start_local_cluster(
     executors: usize,
     vcores: usize,
 ) -> Result<String> {
+    Ok(
+        start_local_cluster_with_internal(cluster, executors, vcores)
+            .await?
+            .0,
+    )
+}
+
+/// [`start_local_cluster`], also returning the internal port's URL (`http://host:port`), which
+/// tests use to submit a job the client port did not see.
+pub async fn start_local_cluster_with_internal(
+    cluster: &Arc<LockedCluster>,
+    executors: usize,
+    vcores: usize,
+) -> Result<(String, String)> {
     // Ballista's standalone executors (`start_executors`) poll for work: pull scheduling.
     let config = cluster.scheduler_config(
         SchedulerConfig::default()
@@ -301,13 +386,9 @@ pub async fn start_local_cluster(
             eprintln!("locked scheduler stopped: {e}");
         }
     });
-    start_executors(
-        &format!("http://localhost:{internal_port}"),
-        executors,
-        vcores,
-    )
-    .await?;
-    Ok(format!("df://localhost:{client_port}"))
+    let internal = format!("http://localhost:{internal_port}");
+    start_executors(&internal, executors, vcores).await?;
+    Ok((format!("df://localhost:{client_port}"), internal))
 }
 
 fn executor_only() -> Status {
@@ -321,6 +402,48 @@ fn executor_only() -> Status {
 struct ClientPort {
     scheduler: Scheduler,
     cluster: Arc<LockedCluster>,
+}
+
+/// The address a request came from (the login back-off counts failures per address).
+fn peer<T>(request: &Request<T>) -> Option<IpAddr> {
+    request.remote_addr().map(|address| address.ip())
+}
+
+impl ClientPort {
+    /// The caller of `request`: refused without the analyst's credentials.
+    async fn caller<T>(&self, request: &Request<T>) -> std::result::Result<Caller, Status> {
+        self.cluster
+            .door
+            .caller(request.metadata(), peer(request))
+            .await
+    }
+
+    /// The job `job_id` if it was submitted through this port, answered as not found
+    /// otherwise (whether or not the scheduler has it).
+    fn own_job(&self, job_id: &str) -> std::result::Result<Job, Status> {
+        self.cluster
+            .door
+            .job(job_id)
+            .ok_or_else(|| door::not_found(job_id))
+    }
+}
+
+/// A job's status as the client port shows it: the executor of each released partition is
+/// replaced by the job's result capability, which Ballista's client sends back as the host in
+/// its Flight ticket ([`ReleasedPartitions::do_get`] checks it and fetches from the real
+/// executor). Clients learn no executor address either.
+fn with_result_capability(result: &mut GetJobStatusResult, job: &Job) {
+    if let Some(JobStatus {
+        status: Some(job_status::Status::Successful(successful)),
+        ..
+    }) = &mut result.status
+    {
+        for location in &mut successful.partition_location {
+            if let Some(executor) = &mut location.executor_meta {
+                executor.host = job.result.clone();
+            }
+        }
+    }
 }
 
 /// Refuses a query that is not a logical plan: a physical (or Substrait) plan would run
@@ -393,7 +516,8 @@ fn queries_only(params: &ExecuteQueryParams) -> std::result::Result<(), Status> 
 
 #[tonic::async_trait]
 impl SchedulerGrpc for ClientPort {
-    type ExecuteQueryPushStream = <Scheduler as SchedulerGrpc>::ExecuteQueryPushStream;
+    type ExecuteQueryPushStream =
+        BoxStream<'static, std::result::Result<GetJobStatusResult, Status>>;
 
     async fn poll_work(
         &self,
@@ -434,6 +558,7 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<CreateUpdateSessionParams>,
     ) -> std::result::Result<Response<CreateUpdateSessionResult>, Status> {
+        self.caller(&request).await?;
         SchedulerGrpc::create_update_session(&self.scheduler, request).await
     }
 
@@ -441,6 +566,7 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<RemoveSessionParams>,
     ) -> std::result::Result<Response<RemoveSessionResult>, Status> {
+        self.caller(&request).await?;
         SchedulerGrpc::remove_session(&self.scheduler, request).await
     }
 
@@ -448,24 +574,54 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
+        let caller = self.caller(&request).await?;
         logical_plans_only(request.get_ref())?;
         queries_only(request.get_ref())?;
-        SchedulerGrpc::execute_query_push(&self.scheduler, request).await
+        let (metadata, updates, extensions) =
+            SchedulerGrpc::execute_query_push(&self.scheduler, request)
+                .await?
+                .into_parts();
+        // The job's id arrives with its first status update, which passes here before the
+        // client sees it: the job is this client's from then on.
+        let cluster = Arc::clone(&self.cluster);
+        let updates = updates.map(move |update| {
+            let mut update = update?;
+            let id = update.status.as_ref().map(|s| s.job_id.clone());
+            if let Some(id) = id.filter(|id| !id.is_empty()) {
+                cluster.door.submitted(&id, &caller)?;
+                if let Some(job) = cluster.door.job(&id) {
+                    with_result_capability(&mut update, &job);
+                }
+            }
+            Ok(update)
+        });
+        Ok(Response::from_parts(
+            metadata,
+            Box::pin(updates) as Self::ExecuteQueryPushStream,
+            extensions,
+        ))
     }
 
     async fn execute_query(
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
+        let caller = self.caller(&request).await?;
         logical_plans_only(request.get_ref())?;
         queries_only(request.get_ref())?;
-        SchedulerGrpc::execute_query(&self.scheduler, request).await
+        let response = SchedulerGrpc::execute_query(&self.scheduler, request).await?;
+        if let Some(execute_query_result::Result::Success(success)) = &response.get_ref().result {
+            self.cluster.door.submitted(&success.job_id, &caller)?;
+        }
+        Ok(response)
     }
 
     async fn get_job_status(
         &self,
         request: Request<GetJobStatusParams>,
     ) -> std::result::Result<Response<GetJobStatusResult>, Status> {
+        // Whether the port is a locked cluster's is told to anyone (a client asks before it
+        // logs in); everything else needs the analyst's credentials.
         if request.get_ref().job_id == PROBE_JOB {
             return Ok(Response::new(GetJobStatusResult {
                 status: Some(JobStatus {
@@ -476,6 +632,7 @@ impl SchedulerGrpc for ClientPort {
                 ..Default::default()
             }));
         }
+        self.caller(&request).await?;
         if request.get_ref().job_id == BUDGET_JOB {
             let internal = |e: &dyn std::fmt::Display| Status::internal(format!("dp_budget: {e}"));
             let batches = self.cluster.budget_rows().await.map_err(|e| internal(&e))?;
@@ -497,7 +654,10 @@ impl SchedulerGrpc for ClientPort {
                 ..Default::default()
             }));
         }
-        SchedulerGrpc::get_job_status(&self.scheduler, request).await
+        let job = self.own_job(&request.get_ref().job_id)?;
+        let mut response = SchedulerGrpc::get_job_status(&self.scheduler, request).await?;
+        with_result_capability(response.get_mut(), &job);
+        Ok(response)
     }
 
     async fn get_job_metrics(
@@ -514,6 +674,8 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<CancelJobParams>,
     ) -> std::result::Result<Response<CancelJobResult>, Status> {
+        self.caller(&request).await?;
+        self.own_job(&request.get_ref().job_id)?;
         SchedulerGrpc::cancel_job(&self.scheduler, request).await
     }
 
@@ -527,22 +689,26 @@ impl SchedulerGrpc for ClientPort {
     }
 }
 
-/// Ballista's Flight proxy, serving only the final partitions of finished jobs: what the
-/// query released. An intermediate shuffle partition holds exact partial aggregates.
+/// Ballista's Flight proxy, serving only the final partitions of finished jobs submitted
+/// through the client port, to their analyst: what the query released. An intermediate
+/// shuffle partition holds exact partial aggregates.
 struct ReleasedPartitions {
     scheduler: Scheduler,
     proxy: BallistaFlightProxyService,
+    cluster: Arc<LockedCluster>,
 }
 
 impl ReleasedPartitions {
-    /// Whether `action` fetches a final partition of a job that finished successfully.
-    async fn released(&self, action: &BallistaAction) -> std::result::Result<bool, Status> {
+    /// The executor (host and port) holding the partition `action` fetches, if it is a final
+    /// partition of a job that finished successfully.
+    async fn released(
+        &self,
+        action: &BallistaAction,
+    ) -> std::result::Result<Option<(String, u16)>, Status> {
         let BallistaAction::FetchPartition {
             job_id,
             stage_id,
             partition_id,
-            host,
-            port,
             ..
         } = action;
         let status = self
@@ -557,17 +723,44 @@ impl ReleasedPartitions {
             ..
         }) = status
         else {
-            return Ok(false);
+            return Ok(None);
         };
-        Ok(job.partition_location.iter().any(|location| {
-            let id = location.partition_id.as_ref();
-            let executor = location.executor_meta.as_ref();
-            id.is_some_and(|id| {
-                id.job_id == job_id.to_string()
-                    && id.stage_id as usize == *stage_id
-                    && id.partition_id as usize == *partition_id
-            }) && executor.is_some_and(|e| e.host == *host && e.port as u16 == *port)
+        Ok(job.partition_location.iter().find_map(|location| {
+            let id = location.partition_id.as_ref()?;
+            let executor = location.executor_meta.as_ref()?;
+            (id.job_id == job_id.to_string()
+                && id.stage_id as usize == *stage_id
+                && id.partition_id as usize == *partition_id)
+                .then(|| (executor.host.clone(), executor.port as u16))
         }))
+    }
+
+    /// The job `action` fetches from, if the request may: the analyst's credentials with a
+    /// job submitted through the port, or no credentials and the job's result capability as
+    /// the ticket's host (what Ballista's client sends; it cannot add metadata to a fetch).
+    async fn authorised(
+        &self,
+        request: &Request<Ticket>,
+        action: &BallistaAction,
+    ) -> std::result::Result<Job, Status> {
+        let BallistaAction::FetchPartition { job_id, host, .. } = action;
+        let door = &self.cluster.door;
+        let job_id = job_id.to_string();
+        let job = door.job(&job_id);
+        if door::header(request.metadata()).is_some() {
+            door.caller(request.metadata(), peer(request)).await?;
+            return job.ok_or_else(|| door::not_found(&job_id));
+        }
+        // The same refusal for a job that does not exist, is not the port's, or whose
+        // capability is wrong: existence does not leak.
+        match job {
+            Some(job)
+                if crate::owner::auth::constant_time_eq(job.result.as_bytes(), host.as_bytes()) =>
+            {
+                Ok(job)
+            }
+            _ => Err(door::no_credentials()),
+        }
     }
 }
 
@@ -593,20 +786,67 @@ impl FlightService for ReleasedPartitions {
     ) -> std::result::Result<Response<Self::DoGetStream>, Status> {
         let action = ballista_core::serde::decode_protobuf(&request.get_ref().ticket)
             .map_err(|e| Status::invalid_argument(format!("invalid ticket: {e}")))?;
-        if !self.released(&action).await? {
+        self.authorised(&request, &action).await?;
+        let Some((host, port)) = self.released(&action).await? else {
             return Err(Status::permission_denied(
                 "a locked cluster serves only the final partitions of finished jobs (what a \
                  query released); intermediate partitions hold exact partial aggregates",
             ));
-        }
-        self.proxy.do_get(request).await
+        };
+        // The fetch goes to the executor that holds the partition (the ticket's host is the
+        // job's capability, or whatever a client put there).
+        let BallistaAction::FetchPartition {
+            job_id,
+            stage_id,
+            partition_id,
+            file_id,
+            layout,
+            file_kind,
+            byte_ranges,
+            ..
+        } = action;
+        let fetch = BallistaAction::FetchPartition {
+            job_id,
+            stage_id,
+            partition_id,
+            host,
+            port,
+            file_id,
+            layout,
+            file_kind,
+            byte_ranges,
+        };
+        let ticket: ballista_core::serde::protobuf::Action = fetch
+            .try_into()
+            .map_err(|e| Status::internal(format!("ticket: {e}")))?;
+        self.proxy
+            .do_get(Request::new(Ticket {
+                ticket: prost::Message::encode_to_vec(&ticket).into(),
+            }))
+            .await
     }
 
+    /// Logs the analyst in: `authorization: Basic` with the owner's credentials for the
+    /// analyst this cluster spends, answered with `authorization: Bearer TOKEN` (and the token
+    /// as the payload), as `dp-server` answers.
     async fn handshake(
         &self,
-        _: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> std::result::Result<Response<Self::HandshakeStream>, Status> {
-        unimplemented("handshake")
+        let token = self
+            .cluster
+            .door
+            .log_in(request.metadata(), peer(&request))
+            .await?;
+        let bearer = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Status::internal("token header"))?;
+        let answer = futures::stream::iter([Ok(HandshakeResponse {
+            protocol_version: 0,
+            payload: token.into(),
+        })]);
+        let mut response = Response::new(Box::pin(answer) as Self::HandshakeStream);
+        response.metadata_mut().insert("authorization", bearer);
+        Ok(response)
     }
 
     async fn list_flights(

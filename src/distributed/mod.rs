@@ -21,6 +21,7 @@
 //! no budget of their own for bound plans.
 
 pub mod codec;
+mod door;
 pub mod locked;
 mod unread_sort;
 
@@ -59,6 +60,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::LogicalPlanNode;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use url::Url;
@@ -154,14 +156,80 @@ pub fn executor_config(mut config: ExecutorProcessConfig) -> Result<ExecutorProc
 /// this side; on a cluster its data owner locked ([`locked`]) the plan leaves unbound and the
 /// scheduler binds and charges it with the owner's settings (the client asks which at
 /// connection; the scheduler enforces it whatever the client does).
+///
+/// A locked cluster needs its analyst's credentials: the user name from the URL
+/// (`df://alice@host:port`) or the environment variable `DP_USER`, and the password from
+/// `DP_PASSWORD` (or the URL, `df://alice:PASSWORD@host:port`, for programs; a command line
+/// shows it to every user of the machine). See [`remote_context_as`].
 pub async fn remote_context(url: &str) -> Result<SessionContext> {
     let scheduler = scheduler_endpoint(url)?;
-    let placement = if locked::is_locked_cluster(&scheduler).await? {
-        Placement::Deferred
-    } else {
-        Placement::Local
-    };
-    remote_context_placed(url, scheduler, placement).await
+    if !locked::is_locked_cluster(&scheduler).await? {
+        return remote_context_placed(scheduler, Placement::Local, None).await;
+    }
+    let (user, password) = credentials(url)?;
+    let token = locked::log_in(&scheduler, &user, &password).await?;
+    remote_context_placed(scheduler, Placement::Deferred, Some(token)).await
+}
+
+/// [`remote_context`] logging in to a locked cluster as `user` with `password` (ignored by a
+/// trusted cluster).
+pub async fn remote_context_as(url: &str, user: &str, password: &str) -> Result<SessionContext> {
+    let scheduler = scheduler_endpoint(url)?;
+    if !locked::is_locked_cluster(&scheduler).await? {
+        return remote_context_placed(scheduler, Placement::Local, None).await;
+    }
+    let token = locked::log_in(&scheduler, user, password).await?;
+    remote_context_placed(scheduler, Placement::Deferred, Some(token)).await
+}
+
+/// The user name and password for the locked cluster at `url`: the URL's, else `DP_USER` and
+/// `DP_PASSWORD`.
+fn credentials(url: &str) -> Result<(String, String)> {
+    let parsed = Url::parse(url)
+        .map_err(|e| DataFusionError::Configuration(format!("scheduler URL '{url}': {e}")))?;
+    let user = Some(percent_decoded(parsed.username()))
+        .filter(|u| !u.is_empty())
+        .or_else(|| std::env::var("DP_USER").ok().filter(|u| !u.is_empty()));
+    let password = parsed
+        .password()
+        .map(percent_decoded)
+        .or_else(|| std::env::var("DP_PASSWORD").ok());
+    let shown = scheduler_endpoint(url)?.replace("http://", "df://");
+    match (user, password) {
+        (Some(user), Some(password)) => Ok((user, password)),
+        (None, _) => Err(DataFusionError::Configuration(format!(
+            "the Ballista scheduler at {shown} is a locked cluster: connect as its analyst, \
+             df://NAME@host:port (or DP_USER=NAME), with the password in DP_PASSWORD"
+        ))),
+        (Some(user), None) => Err(DataFusionError::Configuration(format!(
+            "the Ballista scheduler at {shown} is a locked cluster: set DP_PASSWORD to the \
+             password of analyst {user}"
+        ))),
+    }
+}
+
+/// `text` with its `%XX` escapes decoded (a URL's user name or password).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// [`remote_context`] for a caller that binds and charges every query itself, `dp-server`: the
@@ -176,7 +244,7 @@ pub async fn trusted_remote_context(url: &str) -> Result<SessionContext> {
              scheduler (dp-scheduler without --owner-config) that only the server can reach"
         )));
     }
-    remote_context_placed(url, scheduler, Placement::Local).await
+    remote_context_placed(scheduler, Placement::Local, None).await
 }
 
 /// The scheduler's gRPC endpoint (`http://host:port`, port 50050 by default) of `df://host:port`.
@@ -189,12 +257,23 @@ fn scheduler_endpoint(url: &str) -> Result<String> {
     Ok(format!("http://{host}:{}", parsed.port().unwrap_or(50050)))
 }
 
+/// The client session on `scheduler` (`http://host:port`); `token` is the bearer
+/// token of a locked cluster's analyst, sent with every call to the scheduler.
 async fn remote_context_placed(
-    url: &str,
     scheduler: String,
     placement: Placement,
+    token: Option<String>,
 ) -> Result<SessionContext> {
-    let config = session_config();
+    let mut config = session_config();
+    if let Some(token) = &token {
+        config = config.with_ballista_grpc_metadata(HashMap::from([(
+            "authorization".to_string(),
+            format!("Bearer {token}"),
+        )]));
+    }
+    // Ballista's URL, without the credentials.
+    let url = scheduler.replace("http://", "df://");
+    let url = url.as_str();
     let budget_source = scheduler.clone();
     let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
         scheduler,
@@ -207,12 +286,13 @@ async fn remote_context_placed(
     // Ballista's upgrade of the state replaces its function registries: install ours again
     // (the planner rule and the budget survive the upgrade and are not added twice).
     crate::sql::register_placed(&ctx, placement)?;
-    if placement == Placement::Deferred {
+    if let (Placement::Deferred, Some(token)) = (placement, token) {
         // The budget a locked cluster spends is the owner's analyst's, kept by its scheduler.
         ctx.register_udtf(
             "dp_budget",
             Arc::new(ClusterBudgetFunction {
                 scheduler: budget_source,
+                token,
             }),
         );
     }
@@ -221,9 +301,17 @@ async fn remote_context_placed(
 
 /// `dp_budget()` on a client of a locked cluster: the rows of the analyst the cluster charges,
 /// asked of its client port when the query runs ([`locked::cluster_budget`]).
-#[derive(Debug)]
 struct ClusterBudgetFunction {
     scheduler: String,
+    token: String,
+}
+
+impl std::fmt::Debug for ClusterBudgetFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBudgetFunction")
+            .field("scheduler", &self.scheduler)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TableFunctionImpl for ClusterBudgetFunction {
@@ -233,14 +321,23 @@ impl TableFunctionImpl for ClusterBudgetFunction {
         }
         Ok(Arc::new(ClusterBudgetTable {
             scheduler: self.scheduler.clone(),
+            token: self.token.clone(),
         }))
     }
 }
 
 /// The table [`ClusterBudgetFunction`] returns; it runs on the client.
-#[derive(Debug)]
 struct ClusterBudgetTable {
     scheduler: String,
+    token: String,
+}
+
+impl std::fmt::Debug for ClusterBudgetTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBudgetTable")
+            .field("scheduler", &self.scheduler)
+            .finish_non_exhaustive()
+    }
 }
 
 #[async_trait]
@@ -260,7 +357,7 @@ impl TableProvider for ClusterBudgetTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let batches = locked::cluster_budget(&self.scheduler).await?;
+        let batches = locked::cluster_budget(&self.scheduler, &self.token).await?;
         MemTable::try_new(self.schema(), vec![batches])?
             .scan(state, projection, filters, limit)
             .await

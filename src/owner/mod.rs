@@ -6,6 +6,9 @@
 //! never inferred from a protected table's rows) and shared by every session; each session gets the owner's protection declarations, options, the
 //! analyst's budget and ledger, and is locked before the analyst's first statement.
 
+/// Analysts' logins, shared by `dp-server` and a locked cluster's client port.
+#[cfg(any(feature = "server", feature = "ballista"))]
+pub mod auth;
 pub mod config;
 mod lockdown;
 pub mod tables;

@@ -9,15 +9,15 @@
 //!
 //! What one analyst, or anyone reaching the port, may take from the server is bounded by the
 //! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections, password
-//! checks and back-off after failed logins (`auth.rs`), token lifetime, sessions, prepared
+//! checks and back-off after failed logins (`crate::owner::auth`), token lifetime, sessions, prepared
 //! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`).
 
-mod auth;
 mod connections;
 mod service;
 mod session;
 mod tls;
 
+use crate::owner::auth;
 pub use auth::hash_password;
 pub use service::{status, DpFlightSqlService};
 

@@ -1,5 +1,6 @@
 //! Analysts' credentials: Argon2id password hashes (PHC strings), the `Basic` handshake header,
-//! and bearer tokens (256 bits from the OS's CSPRNG).
+//! and bearer tokens (256 bits from the OS's CSPRNG). `dp-server` and a locked cluster's client
+//! port (`dp-scheduler --owner-config`) log analysts in through the same [`LoginGate`].
 
 use crate::owner::{Credential, OwnerConfig};
 use argon2::password_hash::phc::PasswordHash;
@@ -24,7 +25,7 @@ pub fn hash_password(password: &str) -> Result<String, String> {
 }
 
 /// Whether `a == b`, in time that depends only on the lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -180,10 +181,19 @@ pub struct LoginGate {
     peer_failures: u32,
     max_wait: Duration,
     failures: Mutex<HashMap<Key, Failures>>,
+    /// The program named in refused logins' log lines.
+    process: &'static str,
 }
 
 impl LoginGate {
+    /// `dp-server`'s logins.
     pub fn new(config: &OwnerConfig) -> Self {
+        Self::for_process(config, "dp-server")
+    }
+
+    /// The logins of `process` (named in its log lines), with the limits of the owner's
+    /// `[server]` section.
+    pub fn for_process(config: &OwnerConfig, process: &'static str) -> Self {
         let server = &config.server;
         let concurrency = server.login_concurrency.max(1);
         Self {
@@ -195,6 +205,7 @@ impl LoginGate {
             peer_failures: server.login_peer_failures,
             max_wait: Duration::from_secs(server.login_backoff_max_seconds.max(1)),
             failures: Mutex::new(HashMap::new()),
+            process,
         }
     }
 
@@ -336,13 +347,15 @@ impl LoginGate {
                 let wait = self.fail(&keys, Instant::now());
                 match wait {
                     Some(wait) => eprintln!(
-                        "dp-server: login refused for {} from {}; further logins wait {} s",
+                        "{}: login refused for {} from {}; further logins wait {} s",
+                        self.process,
                         log_name(name),
                         peer.map_or("an unknown address".to_string(), |p| p.to_string()),
                         wait.as_secs()
                     ),
                     None => eprintln!(
-                        "dp-server: login refused for {} from {}",
+                        "{}: login refused for {} from {}",
+                        self.process,
                         log_name(name),
                         peer.map_or("an unknown address".to_string(), |p| p.to_string())
                     ),
