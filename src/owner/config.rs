@@ -603,8 +603,12 @@ impl OwnerConfig {
             };
             // Validate now, so a typo fails at start-up rather than in an analyst's session.
             let mut probe = crate::DpOptions::default();
-            datafusion::config::ExtensionOptions::set(&mut probe, &key, &value)
-                .map_err(|e| error(format!("[options] {}", crate::cli::one_line_error(&e))))?;
+            datafusion::config::ExtensionOptions::set(&mut probe, &key, &value).map_err(|e| {
+                error(format!(
+                    "[options] {}",
+                    crate::sql::errors::one_line_error(&e)
+                ))
+            })?;
             options.push((key, value));
         }
 

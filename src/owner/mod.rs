@@ -46,7 +46,7 @@ impl Owner {
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
             let provider = tables::open_table(&loader, table).await.map_err(|source| {
-                DataFusionError::External(Box::new(crate::cli::TableError {
+                DataFusionError::External(Box::new(crate::sql::errors::TableError {
                     table: table.name.clone(),
                     location: table.location.clone(),
                     source,

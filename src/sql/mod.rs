@@ -6,10 +6,12 @@
 //! - [`accounting`]: the privacy budget and its durable ledger.
 //!
 //! [`options`] holds the `dp.*` session options every part reads; [`audit`] runs a DP query on
-//! neighbouring datasets and bounds the ε its outputs reveal ([`crate::stats::audit`]).
+//! neighbouring datasets and bounds the ε its outputs reveal ([`crate::stats::audit`]);
+//! [`errors`] writes errors as one line.
 
 pub mod accounting;
 pub mod audit;
+pub mod errors;
 pub mod functions;
 pub mod options;
 pub mod privacy;

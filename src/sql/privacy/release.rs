@@ -4,7 +4,8 @@
 //! run many times, each time with fresh noise: a physical plan executed twice, or a bound
 //! logical plan planned twice (from Rust), would average the noise away for one charge. Two
 //! guards make every charge buy exactly one draw:
-//! - each bound call carries a [`ReleaseTicket`], taken when a physical plan is made from it
+//! - each bound call carries a
+//!   [`ReleaseTicket`](crate::sql::functions::aggregate::ReleaseTicket), taken when a physical plan is made from it
 //!   ([`ReleaseOnce`], a physical optimizer rule): a second physical plan of the same bound
 //!   call is refused (planning the SQL again binds, and charges, anew);
 //! - every aggregation with DP calls (the final or single-stage one draws the noise) is
@@ -37,24 +38,6 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Taken once, when a physical plan is made from a bound call. Compares equal to any other
-/// ticket: it is not part of what a call computes.
-#[derive(Debug, Clone, Default)]
-pub struct ReleaseTicket(Arc<AtomicBool>);
-
-impl ReleaseTicket {
-    /// Takes the ticket; `false` if it was taken before.
-    pub fn take(&self) -> bool {
-        !self.0.swap(true, Ordering::SeqCst)
-    }
-}
-
-impl PartialEq for ReleaseTicket {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
 
 fn dp_calls(aggregate: &AggregateExec) -> Vec<&DpAggregate> {
     aggregate

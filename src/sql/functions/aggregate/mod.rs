@@ -14,7 +14,6 @@ pub mod dp_rr_ci;
 pub mod wire;
 
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::release::ReleaseTicket;
 use crate::stats::mechanism::{check_count_epsilon, short_number, RealLaplace, MAX_EPSILON};
 use crate::stats::{
     Contribution, CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic,
@@ -32,6 +31,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::expressions::Literal;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Which DP aggregate a [`DpAggregate`] computes.
@@ -191,6 +191,25 @@ pub enum Release {
         bias_correction: bool,
         ptr_bound: Option<f64>,
     },
+}
+
+/// Taken once, when a physical plan is made from a bound call: one charge, one release
+/// ([`crate::sql::privacy::release`]). Compares equal to any other ticket: it is not part of
+/// what a call computes.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseTicket(Arc<AtomicBool>);
+
+impl ReleaseTicket {
+    /// Takes the ticket; `false` if it was taken before.
+    pub fn take(&self) -> bool {
+        !self.0.swap(true, Ordering::SeqCst)
+    }
+}
+
+impl PartialEq for ReleaseTicket {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Everything one aggregate call needs at run time, resolved and validated at planning.
