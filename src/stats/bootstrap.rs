@@ -20,7 +20,7 @@
 //! recompute it.
 
 use super::mechanism::{CountNoise, Mechanism};
-use super::ratio::{RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo};
+use super::table::{RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Binomial, Distribution};

@@ -8,7 +8,7 @@
 //! discrete Laplace noise.
 
 use super::mechanism::{CountNoise, GaussianCalibration, Mechanism, RealLaplace};
-use super::ratio::TwoByTwo;
+use super::table::TwoByTwo;
 use rand::RngCore;
 use std::fmt;
 

@@ -17,11 +17,12 @@ pub mod rng;
 pub mod sampler;
 pub mod score;
 pub mod simulation;
+pub mod table;
 
 pub use contribution::Contribution;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
-pub use ratio::{
-    GroupSizes, IntervalMethod, IntervalSpec, RatioInterval, RatioStatistic, ReleasedTable,
-    TableNoise, TwoByTwo,
+pub use ratio::IntervalSpec;
+pub use table::{
+    GroupSizes, IntervalMethod, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
 };

@@ -3,8 +3,8 @@
 //! ratio's own scale; the noise-aware score interval (`ci_method=score`, the default) is in
 //! [`super::score::odds_ratio`]. docs/intervals.md §2.
 
-use super::ratio::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
 use super::score::odds_ratio::odds_ratio_score_interval;
+use super::table::{two_sided_z, GroupSizes, IntervalMethod, RatioInterval, ReleasedTable};
 
 impl ReleasedTable {
     /// The odds ratio `ad/bc` with the noisy denominators `b`, `c` floored at 1 (as for the
@@ -34,7 +34,7 @@ impl ReleasedTable {
     /// the noise); `IntervalMethod::Score` is [`odds_ratio_score_interval`];
     /// `IntervalMethod::Bootstrap` gives `None` here (see [`TableNoise::interval`]).
     ///
-    /// [`TableNoise::interval`]: super::ratio::TableNoise::interval
+    /// [`TableNoise::interval`]: super::table::TableNoise::interval
     pub fn odds_ratio_interval_at_z(
         &self,
         z: f64,
@@ -109,7 +109,7 @@ pub fn woolf_log_variance(cells: [f64; 4], sizes: GroupSizes, noise_variance: f6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::{released, Z95};
+    use crate::stats::table::{released, Z95};
 
     #[test]
     fn odds_ratio_matches_hand_computation() {

@@ -1,7 +1,7 @@
 //! The risk difference `p_x − p_y` of a released 2x2 table and its intervals: the adjusted Wald
 //! interval of Agresti & Caffo (2000) with the noise variance added (docs/intervals.md §3).
 
-use super::ratio::{IntervalMethod, RatioInterval, ReleasedCounts, ReleasedTable};
+use super::table::{IntervalMethod, RatioInterval, ReleasedCounts, ReleasedTable};
 
 impl ReleasedTable {
     /// The risk difference `p̃_x − p̃_y = X̃/ñ_x − Ỹ/ñ_y`, sizes floored at 1 as for the
@@ -93,7 +93,7 @@ pub fn risk_difference_wald_at(counts: ReleasedCounts, z: f64, adjusted: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::{released, GroupSizes, RatioStatistic};
+    use crate::stats::table::{released, GroupSizes, RatioStatistic};
 
     #[test]
     fn risk_difference_matches_hand_computation() {

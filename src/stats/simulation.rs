@@ -4,7 +4,7 @@
 //! independent, the exposed and unexposed group sizes fixed by design. The table released is
 //! `(X, n_x − X, Y, n_y − Y)` with the noise of a [`TableNoise`].
 
-use super::ratio::{IntervalMethod, RatioStatistic, TableNoise, TwoByTwo};
+use super::table::{IntervalMethod, RatioStatistic, TableNoise, TwoByTwo};
 use rand::Rng;
 use rand_distr::{Binomial, Distribution};
 use std::fmt;

@@ -9,7 +9,7 @@
 //! - [`relative_risk`]: the relative risk's statistic (docs/intervals.md §5);
 //! - [`odds_ratio`]: the odds ratio's, centred and with its skewness (§2).
 
-use super::ratio::ReleasedCounts;
+use super::table::ReleasedCounts;
 use root::crossing;
 
 pub mod odds_ratio;
@@ -65,7 +65,7 @@ impl ScoreCounts {
 
     /// The delta-method variance of arm `arm`'s released proportion (0 exposed, 1 unexposed) at
     /// risk `p`, `q = 1 − p`, with the release's per-cell noise variance `s²`:
-    /// `pq/ñ + s²·w/ñ²`, `w` the size mode's [`super::ratio::GroupSizes::noise_weight`]
+    /// `pq/ñ + s²·w/ñ²`, `w` the size mode's [`super::table::GroupSizes::noise_weight`]
     /// (docs/intervals.md §1; the paper's Theorem Gaussian_Valid_CI variance, per arm).
     fn proportion_variance(&self, arm: usize, p: f64, q: f64) -> f64 {
         let [inv_n, inv_n2, _] = self.reciprocals[arm];
@@ -241,7 +241,7 @@ pub fn invert_score_test(t: impl Fn(f64) -> ScoreAt, z: f64, estimate: f64) -> (
 mod tests {
     use super::root::bisect_crossing;
     use super::*;
-    use crate::stats::ratio::{GroupSizes, Z95};
+    use crate::stats::table::{GroupSizes, Z95};
 
     /// The interval of the first version: each end by 60 bisections of the whole range.
     fn bisection_interval(t: impl Fn(f64) -> ScoreAt, z: f64) -> (f64, f64) {

@@ -4,7 +4,7 @@
 //! both weighted by how well their expansion holds (docs/intervals.md §2).
 
 use super::{denominator_skew, invert_score_test, standardised, ScoreAt, ScoreCounts};
-use crate::stats::ratio::{GroupSizes, ReleasedCounts};
+use crate::stats::table::{GroupSizes, ReleasedCounts};
 
 /// The unexposed risk `p̄_y` maximising the binomial likelihood under odds ratio `θ` when the
 /// two arms hold `m` cases in all (sizes `n_x`, `n_y`): the restricted maximum keeps the
@@ -388,7 +388,7 @@ pub fn odds_ratio_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::{released, IntervalMethod, Z95};
+    use crate::stats::table::{released, IntervalMethod, Z95};
 
     #[test]
     fn restricted_risks_keep_the_margin_and_the_odds_ratio() {

@@ -26,7 +26,7 @@
 //! unbounded or very long (docs/intervals.md §5). Pure post-processing of the release.
 
 use super::{denominator_skew, invert_score_test, standardised, ScoreAt, ScoreCounts};
-use crate::stats::ratio::ReleasedCounts;
+use crate::stats::table::ReleasedCounts;
 
 /// The restricted maximum-likelihood risks `(p̄_x, p̄_y)` under `p_x = θ·p_y` for `x` cases of
 /// `n_x` and `y` of `n_y` (Miettinen & Nurminen 1985; closed form of Farrington & Manning
@@ -88,8 +88,8 @@ pub fn relative_risk_score_interval(counts: ReleasedCounts, z: f64) -> (f64, f64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::{GroupSizes, Z95};
     use crate::stats::score::{tail_quantiles, TailSplit};
+    use crate::stats::table::{GroupSizes, Z95};
 
     #[test]
     fn restricted_risks_solve_the_score_equation() {

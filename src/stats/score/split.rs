@@ -160,7 +160,7 @@ impl TailSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::Z95;
+    use crate::stats::table::Z95;
 
     #[test]
     fn tail_split_spends_alpha_and_follows_the_skew() {
