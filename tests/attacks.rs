@@ -483,6 +483,12 @@ async fn near_exact_count(ctx: &SessionContext, sql: &str, locked: bool) -> Resu
     Ok(column.value(0))
 }
 
+/// The plan `EXPLAIN` prints for `sql` in `ctx`, as one text.
+async fn explained(ctx: &SessionContext, sql: &str) -> Result<String> {
+    let plan = run(ctx, sql).await?;
+    Ok(datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string())
+}
+
 #[tokio::test]
 async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
     // 50 patients, one row each, on keys 0 and 1; a public table with 3,000 rows per key. A
@@ -537,15 +543,11 @@ async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
     }
     // The cap shows in the plan.
     let (locked_ctx, _) = &sessions[0];
-    let plan = run(
+    let text = explained(
         locked_ctx,
         "EXPLAIN SELECT dp_count(many.k, 1.0) FROM many JOIN wide ON many.k = wide.k",
     )
     .await?;
-    let text = format!(
-        "{}",
-        datafusion::arrow::util::pretty::pretty_format_batches(&plan)?
-    );
     assert!(text.contains("__dp_public_fanout"), "{text}");
     Ok(())
 }
@@ -607,15 +609,11 @@ async fn a_person_meets_a_bounded_number_of_their_own_rows() -> Result<()> {
     }
     // The own-rows sample shows in the plan; recursive UNNEST of protected lists is refused.
     let (locked_ctx, _) = &sessions[0];
-    let plan = run(
+    let text = explained(
         locked_ctx,
         "EXPLAIN SELECT dp_count(a.v, 1.0) FROM own a JOIN own b ON a.patient_id = b.patient_id",
     )
     .await?;
-    let text = format!(
-        "{}",
-        datafusion::arrow::util::pretty::pretty_format_batches(&plan)?
-    );
     assert!(text.contains("__dp_own_rows"), "{text}");
     let nested = run(
         locked_ctx,
