@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
-from ._result import QueryResult, _is_interval
+from ._fields import _is_interval
+
+if TYPE_CHECKING:
+    from ._result import QueryResult
 
 # The statistic behind an interval column: its axis label, whether it is a ratio (log axis,
 # reference line at 1) or a difference (linear axis, reference at 0).

@@ -8,14 +8,9 @@ from typing import Any, Optional, Sequence, Union
 
 import pyarrow as pa
 
+from ._fields import _is_interval
+
 _MAX_REPR_ROWS = 20
-
-
-def _is_interval(field: pa.Field) -> bool:
-    """Whether ``field`` is an interval struct (``dp_rr_ci``, ``dp_or_ci``, ``dp_rd_ci``)."""
-    return pa.types.is_struct(field.type) and all(
-        field.type.get_field_index(name) >= 0 for name in ("estimate", "lower", "upper")
-    )
 
 
 def _format_number(value: Any) -> str:
