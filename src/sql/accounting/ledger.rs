@@ -171,44 +171,44 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>> {
 /// each line is checked exactly as if the whole file were parsed. On an error `entries` is
 /// left as it was.
 fn parse_more(path: &Path, text: &str, entries: &mut Vec<Entry>, at_start: bool) -> Result<()> {
-    if text.is_empty() {
-        return Ok(());
-    }
     let verified = entries.len();
-    // Line index 0 is the header; entry k (1-based) is at index k.
-    let first_index = if at_start { 0 } else { verified + 1 };
-    let mut previous = entries.last().map(|e| e.hash.clone()).unwrap_or_default();
-    let result = (|| {
-        for (offset, raw) in text.split_inclusive('\n').enumerate() {
-            let index = first_index + offset;
-            let number = index + 1;
-            let Some(line) = raw.strip_suffix('\n') else {
-                return Err(corrupt(
-                    path,
-                    number,
-                    "the last line is incomplete (no newline: the file was truncated, or a process died while writing it; that charge's query was never allowed to run)",
-                ));
-            };
-            if index == 0 {
-                if line != HEADER {
-                    return Err(corrupt(
-                        path,
-                        number,
-                        "not a datafusion-dp ledger (unexpected header)",
-                    ));
-                }
-                continue;
-            }
-            let entry = parse_line(path, number, index, line, &previous)?;
-            previous.clone_from(&entry.hash);
-            entries.push(entry);
-        }
-        Ok(())
-    })();
+    let result = parse_lines(path, text, entries, at_start);
     if result.is_err() {
         entries.truncate(verified);
     }
     result
+}
+
+/// [`parse_more`] without the undoing: lines verified before an error stay in `entries`.
+fn parse_lines(path: &Path, text: &str, entries: &mut Vec<Entry>, at_start: bool) -> Result<()> {
+    // Line index 0 is the header; entry k (1-based) is at index k.
+    let first_index = if at_start { 0 } else { entries.len() + 1 };
+    let mut previous = entries.last().map(|e| e.hash.clone()).unwrap_or_default();
+    for (offset, raw) in text.split_inclusive('\n').enumerate() {
+        let index = first_index + offset;
+        let number = index + 1;
+        let Some(line) = raw.strip_suffix('\n') else {
+            return Err(corrupt(
+                path,
+                number,
+                "the last line is incomplete (no newline: the file was truncated, or a process died while writing it; that charge's query was never allowed to run)",
+            ));
+        };
+        if index == 0 {
+            if line != HEADER {
+                return Err(corrupt(
+                    path,
+                    number,
+                    "not a datafusion-dp ledger (unexpected header)",
+                ));
+            }
+            continue;
+        }
+        let entry = parse_line(path, number, index, line, &previous)?;
+        previous.clone_from(&entry.hash);
+        entries.push(entry);
+    }
+    Ok(())
 }
 
 /// Parses and verifies one charge line (without its newline): entry `index`, line `number` of
