@@ -427,18 +427,23 @@ async fn two_analysts_have_separate_budgets() {
 async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
     let dir = test_dir("kill9");
     let ledger = dir.join("alice.ledger");
-    // Budget 5.0 at 0.1 per query: exactly 50 queries over the server's two lives.
-    let config = write_config(&dir, &[("alice", "pw", 5.0)], "");
+    // Budget 20.0 at 0.1 per query: exactly 200 queries over the server's two lives (enough
+    // left after the kill however fast the first life answers).
+    let config = write_config(&dir, &[("alice", "pw", 20.0)], "");
     let mut server = Server::start(&config);
     let url = server.url();
 
     // A query planned (charged) whose result is never fetched: the server dies in between.
     let mut client = login(&url, "alice", "pw").await.unwrap();
     let pending = client.execute(DP_QUERY.to_string(), None).await.unwrap();
-    // Two connections issuing queries while the server is killed.
+    // Two connections issuing queries while the server is killed. Each says when it has been
+    // answered once, and the kill waits for both (not for a fixed time, which a loaded machine
+    // can outlast before the connections are even logged in).
+    let (answering, mut answered_once) = tokio::sync::mpsc::channel::<()>(2);
     let mut tasks = Vec::new();
     for _ in 0..2 {
         let url = url.clone();
+        let answering = answering.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = login(&url, "alice", "pw").await.unwrap();
             let mut answered = 0usize;
@@ -447,10 +452,20 @@ async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
                     Ok(_) => answered += 1,
                     Err(_) => return answered,
                 }
+                if answered == 1 {
+                    let _ = answering.send(()).await;
+                }
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(answering);
+    for _ in 0..2 {
+        answered_once
+            .recv()
+            .await
+            .expect("both connections answered before the kill");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     server.kill();
     let answered: usize = futures::future::join_all(tasks)
         .await
@@ -465,7 +480,7 @@ async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
         "{before} charges for {answered} answered"
     );
     assert!(
-        before < 50,
+        before < 200,
         "the test needs budget left after the kill: {before}"
     );
 
@@ -479,16 +494,16 @@ async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
     let mut more = 0;
     while query(&mut again, DP_QUERY).await.is_ok() {
         more += 1;
-        assert!(more <= 50, "budget not enforced after restart");
+        assert!(more <= 200, "budget not enforced after restart");
     }
     assert_eq!(
         before + more,
-        50,
+        200,
         "the budget is spent exactly once over both lives"
     );
     let charges = ledger_charges(&ledger);
-    assert_eq!(charges.len(), 50);
-    assert!((charges.iter().map(|c| c.0).sum::<f64>() - 5.0).abs() < 1e-9);
+    assert_eq!(charges.len(), 200);
+    assert!((charges.iter().map(|c| c.0).sum::<f64>() - 20.0).abs() < 1e-9);
 }
 
 /// Certificate and key for `localhost` and 127.0.0.1, self-signed, made with `openssl`.

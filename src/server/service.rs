@@ -236,25 +236,36 @@ async fn plan_query(
 ) -> Result<(Vec<u8>, SchemaRef), Status> {
     let session = Arc::clone(session);
     let sql = sql.to_string();
-    crate::sql::privacy::limits::on_planning_stack(async move {
-        let ctx: &SessionContext = &session.ctx;
-        let mut frame = crate::owner::analyst_sql(ctx, &sql).await?;
-        if let Some(params) = params {
-            frame = frame.with_param_values(params)?;
+    let planned = crate::sql::privacy::limits::on_planning_stack(async move {
+        // This future runs on the planning thread alone: a charge made while it runs is its
+        // query's (crate::sql::accounting::budget::charges_on_this_thread).
+        let charges_before = crate::sql::accounting::budget::charges_on_this_thread();
+        let planned = async {
+            let ctx: &SessionContext = &session.ctx;
+            let mut frame = crate::owner::analyst_sql(ctx, &sql).await?;
+            if let Some(params) = params {
+                frame = frame.with_param_values(params)?;
+            }
+            // DP calls not yet bound: planning binds and charges them.
+            let charged = crate::sql::accounting::budget::has_unbound_calls(frame.logical_plan())?;
+            let task = Arc::new(frame.task_ctx());
+            let plan = frame.create_physical_plan().await?;
+            let schema = plan.schema();
+            let pending = Pending::new(plan, task, slot, charged);
+            let handle = session.add_pending(pending).ok_or_else(|| {
+                DataFusionError::Execution("no randomness from the OS for a ticket".to_string())
+            })?;
+            Ok((handle, schema))
         }
-        // DP calls not yet bound: planning binds and charges them.
-        let charged = crate::sql::accounting::budget::has_unbound_calls(frame.logical_plan())?;
-        let task = Arc::new(frame.task_ctx());
-        let plan = frame.create_physical_plan().await?;
-        let schema = plan.schema();
-        let pending = Pending::new(plan, task, slot, charged);
-        let handle = session.add_pending(pending).ok_or_else(|| {
-            DataFusionError::Execution("no randomness from the OS for a ticket".to_string())
-        })?;
-        Ok((handle, schema))
+        .await;
+        let charged = crate::sql::accounting::budget::charges_on_this_thread() > charges_before;
+        Ok(planned.map_err(|e| (e, charged)))
     })
     .await
-    .map_err(|e| status(&e))
+    .map_err(|e| status(&e))?;
+    // An error after the charge (in the optimiser or the physical planner) keeps the charge,
+    // and says so.
+    planned.map_err(|(e, charged)| after_charge(status(&e), charged))
 }
 
 /// Whether `sql` is one query (`SELECT`, `WITH`, `VALUES`).
@@ -311,8 +322,9 @@ fn param_values(batch: &RecordBatch) -> Result<ParamValues, Status> {
     Ok(ParamValues::from(values))
 }
 
-/// A failure of a query's result stream: when planning charged the query, the message says the
-/// charge is kept (the failure, a resources error or the deadline, could depend on the data).
+/// A failure of a query after its charge (while it is planned after the analyzer charged it,
+/// or while its result streams): when the query was charged, the message says the charge is
+/// kept (the failure, a resources error or the deadline, could depend on the data).
 fn after_charge(status: Status, charged: bool) -> Status {
     match charged {
         false => status,

@@ -343,6 +343,20 @@ pub struct Accountant {
     charges: Mutex<Vec<SessionCharge>>,
 }
 
+thread_local! {
+    /// The charges [`Accountant::charge`] made on this thread (see [`charges_on_this_thread`]).
+    static CHARGES_ON_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many charges [`Accountant::charge`] has made on the calling thread, so that planning run
+/// on one thread can tell whether its query was charged before an error: DataFusion's analyzer
+/// (where the charge is made) runs synchronously inside planning, and `dp-server` plans each
+/// query on a thread of its own (`crate::sql::privacy::limits::on_planning_stack`), so a
+/// failure after the charge can say that the charge is kept.
+pub fn charges_on_this_thread() -> u64 {
+    CHARGES_ON_THIS_THREAD.with(|c| c.get())
+}
+
 fn unix_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -464,6 +478,7 @@ impl Accountant {
             query,
             ledger,
         });
+        CHARGES_ON_THIS_THREAD.with(|c| c.set(c.get() + 1));
         Ok(cost)
     }
 
