@@ -371,7 +371,9 @@ fn shared(file: &File) -> Arc<Shared> {
     {
         use std::collections::HashMap;
         use std::os::unix::fs::MetadataExt;
-        static FILES: OnceLock<Mutex<HashMap<(u64, u64), Arc<Shared>>>> = OnceLock::new();
+        /// Each open ledger's shared state, by (device, inode).
+        type ByInode = HashMap<(u64, u64), Arc<Shared>>;
+        static FILES: OnceLock<Mutex<ByInode>> = OnceLock::new();
         if let Ok(metadata) = file.metadata() {
             let key = (metadata.dev(), metadata.ino());
             let mut files = lock(FILES.get_or_init(Default::default));
