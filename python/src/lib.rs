@@ -99,17 +99,51 @@ where
 
 /// Drives `work`, checking every 100 ms for a signal Python must handle (Ctrl-C in a notebook
 /// or a shell): then `work` is dropped, which stops the query (a charge already made stays),
-/// and the signal's exception (`KeyboardInterrupt`) is returned.
+/// and the signal's exception (`KeyboardInterrupt`) is returned. The tick comes from a plain
+/// OS thread, not the runtime's timer: a query whose tasks hold every worker in long polls
+/// stops the runtime's timer from firing, so the check must not depend on it.
 async fn until_interrupted<T>(work: impl Future<Output = T>) -> std::result::Result<T, PyErr> {
+    let ticker = Ticker::start(std::time::Duration::from_millis(100));
     let mut work = std::pin::pin!(work);
     loop {
-        let tick = std::pin::pin!(tokio::time::sleep(std::time::Duration::from_millis(100)));
+        let tick = std::pin::pin!(ticker.tick.notified());
         match futures::future::select(work.as_mut(), tick).await {
             futures::future::Either::Left((value, _)) => return Ok(value),
             futures::future::Either::Right(((), _)) => {
                 Python::attach(|py| py.check_signals())?;
             }
         }
+    }
+}
+
+/// A thread that wakes `tick` every `period` until dropped (`notify_one` keeps one wake-up
+/// for a waiter that is not listening yet, so none is lost).
+struct Ticker {
+    tick: std::sync::Arc<tokio::sync::Notify>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Ticker {
+    fn start(period: std::time::Duration) -> Self {
+        let tick = std::sync::Arc::new(tokio::sync::Notify::new());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (thread_tick, thread_stop) = (tick.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("datafusion-dp-signals".into())
+            .spawn(move || {
+                while !thread_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(period);
+                    thread_tick.notify_one();
+                }
+            })
+            .expect("a thread from the OS");
+        Self { tick, stop }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
