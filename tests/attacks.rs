@@ -492,14 +492,14 @@ async fn explained(ctx: &SessionContext, sql: &str) -> Result<String> {
 #[tokio::test]
 async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
     // 50 patients, one row each, on keys 0 and 1; a public table with 3,000 rows per key. A
-    // locked session lets one protected row meet at most MAX_PUBLIC_FANOUT (256) public rows
+    // locked session lets one protected row meet at most dp.max_public_fanout public rows
     // through all its joins (issue 27's "Work" class: the rows one person adds to a query's
-    // work are bounded); the bounding keeps up to 5,000 rows per patient, so the counts show
-    // the cap itself.
-    use datafusion_dp::sql::privacy::public_fanout::MAX_PUBLIC_FANOUT;
-    let cap = MAX_PUBLIC_FANOUT as i64;
+    // work are bounded): the default, and 512 set by the owner before locking. The bounding
+    // keeps up to 5,000 rows per patient, so the counts show the cap itself.
+    let default_cap =
+        i64::from(datafusion_dp::sql::options::DpOptions::default().max_public_fanout);
     let mut sessions = Vec::new();
-    for locked in [true, false] {
+    for (locked, cap) in [(true, default_cap), (true, 512), (false, 0)] {
         let ctx = SessionContext::new_with_config(config(4, false));
         datafusion_dp::register(&ctx)?;
         for sql in [
@@ -510,39 +510,53 @@ async fn a_protected_row_meets_a_bounded_number_of_public_rows() -> Result<()> {
         ] {
             ctx.sql(sql).await?.collect().await?;
         }
+        if locked && cap != default_cap {
+            ctx.sql(&format!("SET dp.max_public_fanout = {cap}"))
+                .await?
+                .collect()
+                .await?;
+        }
         protect(&ctx, "many", Protection::Unit("patient_id".into()))?;
         protect(&ctx, "wide", Protection::Public)?;
         if locked {
             lock(&ctx)?;
         }
-        sessions.push((ctx, locked));
+        sessions.push((ctx, locked, cap));
     }
+    // (query, locked count, trusted count); `CAP` stands for the session's cap
+    const CAP: i64 = -1;
     let cases: &[(&str, i64, i64)] = &[
-        // (query, locked count, trusted count)
-        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k", 50 * cap, 50 * 3000),
-        ("SELECT dp_count(many.k, 1e9) FROM many, wide WHERE many.k = wide.k AND wide.v < 5000", 50 * cap, 50 * 2500),
-        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN range(100000)", 50 * cap, 50 * 5000),
+        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k", 50 * CAP, 50 * 3000),
+        ("SELECT dp_count(many.k, 1e9) FROM many, wide WHERE many.k = wide.k AND wide.v < 5000", 50 * CAP, 50 * 2500),
+        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN range(100000)", 50 * CAP, 50 * 5000),
         ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN (VALUES (1), (2), (3)) AS r(x)", 150, 150),
-        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k CROSS JOIN range(10)", 50 * cap, 50 * 5000),
-        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN (VALUES (1), (2)) AS r(x) JOIN wide ON many.k = wide.k", 50 * cap, 50 * 5000),
+        ("SELECT dp_count(many.k, 1e9) FROM many JOIN wide ON many.k = wide.k CROSS JOIN range(10)", 50 * CAP, 50 * 5000),
+        ("SELECT dp_count(many.k, 1e9) FROM many CROSS JOIN (VALUES (1), (2)) AS r(x) JOIN wide ON many.k = wide.k", 50 * CAP, 50 * 5000),
         // A lookup with few rows per key is not cut.
         ("SELECT dp_count(many.k, 1e9) FROM many JOIN (SELECT k, v FROM wide WHERE v < 6) AS w ON many.k = w.k", 150, 150),
         // Semi joins do not repeat protected rows.
         ("SELECT dp_count(many.k, 1e9) FROM many WHERE k IN (SELECT k FROM wide)", 50, 50),
     ];
     for (sql, locked_count, trusted_count) in cases {
-        for (ctx, locked) in &sessions {
+        for (ctx, locked, cap) in &sessions {
             let expected = if *locked {
-                *locked_count
+                if *locked_count < 0 {
+                    -locked_count * cap
+                } else {
+                    *locked_count
+                }
             } else {
                 (*trusted_count).min(50 * 5000)
             };
             let got = near_exact_count(ctx, sql, *locked).await?;
-            assert_eq!(got, expected, "locked = {locked}: {sql}");
+            assert_eq!(got, expected, "locked = {locked}, cap {cap}: {sql}");
         }
     }
-    // The cap shows in the plan.
-    let (locked_ctx, _) = &sessions[0];
+    // The cap shows in the plan; an analyst cannot raise it.
+    let (locked_ctx, _, _) = &sessions[0];
+    let raise = run(locked_ctx, "SET dp.max_public_fanout = 100000").await;
+    let error = raise.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("set by the data owner"), "{error}");
     let text = explained(
         locked_ctx,
         "EXPLAIN SELECT dp_count(many.k, 1.0) FROM many JOIN wide ON many.k = wide.k",
@@ -557,11 +571,10 @@ async fn a_person_meets_a_bounded_number_of_their_own_rows() -> Result<()> {
     // 10 patients with 300 rows each, and a 600-element list in every row. A join of the
     // protected table with itself on the unit repeats each row by the person's own rows (300),
     // and UNNEST by the row's own list (600): in a locked session both are capped out of the
-    // same allowance as public joins (MAX_PUBLIC_FANOUT = 256 per row, issue 27's "Work"
+    // same allowance as public joins (dp.max_public_fanout per row, issue 27's "Work"
     // class), a trusted session is not. The bounding keeps up to 1,000,000 rows per patient,
     // so the counts show the caps themselves (at epsilon = 1e9 the noise is far below 0.5).
-    use datafusion_dp::sql::privacy::public_fanout::MAX_PUBLIC_FANOUT;
-    let cap = MAX_PUBLIC_FANOUT as i64;
+    let cap = i64::from(datafusion_dp::sql::options::DpOptions::default().max_public_fanout);
     let mut sessions = Vec::new();
     for locked in [true, false] {
         let ctx = SessionContext::new_with_config(config(4, false));

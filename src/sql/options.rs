@@ -96,6 +96,10 @@ pub struct DpOptions {
     pub max_rows_per_unit: u32,
     /// Groups one unit may contribute to, for tables protected by a unit.
     pub max_groups_per_unit: u32,
+    /// Rows one protected row may meet through joins and `UNNEST` in a locked query
+    /// ([`crate::sql::privacy::public_fanout`]): one person adds at most this many times
+    /// their own rows (and the bytes of their values) to a query's work.
+    pub max_public_fanout: u32,
     /// Whether the GROUP BY keys are declared public: not at all, by assertion, or as a table
     /// of keys ([`PublicGroups`]).
     pub public_groups: PublicGroups,
@@ -125,6 +129,7 @@ impl Default for DpOptions {
             locked: false,
             max_rows_per_unit: 1,
             max_groups_per_unit: 1,
+            max_public_fanout: 64,
             public_groups: PublicGroups::None,
             selection_epsilon: None,
             selection_delta: None,
@@ -389,6 +394,24 @@ pub const OPTIONS: &[DpOption] = &[
             Ok(())
         },
         copy: |o, from| o.max_groups_per_unit = from.max_groups_per_unit,
+    },
+    DpOption {
+        key: "max_public_fanout",
+        doc: "locked sessions: rows one protected row may meet through joins with public relations, protected self-joins and UNNEST, in all (default 64, at most 65536); beyond it a join keeps the first rows of each key in the order of their values. A larger value lets wider joins through, and lets one person's values show more in a query's time",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.max_public_fanout.to_string()),
+        set: |o, value| {
+            let cap = parse_bound("max_public_fanout", value)?;
+            if cap > 65_536 {
+                return Err(format!(
+                    "max_public_fanout must be at most 65536, got '{value}'"
+                ));
+            }
+            o.max_public_fanout = cap;
+            Ok(())
+        },
+        copy: |o, from| o.max_public_fanout = from.max_public_fanout,
     },
     DpOption {
         key: "public_groups",
@@ -796,6 +819,17 @@ mod tests {
     }
 
     #[test]
+    fn max_public_fanout_is_bounded() {
+        let mut o = DpOptions::default();
+        for bad in ["0", "65537", "-1", "1e9", "x", ""] {
+            let error = o.apply("max_public_fanout", bad).unwrap_err();
+            assert!(error.contains("max_public_fanout"), "{bad}: {error}");
+        }
+        o.apply("max_public_fanout", "65536").unwrap();
+        assert_eq!(o.max_public_fanout, 65536);
+    }
+
+    #[test]
     fn without_owner_settings_resets_every_owner_key_and_keeps_the_rest() {
         let mut client = DpOptions::default();
         for (key, value) in [
@@ -807,6 +841,7 @@ mod tests {
             ("group_sizes", "public"),
             ("protected_tables", "t(id)"),
             ("public_tables", "*"),
+            ("max_public_fanout", "512"),
             ("confidence", "0.9"),
             ("max_rows_per_unit", "3"),
         ] {

@@ -1,5 +1,6 @@
 //! A locked query's work grows by a bounded number of rows with one person: a protected row
-//! is repeated at most [`MAX_PUBLIC_FANOUT`] times, through joins and `UNNEST`.
+//! is repeated at most `dp.max_public_fanout` times (the owner's option, default 64), through
+//! joins and `UNNEST`.
 //!
 //! The bounding rewrite ([`crate::sql::privacy::bounding`]) keeps `max_rows_per_unit` rows of
 //! each person, but it runs after the joins, so the rows it reads are the person's rows times
@@ -9,17 +10,17 @@
 //! public relation. So, in a query whose protected scans are hidden from the optimiser (a
 //! locked session's, or a locked cluster scheduler's: [`crate::sql::privacy::protected_scan`]),
 //! this optimiser rule caps, before each join of protected rows with a public relation, what
-//! one protected row can meet, over the whole query, at [`MAX_PUBLIC_FANOUT`] public rows:
+//! one protected row can meet, over the whole query, at `max_public_fanout` public rows:
 //!
 //! - a public relation of known size (`VALUES`, a `LIMIT`, an aggregate without `GROUP BY`)
 //!   within what is left of the cap is joined as it is;
-//! - an equi-join keeps, of each key's public rows, the first `MAX_PUBLIC_FANOUT / f` in the
+//! - an equi-join keeps, of each key's public rows, the first `max_public_fanout / f` in the
 //!   order of their values (`f`: what earlier joins already multiplied the protected rows
 //!   by), visible in `EXPLAIN` as a `row_number()` window named `__dp_public_fanout`. The
 //!   choice depends on public rows only, so it is the same on neighbouring tables, and the
 //!   contribution bound is untouched (the bounding still runs after the join);
 //! - a join without equal keys (`CROSS JOIN`, only inequalities) keeps the first
-//!   `MAX_PUBLIC_FANOUT / f` public rows in the order of their values (a top-k sort).
+//!   `max_public_fanout / f` public rows in the order of their values (a top-k sort).
 //!
 //! A join's other conditions (`ON a.k = b.k AND a.t BETWEEN b.lo AND b.hi`) apply after the
 //! cap, so a key with more public rows than the cap can lose matches that a trusted session
@@ -28,10 +29,10 @@
 //! Semi and anti joins filter protected rows without repeating them. Two operators repeat a
 //! person's rows by that person's own data, and are capped out of the same allowance:
 //! - a join of two protected relations (allowed only on their unit columns): the side whose
-//!   rows are repeated keeps a uniformly random sample of at most `MAX_PUBLIC_FANOUT / f` rows
+//!   rows are repeated keeps a uniformly random sample of at most `max_public_fanout / f` rows
 //!   of each person ([`bounding::sample_rows_per_unit`], a window named `__dp_own_rows`). The
 //!   sample depends on that person's rows only, so the contribution bound is untouched;
-//! - `UNNEST` of a list: each list keeps its first `MAX_PUBLIC_FANOUT / f` elements
+//! - `UNNEST` of a list: each list keeps its first `max_public_fanout / f` elements
 //!   (`array_slice`); nested lists unnested recursively are refused.
 //!
 //! This is the same rule as Tumult Analytics' `join_public` (equi-joins with public tables
@@ -60,13 +61,6 @@ use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJo
 use datafusion::physical_plan::ExecutionPlan;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// Public rows one protected row may meet through joins, in all, in a locked query. One
-/// person then adds at most this many rows per row of theirs to a query's work: with a 10 KB
-/// text repeated by a public relation, 1,024 showed as 1.31x peak memory against 1.08x at 256
-/// (`tests/neighbours.rs`, timing mode). Joins with lookup tables (a few rows per key) are
-/// never cut.
-pub const MAX_PUBLIC_FANOUT: u64 = 256;
 
 /// The window column that ranks a public relation's rows within each join key.
 const RANK: &str = "__dp_public_fanout";
@@ -102,6 +96,7 @@ impl OptimizerRule for BoundPublicFanout {
         let mut bounder = Bounder {
             analysis: PlanAnalysis::new(&session.protections, &options, None),
             seed: session.seed,
+            allowance: u64::from(session.max_public_fanout),
             changed: false,
         };
         let (plan, _) = bounder.bound(plan)?;
@@ -134,13 +129,13 @@ fn protected_scan(node: &LogicalPlan) -> bool {
 }
 
 /// How many times one protected row may appear in a relation through joins with public
-/// relations (at most [`MAX_PUBLIC_FANOUT`]); `None` for a relation without protected rows.
+/// relations (at most the allowance); `None` for a relation without protected rows.
 type Fanout = Option<u64>;
 
 /// The fan-out of a relation built from two: `times` of both if both carry protected rows.
-fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64) -> Fanout {
+fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64, allowance: u64) -> Fanout {
     match (a, b) {
-        (Some(x), Some(y)) => Some(times(x, y).min(MAX_PUBLIC_FANOUT)),
+        (Some(x), Some(y)) => Some(times(x, y).min(allowance)),
         (x, y) => x.or(y),
     }
 }
@@ -150,6 +145,8 @@ fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64) -> Fanout {
 struct Bounder<'a> {
     analysis: PlanAnalysis<'a>,
     seed: Option<u64>,
+    /// Rows one protected row may meet in all (the owner's `dp.max_public_fanout`).
+    allowance: u64,
     changed: bool,
 }
 
@@ -203,7 +200,7 @@ impl Bounder<'_> {
         let plan = plan
             .map_children(|child| {
                 let (child, f) = self.bound(child)?;
-                fanout = merge(fanout, f, u64::max);
+                fanout = merge(fanout, f, u64::max, self.allowance);
                 Ok(Transformed::yes(child))
             })?
             .data;
@@ -233,7 +230,7 @@ impl Bounder<'_> {
         if !repeats {
             return Ok((public, times));
         }
-        let left = MAX_PUBLIC_FANOUT / times;
+        let left = self.allowance / times;
         if let Some(rows) = public.max_rows() {
             let rows = (rows as u64).max(1);
             if rows <= left {
@@ -266,14 +263,14 @@ impl Bounder<'_> {
                 (cap_per_key(public, keys, left)?, left)
             }
         };
-        Ok((public, (times * cap).min(MAX_PUBLIC_FANOUT)))
+        Ok((public, (times * cap).min(self.allowance)))
     }
 
     /// A join of two protected relations (repeated `l` and `r` times), which the analysis
     /// allowed only on their unit columns: each row meets the rows of its own person on the
     /// other side, as many as that person has. The side whose rows are repeated (the right
     /// one of an inner or left join, the left one of a right join) keeps a random sample of
-    /// at most `MAX_PUBLIC_FANOUT / (l * r)` rows of each person
+    /// at most `allowance / (l * r)` rows of each person
     /// ([`bounding::sample_rows_per_unit`]).
     fn meet_own(
         &mut self,
@@ -284,7 +281,7 @@ impl Bounder<'_> {
         join_type: JoinType,
     ) -> Result<(LogicalPlan, LogicalPlan, Fanout)> {
         use JoinType::*;
-        let times = l.saturating_mul(r).min(MAX_PUBLIC_FANOUT);
+        let times = l.saturating_mul(r).min(self.allowance);
         let cap_right = match join_type {
             Inner | Left | Full => true,
             Right => false,
@@ -293,7 +290,7 @@ impl Bounder<'_> {
                 return Ok((left, right, Some(times)))
             }
         };
-        let cap = (MAX_PUBLIC_FANOUT / times).max(1);
+        let cap = (self.allowance / times).max(1);
         let (left, right) = match cap_right {
             true => (left, self.own_rows_capped(right, cap)?),
             false => (self.own_rows_capped(left, cap)?, right),
@@ -301,7 +298,7 @@ impl Bounder<'_> {
         Ok((
             left,
             right,
-            Some(times.saturating_mul(cap).min(MAX_PUBLIC_FANOUT)),
+            Some(times.saturating_mul(cap).min(self.allowance)),
         ))
     }
 
@@ -334,7 +331,7 @@ impl Bounder<'_> {
 
     /// `UNNEST` of protected rows (repeated `f` times): one row per element of each unnested
     /// list, as many as the person's values hold (`string_to_array(note, ' ')`, a list
-    /// column). Each list is cut to its first `MAX_PUBLIC_FANOUT / f` elements before.
+    /// column). Each list is cut to its first `allowance / f` elements before.
     fn unnest(&mut self, mut unnest: Unnest) -> Result<(LogicalPlan, Fanout)> {
         let (input, f) = self.bound(Arc::unwrap_or_clone(unnest.input))?;
         let (Some(f), false) = (f, unnest.list_type_columns.is_empty()) else {
@@ -351,7 +348,7 @@ impl Bounder<'_> {
                  repeats one person's rows by their own values; unnest one level at a time"
             );
         }
-        let cap = (MAX_PUBLIC_FANOUT / f).max(1);
+        let cap = (self.allowance / f).max(1);
         let lists: BTreeSet<usize> = unnest.list_type_columns.iter().map(|(i, _)| *i).collect();
         let schema = Arc::clone(input.schema());
         let already = match &input {
@@ -381,7 +378,7 @@ impl Bounder<'_> {
         };
         unnest.input = Arc::new(input);
         let plan = LogicalPlan::Unnest(unnest).recompute_schema()?;
-        Ok((plan, Some(f.saturating_mul(cap).min(MAX_PUBLIC_FANOUT))))
+        Ok((plan, Some(f.saturating_mul(cap).min(self.allowance))))
     }
 }
 
