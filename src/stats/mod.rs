@@ -11,6 +11,7 @@ pub mod methods;
 pub mod odds_ratio;
 pub mod paper;
 pub mod planning;
+pub mod quantile;
 pub mod ratio;
 pub mod risk_difference;
 pub mod rng;
