@@ -1,19 +1,25 @@
-//! The privacy layer: the owner's declarations ([`protection`]), the plan analysis that proves
-//! each DP aggregate's contribution bound and that only DP leaves a protected table
-//! ([`analysis`]), the planner rule that binds and charges each call ([`rule`]), the rewrites it
-//! applies ([`bounding`], [`public_groups`], [`selection`]), the guard that makes one charge buy
-//! one release ([`release`]), the order releases come out in ([`release_order`]), the cap on what joins multiply protected rows by ([`public_fanout`]) and the locked session for untrusted analysts ([`lock`]).
+//! The privacy layer, by kind:
+//! - [`plan`]: the owner's declarations ([`protection`]), the plan analysis that proves each
+//!   DP aggregate's contribution bound and that only DP leaves a protected table
+//!   ([`analysis`]), and the analyzer rule that binds, rewrites and charges each call
+//!   ([`rule`]);
+//! - [`rewrite`]: the plan rewrites it applies: contribution bounding ([`bounding`]), public
+//!   group keys ([`public_groups`]) and private group selection ([`selection`]), total
+//!   expressions ([`total`]), the order releases come out in ([`release_order`]) and the cap
+//!   on what joins multiply protected rows by ([`public_fanout`]);
+//! - [`exec`]: physical operators and rules: the protected scan ([`protected_scan`]) and the
+//!   guard that makes one charge buy one release ([`release`]);
+//! - [`session`]: the locked session for untrusted analysts ([`lock`]) and the limits on the
+//!   statements it plans ([`limits`]).
+//!
+//! Each module is also reachable directly under `sql::privacy` (`sql::privacy::analysis`).
 
-pub mod analysis;
-pub mod bounding;
-pub mod limits;
-pub mod lock;
-pub mod protected_scan;
-pub mod protection;
-pub mod public_fanout;
-pub mod public_groups;
-pub mod release;
-pub mod release_order;
-pub mod rule;
-pub mod selection;
-pub mod total;
+pub mod exec;
+pub mod plan;
+pub mod rewrite;
+pub mod session;
+
+pub use exec::{protected_scan, release};
+pub use plan::{analysis, protection, rule};
+pub use rewrite::{bounding, public_fanout, public_groups, release_order, selection, total};
+pub use session::{limits, lock};

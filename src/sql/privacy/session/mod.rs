@@ -1,0 +1,4 @@
+//! The locked session for untrusted analysts, and the limits on what it plans.
+
+pub mod limits;
+pub mod lock;
