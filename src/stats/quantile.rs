@@ -42,22 +42,23 @@ pub struct QuantileTree {
 pub type LeafCounts = BTreeMap<u32, u64>;
 
 impl QuantileTree {
-    /// The tree over `[lower, upper]`; an error names the bound that is wrong.
+    /// The tree over `[lower, upper]`; an error names the bound that is wrong (quoted, as an SQL
+    /// argument).
     pub fn new(lower: f64, upper: f64) -> Result<Self, String> {
         if !lower.is_finite() {
-            return Err(format!("lower must be a finite number, got {lower}"));
+            return Err(format!("'lower' must be a finite number, got {lower}"));
         }
         if !upper.is_finite() {
-            return Err(format!("upper must be a finite number, got {upper}"));
+            return Err(format!("'upper' must be a finite number, got {upper}"));
         }
         if lower >= upper {
             return Err(format!(
-                "lower must be less than upper, got lower {lower} and upper {upper}"
+                "'lower' must be less than 'upper', got {lower} and {upper}"
             ));
         }
         if !(upper - lower).is_finite() {
             return Err(format!(
-                "upper - lower must be a finite number, got {lower} and {upper}"
+                "'upper' - 'lower' must be a finite number, got {lower} and {upper}"
             ));
         }
         Ok(Self { lower, upper })
@@ -105,7 +106,7 @@ impl QuantileTree {
         noise: &mut dyn FnMut() -> i64,
     ) -> Result<f64, String> {
         if !(0.0..=1.0).contains(&q) {
-            return Err(format!("q must be a number in [0, 1], got {q}"));
+            return Err(format!("'q' must be a number in [0, 1], got {q}"));
         }
         let mut rank = q.clamp(RANK_MARGIN, 1.0 - RANK_MARGIN);
         // The node reached: its level (0 the root) and its index within the level.
@@ -206,11 +207,11 @@ mod tests {
     #[test]
     fn bounds_are_checked_and_named() {
         for (lower, upper, named) in [
-            (f64::NAN, 1.0, "lower"),
-            (0.0, f64::INFINITY, "upper"),
-            (1.0, 1.0, "less than upper"),
-            (2.0, 1.0, "less than upper"),
-            (-f64::MAX, f64::MAX, "upper - lower"),
+            (f64::NAN, 1.0, "'lower'"),
+            (0.0, f64::INFINITY, "'upper'"),
+            (1.0, 1.0, "less than 'upper'"),
+            (2.0, 1.0, "less than 'upper'"),
+            (-f64::MAX, f64::MAX, "'upper' - 'lower'"),
         ] {
             let error = QuantileTree::new(lower, upper).unwrap_err();
             assert!(error.contains(named), "{lower} {upper}: {error}");
@@ -219,7 +220,7 @@ mod tests {
         let error = tree
             .quantile(&LeafCounts::new(), 1.5, &mut || 0)
             .unwrap_err();
-        assert!(error.contains("q must be"), "{error}");
+        assert!(error.contains("'q' must be"), "{error}");
     }
 
     #[test]
