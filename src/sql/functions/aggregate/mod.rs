@@ -39,6 +39,7 @@ statistics! {
         DpFunction::RdCi,
     ],
     files: [
+        dp_sum::DpSum,
     ],
 }
 
