@@ -101,57 +101,14 @@ impl DpStatistic for DpSum {
     }
 
     fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        let bound = |i: usize, arg: &str| -> Result<f64> {
-            match call.constants.get(i) {
-                Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
-                Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
-                Some(other) => {
-                    plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
-                }
-                None => plan_err!("{NAME}: argument '{arg}' is missing"),
-            }
-        };
-        let (lower, upper) = (bound(0, "lower")?, bound(1, "upper")?);
-        if lower > upper {
-            return plan_err!(
-                "{NAME}: argument 'lower'={} is above argument 'upper'={}",
-                short_number(lower),
-                short_number(upper)
-            );
-        }
         let sides = if call.grouped { 2.0 } else { 1.0 };
         call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-        let epsilon = call.group_epsilon / sides;
-        let delta = call.group_delta.map(|d| d / sides);
-        // The sensitivity `rows·(max(upper, 0) − min(lower, 0))`, in floating point to choose
-        // the grid; past the largest DOUBLE it is refused by name.
-        let width = call.contribution.rows as f64 * (upper.max(0.0) - lower.min(0.0));
-        if !width.is_finite() {
-            return plan_err!(
-                "{NAME}: arguments 'lower'={} and 'upper'={}: the sensitivity max_rows_per_unit x (max(upper, 0) - min(lower, 0)) overflows a DOUBLE",
-                short_number(lower),
-                short_number(upper)
-            );
-        }
-        let real = Grid::choose(call, epsilon, delta, width, -1022, MAX_GRID_EXPONENT, |k| {
-            let scale = 2f64.powi(-k);
-            ((lower * scale).round() as i128, (upper * scale).round() as i128)
-        })?;
-        let integer = match call.constants_i64() {
-            Some((l, u)) => {
-                let (l, u) = (l as i128, u as i128);
-                Some(Grid::choose(call, epsilon, delta, width, 0, 120, |k| {
-                    (round_shift(l, k), round_shift(u, k))
-                })?)
-            }
-            None => None,
-        };
-        Ok(Release::Statistic(StatisticRelease(Arc::new(SumNoise {
-            lower,
-            upper,
-            integer: integer.map(|g| (g, call.constants_i64())),
-            real,
-        }))))
+        let noise = sum_noise(
+            call,
+            call.group_epsilon / sides,
+            call.group_delta.map(|d| d / sides),
+        )?;
+        Ok(Release::Statistic(StatisticRelease(Arc::new(noise))))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -165,24 +122,7 @@ impl DpStatistic for DpSum {
         let Some(noise) = noise.as_any().downcast_ref::<SumNoise>() else {
             return internal_err!("{NAME}: bound to another statistic's calibration");
         };
-        let clamp = match types.first() {
-            Some(DataType::Int64) => match &noise.integer {
-                Some((grid, Some((l, u)))) => Clamp::Integer {
-                    lower: *l,
-                    upper: *u,
-                    exponent: grid.exponent as u32,
-                    grid: grid.clone(),
-                },
-                _ => return internal_err!("{NAME}: integer input without integer bounds"),
-            },
-            Some(DataType::Float64) => Clamp::Real {
-                lower: noise.lower,
-                upper: noise.upper,
-                inverse_grid: 2f64.powi(-noise.real.exponent),
-                grid: noise.real.clone(),
-            },
-            other => return internal_err!("{NAME}: unexpected input type {other:?}"),
-        };
+        let clamp = Clamp::for_input(noise, types)?;
         Ok(Box::new(SumAccumulator {
             sums: Vec::new(),
             streams: GroupStreams::new(&plan),
@@ -190,6 +130,59 @@ impl DpStatistic for DpSum {
             overflow: false,
         }))
     }
+}
+
+/// Validates the bounds (the first two constants) and calibrates the noise of a clamped sum
+/// for `(epsilon, delta)` per group (after the caller's splits): the grid and its noise for
+/// real inputs and, with integer bounds, for integer inputs. `dp_avg` shares it.
+pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Result<SumNoise> {
+    let bound = |i: usize, arg: &str| -> Result<f64> {
+        match call.constants.get(i) {
+            Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
+            Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
+            Some(other) => {
+                plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
+            }
+            None => plan_err!("{NAME}: argument '{arg}' is missing"),
+        }
+    };
+    let (lower, upper) = (bound(0, "lower")?, bound(1, "upper")?);
+    if lower > upper {
+        return plan_err!(
+            "{NAME}: argument 'lower'={} is above argument 'upper'={}",
+            short_number(lower),
+            short_number(upper)
+        );
+    }
+    // The sensitivity `rows·(max(upper, 0) − min(lower, 0))`, in floating point to choose
+    // the grid; past the largest DOUBLE it is refused by name.
+    let width = call.contribution.rows as f64 * (upper.max(0.0) - lower.min(0.0));
+    if !width.is_finite() {
+        return plan_err!(
+            "{NAME}: arguments 'lower'={} and 'upper'={}: the sensitivity max_rows_per_unit x (max(upper, 0) - min(lower, 0)) overflows a DOUBLE",
+            short_number(lower),
+            short_number(upper)
+        );
+    }
+    let real = Grid::choose(call, epsilon, delta, width, -1022, MAX_GRID_EXPONENT, |k| {
+        let scale = 2f64.powi(-k);
+        ((lower * scale).round() as i128, (upper * scale).round() as i128)
+    })?;
+    let integer = match call.constants_i64() {
+        Some((l, u)) => {
+            let (l, u) = (l as i128, u as i128);
+            Some(Grid::choose(call, epsilon, delta, width, 0, 120, |k| {
+                (round_shift(l, k), round_shift(u, k))
+            })?)
+        }
+        None => None,
+    };
+    Ok(SumNoise {
+        lower,
+        upper,
+        integer: integer.map(|g| (g, call.constants_i64())),
+        real,
+    })
 }
 
 impl Call<'_> {
@@ -213,11 +206,11 @@ fn round_shift(x: i128, k: i32) -> i128 {
 
 /// A grid `2^exponent`, the bounds in grid units and the noise calibrated in grid units.
 #[derive(Debug, Clone, PartialEq)]
-struct Grid {
-    exponent: i32,
-    lower: i128,
-    upper: i128,
-    noise: CountNoise,
+pub(super) struct Grid {
+    pub(super) exponent: i32,
+    pub(super) lower: i128,
+    pub(super) upper: i128,
+    pub(super) noise: CountNoise,
 }
 
 impl Grid {
@@ -284,11 +277,11 @@ impl Grid {
 /// The calibration of one `dp_sum` call: the bounds, and the grid and noise for real inputs
 /// and (integer bounds only) for integer inputs.
 #[derive(Debug, Clone, PartialEq)]
-struct SumNoise {
-    lower: f64,
-    upper: f64,
-    integer: Option<(Grid, Option<(i64, i64)>)>,
-    real: Grid,
+pub(super) struct SumNoise {
+    pub(super) lower: f64,
+    pub(super) upper: f64,
+    pub(super) integer: Option<(Grid, Option<(i64, i64)>)>,
+    pub(super) real: Grid,
 }
 
 impl StatisticNoise for SumNoise {
@@ -306,7 +299,7 @@ impl StatisticNoise for SumNoise {
 }
 
 /// How a value becomes grid units, and the grid's noise.
-enum Clamp {
+pub(super) enum Clamp {
     Integer {
         lower: i64,
         upper: i64,
@@ -322,7 +315,72 @@ enum Clamp {
 }
 
 impl Clamp {
-    fn grid(&self) -> &Grid {
+    /// The clamping and grid for the input type (`Int64` or `Float64`, after coercion).
+    pub(super) fn for_input(noise: &SumNoise, types: &[DataType]) -> Result<Self> {
+            Ok(match types.first() {
+                Some(DataType::Int64) => match &noise.integer {
+                    Some((grid, Some((l, u)))) => Clamp::Integer {
+                        lower: *l,
+                        upper: *u,
+                        exponent: grid.exponent as u32,
+                        grid: grid.clone(),
+                    },
+                    _ => return internal_err!("{NAME}: integer input without integer bounds"),
+                },
+                Some(DataType::Float64) => Clamp::Real {
+                    lower: noise.lower,
+                    upper: noise.upper,
+                    inverse_grid: 2f64.powi(-noise.real.exponent),
+                    grid: noise.real.clone(),
+                },
+                other => return internal_err!("{NAME}: unexpected input type {other:?}"),
+            })
+    }
+
+    /// Calls `f(group, units)` for every counted row (non-NULL, not NaN, the filter holds).
+    pub(super) fn accumulate(
+        &self,
+        values: &ArrayRef,
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        mut f: impl FnMut(usize, i128) + Send,
+    ) {
+        match self {
+            Clamp::Integer {
+                lower,
+                upper,
+                exponent,
+                ..
+            } => accumulate(
+                group_indices,
+                values.as_primitive::<Int64Type>(),
+                opt_filter,
+                |group, v| f(group, int_units(v, *lower, *upper, *exponent)),
+            ),
+            Clamp::Real {
+                lower,
+                upper,
+                inverse_grid,
+                ..
+            } => accumulate(
+                group_indices,
+                values.as_primitive::<Float64Type>(),
+                opt_filter,
+                |group, v| {
+                    if let Some(u) = real_units(v, *lower, *upper, *inverse_grid) {
+                        f(group, u)
+                    }
+                },
+            ),
+        }
+    }
+
+    /// A noisy sum in grid units as a DOUBLE.
+    pub(super) fn value(&self, units: i128) -> f64 {
+        units as f64 * 2f64.powi(self.grid().exponent)
+    }
+
+    pub(super) fn grid(&self) -> &Grid {
         match self {
             Self::Integer { grid, .. } | Self::Real { grid, .. } => grid,
         }
@@ -348,31 +406,9 @@ impl SumAccumulator {
     fn units(&self, values: &ArrayRef, opt_filter: Option<&BooleanArray>) -> Vec<Option<i128>> {
         let rows = values.len();
         let mut out: Vec<Option<i128>> = vec![None; rows];
-        let group_indices: Vec<usize> = (0..rows).collect();
-        match &self.clamp {
-            Clamp::Integer {
-                lower,
-                upper,
-                exponent,
-                ..
-            } => accumulate(
-                &group_indices,
-                values.as_primitive::<Int64Type>(),
-                opt_filter,
-                |row, v| out[row] = Some(int_units(v, *lower, *upper, *exponent)),
-            ),
-            Clamp::Real {
-                lower,
-                upper,
-                inverse_grid,
-                ..
-            } => accumulate(
-                &group_indices,
-                values.as_primitive::<Float64Type>(),
-                opt_filter,
-                |row, v| out[row] = real_units(v, *lower, *upper, *inverse_grid),
-            ),
-        }
+        let rows_as_groups: Vec<usize> = (0..rows).collect();
+        self.clamp
+            .accumulate(values, &rows_as_groups, opt_filter, |row, u| out[row] = Some(u));
         out
     }
 
@@ -406,38 +442,13 @@ impl GroupsAccumulator for SumAccumulator {
         self.streams.note_keys(values, group_indices)?;
         let mut sums = std::mem::take(&mut self.sums);
         let mut overflow = false;
-        let mut add = |group: usize, units: i128| match sums[group].checked_add(units) {
-            Some(s) => sums[group] = s,
-            None => overflow = true,
-        };
-        match &self.clamp {
-            Clamp::Integer {
-                lower,
-                upper,
-                exponent,
-                ..
-            } => accumulate(
-                group_indices,
-                values[0].as_primitive::<Int64Type>(),
-                opt_filter,
-                |group, v| add(group, int_units(v, *lower, *upper, *exponent)),
-            ),
-            Clamp::Real {
-                lower,
-                upper,
-                inverse_grid,
-                ..
-            } => accumulate(
-                group_indices,
-                values[0].as_primitive::<Float64Type>(),
-                opt_filter,
-                |group, v| {
-                    if let Some(u) = real_units(v, *lower, *upper, *inverse_grid) {
-                        add(group, u)
-                    }
-                },
-            ),
-        }
+        self.clamp
+            .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                match sums[group].checked_add(units) {
+                    Some(s) => sums[group] = s,
+                    None => overflow = true,
+                }
+            });
         self.sums = sums;
         self.overflow |= overflow;
         Ok(())
@@ -495,8 +506,10 @@ impl GroupsAccumulator for SumAccumulator {
                 Ok(Arc::new(Int64Array::from(out)))
             }
             Clamp::Real { .. } => {
-                let g = 2f64.powi(grid.exponent);
-                let out: Float64Array = noisy.into_iter().map(|u| Some(u as f64 * g)).collect();
+                let out: Float64Array = noisy
+                    .into_iter()
+                    .map(|u| Some(self.clamp.value(u)))
+                    .collect();
                 Ok(Arc::new(out))
             }
         }
