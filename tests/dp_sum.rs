@@ -1,6 +1,7 @@
-//! `dp_sum` through SQL: the noise of released sums (seeded, tolerance from the Monte Carlo
-//! standard error), every epsilon refused by name or answered within its noise, and what an
-//! analyst would try with the clamping bounds.
+//! `dp_sum` and `dp_avg` through SQL: the noise of released sums and means and the coverage
+//! of `dp_avg`'s interval (seeded, tolerance from the Monte Carlo standard error), every
+//! epsilon refused by name or answered within its noise, and what an analyst would try with
+//! the clamping bounds.
 
 mod common;
 
@@ -327,5 +328,85 @@ async fn clamping_bounds_cannot_be_turned_against_the_guarantee() -> Result<()> 
         // In a locked session the text of an execution error is withheld.
         Err(e) => assert!(e.to_string().contains("dp_sum: the"), "{e}"),
     }
+    Ok(())
+}
+
+/// `dp_avg(y, 0, 10, 1.0)` grouped, over `REPLICATES` groups of 200 rows: its estimate's error
+/// around each group's exact clamped mean has the variance of the delta method for the two
+/// noises, and its interval covers that mean at the stated 95%.
+///
+/// The noises: ε = 1 is halved for the sum and the count and halved again per group (GROUP
+/// BY), so each is calibrated for 0.25: the sum (sensitivity 10) with Laplace scale 40
+/// (variance 2·40² = 3200 on its fine grid), the count (sensitivity 1) with discrete Laplace
+/// scale 4. The error of `sum/count` is `(N_s − mean·N_c)/count` to first order, of variance
+/// `(3200 + mean²·V_c)/count²` (count = 200, about 0.086 here).
+///
+/// Tolerance: with `R = 2000` groups, the coverage's standard error is
+/// `sqrt(0.95·0.05/R) = 0.0049`, accepted within 4.5 of them (0.022); the error variance's is
+/// at most `V·sqrt(5/R)` (Laplace fourth moment `6V²`; the mixture of two Laplace noises has
+/// less), 5% of V, accepted within 4.5 of them. A sum or count calibrated for 0.5 instead of
+/// 0.25 (a split forgotten) changes the variance by about 4x; an interval without the sum's
+/// noise would cover almost never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dp_avg_has_the_delta_method_s_noise_and_covers() -> Result<()> {
+    let ctx = session(
+        REPLICATES * 200,
+        false,
+        &["SET dp.public_groups = 'assert'", "SET dp.seed = 29"],
+    )
+    .await?;
+    let released = run(
+        &ctx,
+        "SELECT r, a['estimate'], a['lower'], a['upper'] FROM
+           (SELECT r, dp_avg(y, 0, 10, 1.0) AS a FROM t GROUP BY r) ORDER BY r",
+    )
+    .await?;
+    let exact = values(
+        &run(
+            &ctx,
+            "SELECT r, avg(least(greatest(y, 0), 10)) FROM truth GROUP BY r ORDER BY r",
+        )
+        .await?,
+    );
+    let mut rows = Vec::new();
+    for b in &released {
+        let column = |i: usize| b.column(i).as_primitive::<Float64Type>().clone();
+        let (estimate, lower, upper) = (column(1), column(2), column(3));
+        for i in 0..b.num_rows() {
+            rows.push((estimate.value(i), lower.value(i), upper.value(i)));
+        }
+    }
+    assert_eq!(rows.len(), REPLICATES);
+    let r = REPLICATES as f64;
+    let covered = rows
+        .iter()
+        .zip(&exact)
+        .filter(|((_, lo, hi), (_, m))| lo <= m && m <= hi)
+        .count() as f64
+        / r;
+    let errors: Vec<f64> = rows
+        .iter()
+        .zip(&exact)
+        .map(|((e, _, _), (_, m))| e - m)
+        .collect();
+    let mean_of_means = exact.iter().map(|(_, m)| m).sum::<f64>() / r;
+    let predicted = (2.0 * 40.0 * 40.0 + mean_of_means.powi(2) * discrete_laplace_variance(4.0))
+        / 200f64.powi(2);
+    let mean = errors.iter().sum::<f64>() / r;
+    let var = errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (r - 1.0);
+    let coverage_se = (0.95 * 0.05 / r).sqrt();
+    assert!(
+        (covered - 0.95).abs() <= 4.5 * coverage_se,
+        "coverage {covered}, want 0.95 ± {}",
+        4.5 * coverage_se
+    );
+    assert!(
+        (var - predicted).abs() <= 4.5 * predicted * (5.0 / r).sqrt(),
+        "error variance {var}, predicted {predicted}"
+    );
+    assert!(
+        mean.abs() <= 4.5 * (predicted / r).sqrt(),
+        "mean error {mean}"
+    );
     Ok(())
 }

@@ -652,6 +652,26 @@ pub fn cases() -> Vec<Case> {
                 )
             },
         },
+        Case {
+            name: "avg_grouped_row_removed",
+            what: "grouped dp_avg(x, 0, 4), Laplace: one row's value 4 in D, NULL in D' (the sum moves by 4 and the count by 1, each noised at epsilon/4: sees epsilon/2), released sum and count",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 0.5,
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, a['sum'] AS s, a['count'] AS c FROM
+                       (SELECT replicate, dp_avg(x, 0, 4, 1.0) AS a FROM t GROUP BY replicate)",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", None), ("a", Some(1))]),
+                    n,
+                    64,
+                )
+            },
+        },
         // ---- planted bugs: the auditor must catch each ----
         Case {
             name: "planted_double_epsilon",
@@ -700,6 +720,26 @@ pub fn cases() -> Vec<Case> {
                     gx(&[("a", Some(0)), ("a", Some(1))]),
                     n,
                     63,
+                )
+            },
+        },
+        Case {
+            name: "planted_avg_split",
+            what: "PLANTED: grouped dp_avg(x, 0, 4) with its sum and count each at the call's epsilon per group (neither the sum/count split nor the two sides of a GROUP BY applied; the engine run at 4.0 claiming 1.0): one row's value 4 in D, NULL in D'",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 2.0,
+            expect: Expect::Exceeds,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, a['sum'] AS s, a['count'] AS c FROM
+                       (SELECT replicate, dp_avg(x, 0, 4, 4.0) AS a FROM t GROUP BY replicate)",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", None), ("a", Some(1))]),
+                    n,
+                    65,
                 )
             },
         },

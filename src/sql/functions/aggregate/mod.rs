@@ -40,6 +40,7 @@ statistics! {
     ],
     files: [
         dp_sum::DpSum,
+        dp_avg::DpAvg,
     ],
 }
 
