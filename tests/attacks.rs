@@ -943,6 +943,8 @@ async fn a_locked_session_resolves_only_allowed_functions() -> Result<()> {
         "dp_or_ci",
         "dp_risk_difference",
         "dp_rd_ci",
+        "dp_sum",
+        "dp_avg",
         // Scalar functions of their arguments only (no table access).
         "rr_ci_katz",
         "laplace_ratio_cdf",

@@ -9,7 +9,7 @@
 
 #![allow(dead_code)]
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion_dp::sql::audit::{Repetition, SqlAudit};
 use datafusion_dp::stats::audit::grid_exponent;
 use std::sync::Arc;
@@ -603,6 +603,75 @@ pub fn cases() -> Vec<Case> {
                 .delta(1e-2)
             },
         },
+        // ---- dp_sum ----
+        Case {
+            name: "sum_grouped_within_group",
+            what: "grouped dp_sum(x, 0, 4), Laplace: one row's value 4 in D, 0 in D' (the sum moves by the sensitivity 4 in one group; sees epsilon/2)",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 0.5,
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, dp_sum(x, 0, 4, 1.0) AS s FROM t GROUP BY replicate",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", Some(0)), ("a", Some(1))]),
+                    n,
+                    61,
+                )
+            },
+        },
+        Case {
+            name: "sum_real_straddling_bounds",
+            what: "grouped dp_sum(y, -2.0, 2.0) over DOUBLE, Laplace: one row's value 2 in D, -2 in D' (a move of upper - lower = 4, the sensitivity when the bounds straddle 0; sees epsilon/2), with the output's grid exponent as a feature",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 0.5,
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                let y = |v: f64| {
+                    batch(vec![(
+                        "y",
+                        Arc::new(Float64Array::from(vec![v, 0.5])) as ArrayRef,
+                    )])
+                };
+                grouped(
+                    "SELECT replicate, dp_sum(y, -2.0, 2.0, 1.0) AS s FROM t GROUP BY replicate",
+                    y(2.0),
+                    y(-2.0),
+                    n,
+                    62,
+                )
+                .features(
+                    &["s", "grid exponent of s"],
+                    Arc::new(|release: &[f64]| vec![release[0], grid_exponent(release[0])]),
+                )
+            },
+        },
+        Case {
+            name: "avg_grouped_row_removed",
+            what: "grouped dp_avg(x, 0, 4), Laplace: one row's value 4 in D, NULL in D' (the sum moves by 4 and the count by 1, each noised at epsilon/4: sees epsilon/2), released sum and count",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 0.5,
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, a['sum'] AS s, a['count'] AS c FROM
+                       (SELECT replicate, dp_avg(x, 0, 4, 1.0) AS a FROM t GROUP BY replicate)",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", None), ("a", Some(1))]),
+                    n,
+                    64,
+                )
+            },
+        },
         // ---- planted bugs: the auditor must catch each ----
         Case {
             name: "planted_double_epsilon",
@@ -633,6 +702,45 @@ pub fn cases() -> Vec<Case> {
                     52,
                 )
                 .group_columns(&["g"])
+            },
+        },
+        Case {
+            name: "planted_sum_sensitivity",
+            what: "PLANTED: grouped dp_sum(x, 0, 4) calibrated for sensitivity 1 (the unit's row bound, forgetting the bounds' width 4; the engine run at epsilon 4.0 claiming 1.0): one row's value 4 in D, 0 in D'",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 2.0,
+            expect: Expect::Exceeds,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, dp_sum(x, 0, 4, 4.0) AS s FROM t GROUP BY replicate",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", Some(0)), ("a", Some(1))]),
+                    n,
+                    63,
+                )
+            },
+        },
+        Case {
+            name: "planted_avg_split",
+            what: "PLANTED: grouped dp_avg(x, 0, 4) with its sum and count each at the call's epsilon per group (neither the sum/count split nor the two sides of a GROUP BY applied; the engine run at 4.0 claiming 1.0): one row's value 4 in D, NULL in D'",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 2.0,
+            expect: Expect::Exceeds,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, a['sum'] AS s, a['count'] AS c FROM
+                       (SELECT replicate, dp_avg(x, 0, 4, 4.0) AS a FROM t GROUP BY replicate)",
+                    gx(&[("a", Some(4)), ("a", Some(1))]),
+                    gx(&[("a", None), ("a", Some(1))]),
+                    n,
+                    65,
+                )
             },
         },
         Case {

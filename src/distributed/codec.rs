@@ -12,7 +12,7 @@
 //! leave without a partition ([`super::unread_sort`], a Ballista and DataFusion workaround).
 
 use crate::distributed::unread_sort::without_unread_sorts;
-use crate::sql::functions::aggregate::{DpAggregate, DpFunction};
+use crate::sql::functions::aggregate::{statistic_named, DpAggregate};
 use crate::sql::privacy::bounding::{internal_udf, internal_udwf};
 use crate::sql::privacy::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::release::ReleaseOnceExec;
@@ -76,7 +76,7 @@ fn encode_udaf(node: &AggregateUDF) -> Option<Vec<u8>> {
 
 /// The bound DP call `name` written by [`encode_udaf`], or `None` for any other aggregate.
 fn decode_udaf(name: &str, buf: &[u8]) -> Option<Result<Arc<AggregateUDF>>> {
-    if buf.is_empty() || DpFunction::from_name(name).is_none() {
+    if buf.is_empty() || statistic_named(name).is_none() {
         return None;
     }
     Some(DpAggregate::decode(name, buf).map(|dp| Arc::new(AggregateUDF::new_from_impl(dp))))

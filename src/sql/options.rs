@@ -162,7 +162,7 @@ pub struct DpOption {
     pub doc: &'static str,
     pub set_by: SetBy,
     /// Whether a DP aggregate's options string may set it (each function lists which of
-    /// these it understands: `DpFunction::option_keys`).
+    /// these it understands: `DpStatistic::option_keys`).
     pub per_call: bool,
     /// The value as `SHOW` prints it and `set` parses it back (`None`: unset).
     pub get: fn(&DpOptions) -> Option<String>,
@@ -797,8 +797,8 @@ mod tests {
 
     #[test]
     fn every_key_a_function_accepts_is_a_per_call_option() {
-        use crate::sql::functions::aggregate::DpFunction;
-        for function in DpFunction::ALL {
+        use crate::sql::functions::aggregate::STATISTICS;
+        for function in STATISTICS {
             for key in function.option_keys() {
                 assert!(
                     option(key).is_some_and(|o| o.per_call),
@@ -809,7 +809,7 @@ mod tests {
         }
         for option in OPTIONS.iter().filter(|o| o.per_call) {
             assert!(
-                DpFunction::ALL
+                STATISTICS
                     .iter()
                     .any(|f| f.option_keys().contains(&option.key)),
                 "per-call option '{}' is accepted by no function",

@@ -6,15 +6,15 @@
 pub mod aggregate;
 pub mod scalar;
 
-use aggregate::{DpAggregate, DpFunction};
+use aggregate::{DpAggregate, STATISTICS};
 use datafusion::common::Result;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use std::sync::Arc;
 
-/// Every DP aggregate ([`DpFunction::ALL`]), unconfigured.
+/// Every DP aggregate ([`STATISTICS`]), unconfigured.
 pub fn aggregates() -> Vec<Arc<AggregateUDF>> {
-    DpFunction::ALL.into_iter().map(DpAggregate::udaf).collect()
+    STATISTICS.iter().map(|s| DpAggregate::udaf(*s)).collect()
 }
 
 /// Every scalar function: `rr_ci_katz` and the analytic functions (no data, no privacy cost).
@@ -80,7 +80,26 @@ mod tests {
     }
 
     #[test]
+    fn every_statistic_s_signature_names_its_arguments() {
+        for statistic in STATISTICS {
+            let args: Vec<&str> = statistic.args().iter().map(|a| a.name).collect();
+            let call = format!(
+                "{}({}, epsilon [, options]) -> ",
+                statistic.name(),
+                args.join(", ")
+            );
+            assert!(
+                statistic.signature().starts_with(&call),
+                "{}",
+                statistic.signature()
+            );
+        }
+    }
+
+    #[test]
     fn every_dp_aggregate_has_its_place_in_the_list() {
+        use aggregate::statistic::DpStatistic;
+        use aggregate::DpFunction;
         for (i, function) in DpFunction::ALL.into_iter().enumerate() {
             assert_eq!(function.position(), i, "{}", function.name());
         }

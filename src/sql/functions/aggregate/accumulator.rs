@@ -1,6 +1,10 @@
-//! The vectorised accumulator shared by the DP aggregates.
+//! The vectorised accumulator of the built-in DP aggregates ([`CellCounts`]), and what every
+//! statistic's accumulator shares: the per-group noise streams and seeded group keys
+//! ([`GroupStreams`]) and the one-group wrapper DataFusion needs without GROUP BY
+//! ([`SingleGroup`]).
 
 use super::dp_rr_ci::IntervalColumns;
+use super::statistic::StatisticAccumulator;
 use super::{CallPlan, DpFunction, Release};
 use crate::stats::mechanism::add_noise;
 use crate::stats::methods::release_relative_risk;
@@ -8,6 +12,7 @@ use crate::stats::rng::{group_key_digest, group_stream, secure_rng, seeded_rng, 
 use crate::stats::TwoByTwo;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::datatypes::DataType;
 use arrow::datatypes::UInt64Type;
 use arrow::util::bit_chunk_iterator::BitChunks;
 use datafusion::common::{exec_datafusion_err, Result, ScalarValue};
@@ -15,15 +20,15 @@ use datafusion::logical_expr::{Accumulator, EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate_indices;
 use std::sync::Arc;
 
-/// Exact per-group cell counts in one flat vector (`cells` counters per group), plus, in
-/// seeded mode, a digest of each group's key. Noise is drawn only in [`Self::evaluate`].
-pub struct CellCounts {
-    function: DpFunction,
-    cells: usize,
-    counts: Vec<u64>,
+/// The noise streams of one call's groups and, in seeded mode, each group's key digest: the
+/// one place where groups meet their noise, shared by every statistic's accumulator.
+pub struct GroupStreams {
     /// Seeded (non-private) mode only: the key digest of each group, `None` until seen.
     keys: Option<Vec<Option<u64>>>,
-    plan: Arc<CallPlan>,
+    /// Where the group-key arguments start (after the user's arguments).
+    key_start: usize,
+    /// Whether the state carries a group-key column.
+    key_column: bool,
     /// The secure stream, opened on first use.
     rng: Option<NoiseRng>,
     /// Seeded (non-private) mode: the call's base stream; each group reads its own ChaCha20
@@ -31,26 +36,137 @@ pub struct CellCounts {
     seeded_base: Option<NoiseRng>,
 }
 
-impl CellCounts {
-    pub fn new(function: DpFunction, plan: Arc<CallPlan>) -> Self {
+impl GroupStreams {
+    pub fn new(plan: &CallPlan) -> Self {
         // Only grouped, seeded calls need keys; without GROUP BY the one group uses key 0.
         let keys = (plan.options.seed.is_some() && plan.key_args > 0).then(Vec::new);
+        Self {
+            keys,
+            key_start: plan.user_args,
+            key_column: plan.key_args > 0,
+            seeded_base: plan.options.seed.map(|seed| seeded_rng(seed, &plan.stream)),
+            rng: None,
+        }
+    }
+
+    pub fn resize(&mut self, total_num_groups: usize) {
+        if let Some(keys) = &mut self.keys {
+            keys.resize(total_num_groups, None);
+        }
+    }
+
+    /// Records the key digest of every group first seen in this batch (seeded mode only);
+    /// `values` are all the call's arguments.
+    pub fn note_keys(&mut self, values: &[ArrayRef], group_indices: &[usize]) -> Result<()> {
+        let Some(keys) = &mut self.keys else {
+            return Ok(());
+        };
+        let key_values = &values[self.key_start..];
+        for (row, &group) in group_indices.iter().enumerate() {
+            if keys[group].is_none() {
+                keys[group] = Some(row_key_digest(key_values, row)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges the key column of a partial state (the column after the statistic's own).
+    pub fn merge_keys(&mut self, key_column: Option<&ArrayRef>, group_indices: &[usize]) {
+        let (Some(keys), Some(partial)) = (&mut self.keys, key_column) else {
+            return;
+        };
+        let partial = partial.as_primitive::<UInt64Type>();
+        for (row, &group) in group_indices.iter().enumerate() {
+            if keys[group].is_none() && partial.is_valid(row) {
+                keys[group] = Some(partial.value(row));
+            }
+        }
+    }
+
+    /// Removes the first `n` groups' keys (all of them when `n` is the number of groups).
+    pub fn take(&mut self, n: usize) -> Option<Vec<Option<u64>>> {
+        self.keys.as_mut().map(|keys| {
+            if n == keys.len() {
+                std::mem::take(keys)
+            } else {
+                keys.drain(..n).collect()
+            }
+        })
+    }
+
+    /// The key column of a state, when the call has one.
+    pub fn key_state(&self, keys: Option<Vec<Option<u64>>>) -> Option<ArrayRef> {
+        self.key_column.then(|| {
+            let keys: UInt64Array = keys.unwrap_or_default().into_iter().collect();
+            Arc::new(keys) as ArrayRef
+        })
+    }
+
+    /// The key column of `convert_to_state` for input rows `values` (all the arguments).
+    pub fn convert_keys(&self, values: &[ArrayRef], rows: usize) -> Result<Option<ArrayRef>> {
+        if !self.key_column {
+            return Ok(None);
+        }
+        let key_values = &values[self.key_start..];
+        let keys = (0..rows)
+            .map(|row| row_key_digest(key_values, row).map(Some))
+            .collect::<Result<UInt64Array>>()?;
+        Ok(Some(Arc::new(keys)))
+    }
+
+    /// The noise stream of emitted group `g`: the per-accumulator secure stream, or in seeded
+    /// mode the group's own stream of the call's seeded base. `seeded` holds it.
+    pub fn group_rng<'a>(
+        &'a mut self,
+        keys: Option<&[Option<u64>]>,
+        g: usize,
+        seeded: &'a mut Option<NoiseRng>,
+    ) -> Result<&'a mut NoiseRng> {
+        match &self.seeded_base {
+            Some(base) => {
+                let key = keys.and_then(|k| k[g]);
+                Ok(seeded.insert(group_stream(base, key.unwrap_or(0))))
+            }
+            None => {
+                if self.rng.is_none() {
+                    self.rng = Some(secure_rng().map_err(|e| exec_datafusion_err!("{e}"))?);
+                }
+                Ok(self.rng.as_mut().expect("opened above"))
+            }
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.keys
+            .as_ref()
+            .map_or(0, |k| k.capacity() * size_of::<Option<u64>>())
+    }
+}
+
+/// Exact per-group cell counts in one flat vector (`cells` counters per group), plus the
+/// groups' noise streams. Noise is drawn only in [`GroupsAccumulator::evaluate`].
+pub struct CellCounts {
+    function: DpFunction,
+    cells: usize,
+    counts: Vec<u64>,
+    streams: GroupStreams,
+    plan: Arc<CallPlan>,
+}
+
+impl CellCounts {
+    pub fn new(function: DpFunction, plan: Arc<CallPlan>) -> Self {
         Self {
             function,
             cells: function.cells(),
             counts: Vec::new(),
-            keys,
-            seeded_base: plan.options.seed.map(|seed| seeded_rng(seed, &plan.stream)),
+            streams: GroupStreams::new(&plan),
             plan,
-            rng: None,
         }
     }
 
     fn resize(&mut self, total_num_groups: usize) {
         self.counts.resize(total_num_groups * self.cells, 0);
-        if let Some(keys) = &mut self.keys {
-            keys.resize(total_num_groups, None);
-        }
+        self.streams.resize(total_num_groups);
     }
 
     /// Rows that count: the data arguments are non-NULL and the FILTER clause holds.
@@ -69,27 +185,10 @@ impl CellCounts {
         mask
     }
 
-    /// Records the key digest of every group first seen in this batch (seeded mode only).
-    fn note_keys(&mut self, key_values: &[ArrayRef], group_indices: &[usize]) -> Result<()> {
-        let Some(keys) = &mut self.keys else {
-            return Ok(());
-        };
-        for (row, &group) in group_indices.iter().enumerate() {
-            if keys[group].is_none() {
-                keys[group] = Some(row_key_digest(key_values, row)?);
-            }
-        }
-        Ok(())
-    }
-
     fn table_cell(outcome: &BooleanBuffer, exposed: &BooleanBuffer, row: usize) -> usize {
         // a = outcome ∧ exposed (0), b = ¬outcome ∧ exposed (1), c = outcome ∧ ¬exposed (2),
         // d = ¬outcome ∧ ¬exposed (3).
         (!outcome.value(row) as usize) | ((!exposed.value(row) as usize) << 1)
-    }
-
-    fn key_start(&self) -> usize {
-        self.plan.user_args
     }
 
     fn take_emitted(&mut self, emit_to: EmitTo) -> (Vec<u64>, Option<Vec<Option<u64>>>) {
@@ -103,13 +202,7 @@ impl CellCounts {
         } else {
             self.counts.drain(..n * self.cells).collect()
         };
-        let keys = self.keys.as_mut().map(|keys| {
-            if n == keys.len() {
-                std::mem::take(keys)
-            } else {
-                keys.drain(..n).collect()
-            }
-        });
+        let keys = self.streams.take(n);
         (counts, keys)
     }
 
@@ -123,30 +216,10 @@ impl CellCounts {
     ) -> Result<()> {
         let mut seeded = None;
         for (g, cells) in counts.chunks_exact(self.cells).enumerate() {
-            let key = keys.and_then(|k| k[g]);
-            let rng = Self::group_rng(&mut self.rng, self.seeded_base.as_ref(), &mut seeded, key)?;
+            let rng = self.streams.group_rng(keys, g, &mut seeded)?;
             release(cells, rng)?;
         }
         Ok(())
-    }
-
-    /// The noise stream for one group: the per-accumulator secure stream, or in seeded mode
-    /// the group's own stream of the call's seeded base.
-    fn group_rng<'a>(
-        secure: &'a mut Option<NoiseRng>,
-        seeded_base: Option<&NoiseRng>,
-        seeded: &'a mut Option<NoiseRng>,
-        key: Option<u64>,
-    ) -> Result<&'a mut NoiseRng> {
-        match seeded_base {
-            Some(base) => Ok(seeded.insert(group_stream(base, key.unwrap_or(0)))),
-            None => {
-                if secure.is_none() {
-                    *secure = Some(secure_rng().map_err(|e| exec_datafusion_err!("{e}"))?);
-                }
-                Ok(secure.as_mut().expect("opened above"))
-            }
-        }
     }
 }
 
@@ -209,8 +282,7 @@ impl GroupsAccumulator for CellCounts {
         total_num_groups: usize,
     ) -> Result<()> {
         self.resize(total_num_groups);
-        let key_start = self.key_start();
-        self.note_keys(&values[key_start..], group_indices)?;
+        self.streams.note_keys(values, group_indices)?;
         let counts = &mut self.counts;
         match self.function {
             DpFunction::Count => {
@@ -245,16 +317,7 @@ impl GroupsAccumulator for CellCounts {
                 self.counts[group * cells + cell] += count;
             }
         }
-        if let Some(keys) = &mut self.keys {
-            if let Some(partial) = values.get(cells) {
-                let partial = partial.as_primitive::<UInt64Type>();
-                for (row, &group) in group_indices.iter().enumerate() {
-                    if keys[group].is_none() && partial.is_valid(row) {
-                        keys[group] = Some(partial.value(row));
-                    }
-                }
-            }
-        }
+        self.streams.merge_keys(values.get(cells), group_indices);
         Ok(())
     }
 
@@ -262,7 +325,7 @@ impl GroupsAccumulator for CellCounts {
         let (counts, keys) = self.take_emitted(emit_to);
         let groups = counts.len() / self.cells;
         let plan = Arc::clone(&self.plan);
-        let name = self.function.name();
+        let name = self.function.function_name();
         match &plan.release {
             Release::Count(noise) => {
                 let mut out = Vec::with_capacity(groups);
@@ -337,6 +400,9 @@ impl GroupsAccumulator for CellCounts {
                 })?;
                 Ok(Arc::new(Float64Array::from(estimates)))
             }
+            Release::Statistic(_) => Err(exec_datafusion_err!(
+                "{name}: bound to another statistic's calibration"
+            )),
         }
     }
 
@@ -359,10 +425,7 @@ impl GroupsAccumulator for CellCounts {
                 })
                 .collect()
         };
-        if self.plan.key_args > 0 {
-            let keys: UInt64Array = keys.unwrap_or_default().into_iter().collect();
-            state.push(Arc::new(keys));
-        }
+        state.extend(self.streams.key_state(keys));
         Ok(state)
     }
 
@@ -372,7 +435,9 @@ impl GroupsAccumulator for CellCounts {
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
         let rows = values[0].len();
-        let data: Vec<&ArrayRef> = values[..self.function.data_args().len()].iter().collect();
+        let data: Vec<&ArrayRef> = values[..self.function.function_args().len()]
+            .iter()
+            .collect();
         let mask = Self::counted_rows(&data, opt_filter);
         let counted = |row: usize| mask.as_ref().is_none_or(|m| m.is_valid(row));
         let mut state: Vec<ArrayRef> = match self.function {
@@ -398,61 +463,65 @@ impl GroupsAccumulator for CellCounts {
                     .collect()
             }
         };
-        if self.plan.key_args > 0 {
-            let key_values = &values[self.key_start()..];
-            let keys = (0..rows)
-                .map(|row| row_key_digest(key_values, row).map(Some))
-                .collect::<Result<UInt64Array>>()?;
-            state.push(Arc::new(keys));
-        }
+        state.extend(self.streams.convert_keys(values, rows)?);
         Ok(state)
     }
 
     fn size(&self) -> usize {
-        self.counts.capacity() * size_of::<u64>()
-            + self
-                .keys
-                .as_ref()
-                .map_or(0, |k| k.capacity() * size_of::<Option<u64>>())
-            + size_of::<Self>()
+        self.counts.capacity() * size_of::<u64>() + self.streams.size() + size_of::<Self>()
     }
 }
 
-/// The plain `Accumulator` DataFusion needs for aggregates without GROUP BY: one group.
-pub struct SingleGroup(CellCounts);
+/// The plain `Accumulator` DataFusion needs for aggregates without GROUP BY: one group of a
+/// statistic's `GroupsAccumulator`.
+pub struct SingleGroup {
+    name: &'static str,
+    inner: StatisticAccumulator,
+    /// Empty arrays of the argument types: an empty batch that makes the one group exist.
+    empty: Vec<ArrayRef>,
+}
 
 impl SingleGroup {
-    pub fn new(inner: CellCounts) -> Self {
-        Self(inner)
+    pub fn new(name: &'static str, inner: StatisticAccumulator, types: &[DataType]) -> Self {
+        Self {
+            name,
+            inner,
+            empty: types.iter().map(arrow::array::new_empty_array).collect(),
+        }
+    }
+
+    /// Makes the one group exist (a query over no rows still releases it).
+    fn one_group(&mut self) -> Result<()> {
+        self.inner.update_batch(&self.empty, &[], None, 1)
     }
 }
 
 impl std::fmt::Debug for SingleGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SingleGroup({})", self.0.function.name())
+        write!(f, "SingleGroup({})", self.name)
     }
 }
 
 impl Accumulator for SingleGroup {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         let rows = values.first().map_or(0, |v| v.len());
-        self.0.update_batch(values, &vec![0; rows], None, 1)
+        self.inner.update_batch(values, &vec![0; rows], None, 1)
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         let rows = states.first().map_or(0, |v| v.len());
-        self.0.merge_batch(states, &vec![0; rows], 1)
+        self.inner.merge_batch(states, &vec![0; rows], 1)
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        self.0.resize(1);
-        let array = self.0.evaluate(EmitTo::All)?;
+        self.one_group()?;
+        let array = self.inner.evaluate(EmitTo::All)?;
         ScalarValue::try_from_array(&array, 0)
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        self.0.resize(1);
-        self.0
+        self.one_group()?;
+        self.inner
             .state(EmitTo::All)?
             .iter()
             .map(|a| ScalarValue::try_from_array(a, 0))
@@ -460,6 +529,6 @@ impl Accumulator for SingleGroup {
     }
 
     fn size(&self) -> usize {
-        self.0.size()
+        self.inner.size()
     }
 }

@@ -13,5 +13,5 @@ use std::sync::Arc;
 
 /// The `dp_count` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::Count)
+    DpAggregate::udaf(&DpFunction::Count)
 }

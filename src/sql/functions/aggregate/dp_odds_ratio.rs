@@ -9,5 +9,5 @@ use std::sync::Arc;
 
 /// The `dp_odds_ratio` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::OddsRatio)
+    DpAggregate::udaf(&DpFunction::OddsRatio)
 }

@@ -9,5 +9,5 @@ use std::sync::Arc;
 
 /// The `dp_or_ci` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::OrCi)
+    DpAggregate::udaf(&DpFunction::OrCi)
 }

@@ -11,5 +11,5 @@ use std::sync::Arc;
 
 /// The `dp_rd_ci` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::RdCi)
+    DpAggregate::udaf(&DpFunction::RdCi)
 }

@@ -14,5 +14,5 @@ use std::sync::Arc;
 
 /// The `dp_relative_risk` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::RelativeRisk)
+    DpAggregate::udaf(&DpFunction::RelativeRisk)
 }

@@ -10,5 +10,5 @@ use std::sync::Arc;
 
 /// The `dp_risk_difference` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::RiskDifference)
+    DpAggregate::udaf(&DpFunction::RiskDifference)
 }

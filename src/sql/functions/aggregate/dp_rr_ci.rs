@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 /// The `dp_rr_ci` aggregate.
 pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(DpFunction::RrCi)
+    DpAggregate::udaf(&DpFunction::RrCi)
 }
 
 fn fields() -> Fields {

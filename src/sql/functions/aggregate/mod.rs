@@ -1,7 +1,10 @@
-//! The DP aggregate functions. All of them share one UDAF implementation ([`DpAggregate`]) and
-//! one `GroupsAccumulator` ([`accumulator::CellCounts`]): each group keeps exact cell counts
-//! in flat vectors, partial states carry only exact counts, and noise is drawn once per group
-//! in `evaluate`, after every partial state has been merged.
+//! The DP aggregate functions. Each is a [`DpStatistic`] (`statistic.rs`) listed in
+//! [`STATISTICS`]; all share one UDAF implementation ([`DpAggregate`]), which reads the
+//! statistic's arguments, types, calibration and accumulator from it. Every accumulator keeps
+//! exact per-group state, partial states carry only exact values, and noise is drawn once per
+//! group in `evaluate`, after every partial state has been merged. The seven built-in
+//! statistics are the variants of [`DpFunction`] and share [`accumulator::CellCounts`] (exact
+//! cell counts in flat vectors); a new statistic is one file with its own type.
 
 pub mod accumulator;
 pub mod dp_count;
@@ -11,7 +14,40 @@ pub mod dp_rd_ci;
 pub mod dp_relative_risk;
 pub mod dp_risk_difference;
 pub mod dp_rr_ci;
+pub mod statistic;
 pub mod wire;
+
+/// The registry: every DP aggregate, in registration order. Registration
+/// ([`crate::sql::functions::register_all`]), the wire codec, refusal messages, `dpsql` and the
+/// docs check read it. A new statistic is one file (`aggregate/dp_*.rs`) and one line here.
+macro_rules! statistics {
+    (built_in: [$($built_in:expr),* $(,)?], files: [$($module:ident :: $statistic:ident),* $(,)?] $(,)?) => {
+        $(pub mod $module;)*
+        /// Every DP aggregate, in registration order (see the `statistics!` call).
+        pub static STATISTICS: &[&dyn DpStatistic] = &[$(&$built_in,)* $(&$module::$statistic,)*];
+    };
+}
+
+statistics! {
+    built_in: [
+        DpFunction::Count,
+        DpFunction::RelativeRisk,
+        DpFunction::RrCi,
+        DpFunction::OddsRatio,
+        DpFunction::OrCi,
+        DpFunction::RiskDifference,
+        DpFunction::RdCi,
+    ],
+    files: [
+        dp_sum::DpSum,
+        dp_avg::DpAvg,
+    ],
+}
+
+/// The statistic called `name` in SQL.
+pub fn statistic_named(name: &str) -> Option<&'static dyn DpStatistic> {
+    STATISTICS.iter().copied().find(|s| s.name() == name)
+}
 
 use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{check_count_epsilon, short_number, RealLaplace, MAX_EPSILON};
@@ -30,11 +66,13 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
 };
 use datafusion::physical_expr::expressions::Literal;
+use statistic::{Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticRelease};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Which DP aggregate a [`DpAggregate`] computes.
+/// The seven built-in DP aggregates: a count and the 2x2-table statistics, which share the
+/// exact cell counts of [`CellCounts`] and the calibrations of `stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DpFunction {
     Count,
@@ -47,9 +85,7 @@ pub enum DpFunction {
 }
 
 impl DpFunction {
-    /// Every DP aggregate, in registration order: the one list that registration
-    /// ([`crate::sql::functions::register_all`]), the wire codec, refusal messages and the
-    /// docs check read.
+    /// The built-in statistics (each also in [`STATISTICS`]).
     pub const ALL: [DpFunction; 7] = [
         DpFunction::Count,
         DpFunction::RelativeRisk,
@@ -75,12 +111,7 @@ impl DpFunction {
         }
     }
 
-    /// The function called `name` in SQL.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    pub fn name(self) -> &'static str {
+    fn function_name(self) -> &'static str {
         match self {
             Self::Count => "dp_count",
             Self::RelativeRisk => "dp_relative_risk",
@@ -92,16 +123,19 @@ impl DpFunction {
         }
     }
 
-    /// Names of the data arguments, before `epsilon`.
-    pub fn data_args(self) -> &'static [&'static str] {
+    fn function_args(self) -> &'static [Arg] {
+        const COUNT: &[Arg] = &[Arg::new("expr", ArgKind::Value)];
+        const TABLE: &[Arg] = &[
+            Arg::new("outcome", ArgKind::Condition),
+            Arg::new("exposed", ArgKind::Condition),
+        ];
         match self {
-            Self::Count => &["expr"],
-            _ => &["outcome", "exposed"],
+            Self::Count => COUNT,
+            _ => TABLE,
         }
     }
 
-    /// Keys accepted in the per-call options string.
-    pub fn option_keys(self) -> &'static [&'static str] {
+    fn function_option_keys(self) -> &'static [&'static str] {
         const TABLE: &[&str] = &["mechanism", "delta", "gaussian_calibration", "group_sizes"];
         const INTERVAL: &[&str] = &[
             "mechanism",
@@ -161,16 +195,72 @@ impl DpFunction {
         matches!(self, Self::RrCi | Self::OrCi | Self::RdCi)
     }
 
-    fn return_type(self) -> DataType {
+    fn function_return_type(self) -> DataType {
         match self {
             Self::Count => DataType::Int64,
             Self::RelativeRisk | Self::OddsRatio | Self::RiskDifference => DataType::Float64,
             Self::RrCi | Self::OrCi | Self::RdCi => dp_rr_ci::return_type(),
         }
     }
+}
 
-    fn epsilon_index(self) -> usize {
-        self.data_args().len()
+impl DpStatistic for DpFunction {
+    fn name(&self) -> &'static str {
+        self.function_name()
+    }
+
+    fn args(&self) -> &'static [Arg] {
+        self.function_args()
+    }
+
+    fn option_keys(&self) -> &'static [&'static str] {
+        self.function_option_keys()
+    }
+
+    fn signature(&self) -> &'static str {
+        match self {
+            Self::Count => "dp_count(expr, epsilon [, options]) -> BIGINT",
+            Self::RelativeRisk => {
+                "dp_relative_risk(outcome, exposed, epsilon [, options]) -> DOUBLE"
+            }
+            Self::RrCi => "dp_rr_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
+            Self::OddsRatio => "dp_odds_ratio(outcome, exposed, epsilon [, options]) -> DOUBLE",
+            Self::OrCi => "dp_or_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
+            Self::RiskDifference => {
+                "dp_risk_difference(outcome, exposed, epsilon [, options]) -> DOUBLE"
+            }
+            Self::RdCi => "dp_rd_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
+        }
+    }
+
+    fn return_type(&self, _types: &[DataType]) -> Result<DataType> {
+        Ok(self.function_return_type())
+    }
+
+    fn is_nullable(&self) -> bool {
+        // dp_count is never NULL; the ratios are NULL only with public group sizes (or PTR's FAIL).
+        *self != DpFunction::Count
+    }
+
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
+        self.calibrate_built_in(call)
+    }
+
+    fn state(&self) -> Vec<(&'static str, DataType)> {
+        let labels: &[&'static str] = if self.cells() == 1 {
+            &["count"]
+        } else {
+            &["cell_a", "cell_b", "cell_c", "cell_d"]
+        };
+        labels.iter().map(|l| (*l, DataType::UInt64)).collect()
+    }
+
+    fn accumulator(
+        &self,
+        plan: Arc<CallPlan>,
+        _types: &[DataType],
+    ) -> Result<StatisticAccumulator> {
+        Ok(Box::new(CellCounts::new(*self, plan)))
     }
 }
 
@@ -191,6 +281,8 @@ pub enum Release {
         bias_correction: bool,
         ptr_bound: Option<f64>,
     },
+    /// The calibration of a statistic outside the built-in ones, which states its own cost.
+    Statistic(StatisticRelease),
 }
 
 /// Taken once, when a physical plan is made from a bound call: one charge, one release
@@ -220,6 +312,8 @@ pub struct CallPlan {
     pub release: Release,
     /// Names the call in the seeded (non-private) noise derivation.
     pub stream: String,
+    /// The statistic's constant arguments (clamping bounds), as [`Call::constants`].
+    pub constants: Vec<ScalarValue>,
     /// Number of arguments the user wrote (data, epsilon, optional options string).
     pub user_args: usize,
     /// Trailing group-key arguments added by the planner rule in seeded mode.
@@ -238,11 +332,14 @@ pub struct CallPlan {
 
 impl CallPlan {
     /// Validates a call's constant arguments against the session options and calibrates its
-    /// noise. Errors name the function and the argument.
+    /// noise ([`DpStatistic::calibrate`]). `constants` are the values of the statistic's
+    /// [`ArgKind::Constant`] arguments (`None`: not a constant). Errors name the function and
+    /// the argument.
     #[allow(clippy::too_many_arguments)]
     pub fn resolve(
-        function: DpFunction,
+        function: &'static dyn DpStatistic,
         session: &DpOptions,
+        constants: &[Option<ScalarValue>],
         epsilon: Option<&ScalarValue>,
         call_options: Option<&ScalarValue>,
         stream: String,
@@ -292,7 +389,20 @@ impl CallPlan {
         if options.require_secure && options.seed.is_some() {
             return plan_err!("{name}: dp.require_secure is on, but dp.seed (non-private) is set");
         }
-        let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
+        let constant_args = function
+            .args()
+            .iter()
+            .filter(|a| a.kind == ArgKind::Constant);
+        let constants = constant_args
+            .enumerate()
+            .map(|(i, arg)| {
+                statistic::normalise_constant(
+                    name,
+                    arg.name,
+                    constants.get(i).and_then(|c| c.as_ref()),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         // The plan's contribution bound (crate::stats::contribution): a person adds at most
         // `rows` rows to each of at most `groups` groups, so each group's release gets
         // (ε/groups, δ/groups) at sensitivity `rows` and the whole GROUP BY still costs (ε, δ).
@@ -300,48 +410,42 @@ impl CallPlan {
         if rows == 0 || groups == 0 || (!grouped && groups != 1) {
             return plan_err!("{name}: invalid contribution bound ({contribution})");
         }
-        let group_epsilon = epsilon / groups as f64;
-        let group_delta = options.delta.map(|d| d / groups as f64);
-        // The epsilon (and delta) each noised count is calibrated for, from the call's by the
-        // splits below, checked here so that the refusal names the argument and the split
-        // (the calibration checks the same values again): a scale past MAX_NOISE_SCALE let the
-        // noise wrap the integer it is added in (issue 27).
-        let check_split = |sides: f64, side_name: &str| -> Result<()> {
-            let mut split = String::new();
-            if groups > 1 {
-                split.push_str(&format!(" / {groups} (max_groups_per_unit)"));
-            }
-            if sides > 1.0 {
-                split.push_str(&format!(" / 2 ({side_name})"));
-            }
-            let per_count = group_epsilon / sides;
-            let with = if split.is_empty() {
-                String::new()
-            } else {
-                format!("with epsilon{split}, ")
-            };
-            check_count_epsilon(options.mechanism, per_count, rows).map_err(|e| {
-                plan_datafusion_err!(
-                    "{name}: argument 'epsilon'={} is out of range: {with}{e}",
-                    short_number(epsilon)
-                )
-            })?;
-            if options.mechanism == Mechanism::Gaussian {
-                if let Some(delta) = group_delta.map(|d| d / sides) {
-                    if delta.is_nan() || delta < f64::MIN_POSITIVE {
-                        return plan_err!(
-                            "{name}: argument 'delta'={} is out of range: {}delta per noised count is {}, below the smallest supported {:e}",
-                            short_number(options.delta.unwrap_or(0.0)),
-                            with.replace("epsilon", "delta"),
-                            short_number(delta),
-                            f64::MIN_POSITIVE
-                        );
-                    }
-                }
-            }
-            Ok(())
-        };
-        let release = match function {
+        let release = function.calibrate(&Call {
+            name,
+            epsilon,
+            options: &options,
+            constants: &constants,
+            grouped,
+            contribution,
+            group_epsilon: epsilon / groups as f64,
+            group_delta: options.delta.map(|d| d / groups as f64),
+        })?;
+        Ok(Self {
+            epsilon,
+            options,
+            release,
+            stream,
+            constants,
+            user_args,
+            key_args,
+            grouped,
+            contribution,
+            selection_delta: None,
+            ticket: ReleaseTicket::default(),
+        })
+    }
+}
+
+impl DpFunction {
+    /// The calibrations of the built-in statistics.
+    fn calibrate_built_in(self, call: &Call<'_>) -> Result<Release> {
+        let name = self.function_name();
+        let options = call.options;
+        let grouped = call.grouped;
+        let Contribution { rows, groups } = call.contribution;
+        let (group_epsilon, group_delta) = (call.group_epsilon, call.group_delta);
+        let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
+        let release = match self {
             // Replace-one neighbours: replacing a unit can remove its rows from up to `groups`
             // groups and add rows to up to `groups` others, so a grouped count changes in up to
             // twice as many groups: (ε/2, δ/2) per group keeps the GROUP BY at (ε, δ). (The
@@ -349,7 +453,7 @@ impl CallPlan {
             // the one count changes by at most `rows`.
             DpFunction::Count => {
                 let sides = if grouped { 2.0 } else { 1.0 };
-                check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+                call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
                 Release::Count(
                     CountNoise::calibrate(
                         options.mechanism,
@@ -363,7 +467,7 @@ impl CallPlan {
             }
             // `method` is dp_relative_risk's (and refused by the interval functions that accept
             // the key); the other table functions ignore the session's setting.
-            _ if function.option_keys().contains(&"method")
+            _ if self.function_option_keys().contains(&"method")
                 && options.method != RatioMethod::NoisyCounts =>
             {
                 if (rows, groups) != (1, 1) {
@@ -372,21 +476,20 @@ impl CallPlan {
                         options.method
                     );
                 }
-                local_release(function, &options, epsilon)?
+                local_release(self, options, call.epsilon)?
             }
             _ => {
                 // The method asked for, or the statistic's own default interval.
                 let method = options.ci_method.unwrap_or_else(|| {
-                    function
-                        .statistic()
+                    self.statistic()
                         .map_or(IntervalMethod::Conservative, IntervalMethod::default_for)
                 });
-                if let Some(statistic) = function.statistic().filter(|_| function.has_interval()) {
+                if let Some(statistic) = self.statistic().filter(|_| self.has_interval()) {
                     method
                         .check_statistic(statistic)
                         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
                 }
-                check_split(2.0, "each cell of the 2x2 table")?;
+                call.check_split(2.0, "each cell of the 2x2 table")?;
                 Release::Table {
                     noise: TableNoise::calibrate_for_unit(
                         options.mechanism,
@@ -402,24 +505,13 @@ impl CallPlan {
                 }
             }
         };
-        Ok(Self {
-            epsilon,
-            options,
-            release,
-            stream,
-            user_args,
-            key_args,
-            grouped,
-            contribution,
-            selection_delta: None,
-            ticket: ReleaseTicket::default(),
-        })
+        Ok(release)
     }
 }
 
 /// Validates a call that uses one of the paper's local or naive ratio methods.
 fn local_release(function: DpFunction, options: &DpOptions, epsilon: f64) -> Result<Release> {
-    let name = function.name();
+    let name = function.function_name();
     let method = options.method;
     if function.has_interval() {
         return plan_err!(
@@ -487,25 +579,26 @@ impl CallPlan {
                 ..
             } => noise.mechanism.cost(self.epsilon, self.options.delta),
             Release::LocalRatio { delta, .. } => (self.epsilon, delta.unwrap_or(0.0)),
+            Release::Statistic(noise) => noise.0.cost(self.epsilon, self.options.delta),
         };
         (epsilon, delta + self.selection_delta.unwrap_or(0.0))
     }
 }
 
-/// The UDAF behind every DP aggregate (`dp_count`, `dp_relative_risk`, `dp_rr_ci`,
-/// `dp_odds_ratio`, `dp_or_ci`, `dp_risk_difference`, `dp_rd_ci`). Registered unconfigured;
-/// the planner rule ([`crate::sql::privacy::rule::DpPlannerRule`]) swaps in a configured copy per call
-/// carrying the session options, the calibrated noise and, in seeded mode, the group keys.
+/// The UDAF behind every DP aggregate (each [`DpStatistic`] of [`STATISTICS`]). Registered
+/// unconfigured; the planner rule ([`crate::sql::privacy::rule::DpPlannerRule`]) swaps in a
+/// configured copy per call carrying the session options, the calibrated noise and, in seeded
+/// mode, the group keys.
 #[derive(Debug)]
 pub struct DpAggregate {
-    function: DpFunction,
+    function: &'static dyn DpStatistic,
     signature: Signature,
     plan: Option<Arc<CallPlan>>,
 }
 
 impl PartialEq for DpAggregate {
     fn eq(&self, other: &Self) -> bool {
-        self.function == other.function && self.plan == other.plan
+        self.function.name() == other.function.name() && self.plan == other.plan
     }
 }
 
@@ -513,7 +606,7 @@ impl Eq for DpAggregate {}
 
 impl Hash for DpAggregate {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.function.hash(state);
+        self.function.name().hash(state);
         if let Some(plan) = &self.plan {
             plan.stream.hash(state);
             plan.epsilon.to_bits().hash(state);
@@ -522,7 +615,7 @@ impl Hash for DpAggregate {
 }
 
 impl DpAggregate {
-    pub fn new(function: DpFunction) -> Self {
+    pub fn new(function: &'static dyn DpStatistic) -> Self {
         Self {
             function,
             signature: Signature::user_defined(Volatility::Volatile),
@@ -530,7 +623,7 @@ impl DpAggregate {
         }
     }
 
-    pub fn function(&self) -> DpFunction {
+    pub fn function(&self) -> &'static dyn DpStatistic {
         self.function
     }
 
@@ -563,7 +656,14 @@ impl DpAggregate {
                 .and_then(|e| e.downcast_ref::<Literal>())
                 .map(|l| l.value().clone())
         };
-        let eps_index = self.function.epsilon_index();
+        let data = self.function.args();
+        let constants: Vec<Option<ScalarValue>> = data
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.kind == ArgKind::Constant)
+            .map(|(i, _)| literal(i))
+            .collect();
+        let eps_index = data.len();
         let options = (args.exprs.len() > eps_index + 1)
             .then(|| {
                 literal(eps_index + 1).ok_or_else(|| {
@@ -574,6 +674,7 @@ impl DpAggregate {
         CallPlan::resolve(
             self.function,
             &DpOptions::default(),
+            &constants,
             literal(eps_index).as_ref(),
             options.as_ref(),
             args.name.to_string(),
@@ -585,8 +686,16 @@ impl DpAggregate {
         .map(Arc::new)
     }
 
+    /// The argument types of a call (coerced; group keys last in seeded mode).
+    fn arg_types(args: &AccumulatorArgs) -> Result<Vec<DataType>> {
+        args.exprs
+            .iter()
+            .map(|e| e.data_type(args.schema))
+            .collect()
+    }
+
     /// Wraps this implementation as a DataFusion `AggregateUDF`.
-    pub fn udaf(function: DpFunction) -> Arc<AggregateUDF> {
+    pub fn udaf(function: &'static dyn DpStatistic) -> Arc<AggregateUDF> {
         Arc::new(AggregateUDF::new_from_impl(Self::new(function)))
     }
 }
@@ -612,78 +721,61 @@ impl AggregateUDFImpl for DpAggregate {
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         let name = self.function.name();
-        let data = self.function.data_args();
+        let data = self.function.args();
         let key_args = self.plan.as_ref().map_or(0, |p| p.key_args);
         let user = arg_types.len().saturating_sub(key_args);
         if user < data.len() + 1 || user > data.len() + 2 {
+            let names: Vec<&str> = data.iter().map(|a| a.name).collect();
             return plan_err!(
-                "{name} takes {} arguments ({}, epsilon [, options]), got {user}",
-                if data.len() == 1 { "2 or 3" } else { "3 or 4" },
-                data.join(", ")
+                "{name} takes {} or {} arguments ({}, epsilon [, options]), got {user}",
+                data.len() + 1,
+                data.len() + 2,
+                names.join(", ")
             );
         }
-        let mut coerced = Vec::with_capacity(arg_types.len());
-        for (i, t) in arg_types.iter().enumerate() {
-            let arg = if i < data.len() {
-                data[i]
-            } else if i == data.len() {
-                "epsilon"
-            } else if i == data.len() + 1 && i < user {
-                "options"
-            } else {
-                "group key"
-            };
-            coerced.push(match arg {
-                "expr" | "group key" => t.clone(),
-                "outcome" | "exposed" => match t {
-                    DataType::Boolean | DataType::Null => DataType::Boolean,
-                    other => {
-                        return plan_err!(
-                            "{name}: argument '{arg}' must be BOOLEAN, got {other} (write a condition such as {arg} = 1)"
-                        )
-                    }
-                },
-                "epsilon" => {
-                    if t.is_numeric() || t.is_null() {
-                        DataType::Float64
-                    } else {
-                        return plan_err!("{name}: argument 'epsilon' must be a number, got {t}");
-                    }
+        let mut coerced = self.function.coerce(&arg_types[..data.len()])?;
+        for (i, t) in arg_types.iter().enumerate().skip(data.len()) {
+            coerced.push(if i == data.len() {
+                if t.is_numeric() || t.is_null() {
+                    DataType::Float64
+                } else {
+                    return plan_err!("{name}: argument 'epsilon' must be a number, got {t}");
                 }
-                _ => match t {
+            } else if i == data.len() + 1 && i < user {
+                match t {
                     DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
                     other => {
                         return plan_err!(
                             "{name}: argument 'options' must be a string of key=value pairs, got {other}"
                         )
                     }
-                },
+                }
+            } else {
+                // A group key (seeded mode).
+                t.clone()
             });
         }
         Ok(coerced)
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(self.function.return_type())
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        let data = self.function.args().len().min(arg_types.len());
+        self.function.return_type(&arg_types[..data])
     }
 
     fn is_nullable(&self) -> bool {
-        // dp_count is never NULL; the ratios are NULL only with public group sizes (or PTR's FAIL).
-        self.function != DpFunction::Count
+        self.function.is_nullable()
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        let cells = ["a", "b", "c", "d"];
-        let mut fields: Vec<FieldRef> = (0..self.function.cells())
-            .map(|i| {
-                let label = if self.function.cells() == 1 {
-                    "count".to_string()
-                } else {
-                    format!("cell_{}", cells[i])
-                };
+        let mut fields: Vec<FieldRef> = self
+            .function
+            .state()
+            .into_iter()
+            .map(|(label, data_type)| {
                 Arc::new(Field::new(
-                    format_state_name(args.name, &label),
-                    DataType::UInt64,
+                    format_state_name(args.name, label),
+                    data_type,
                     false,
                 ))
             })
@@ -700,10 +792,13 @@ impl AggregateUDFImpl for DpAggregate {
 
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let plan = self.call_plan(&acc_args)?;
-        Ok(Box::new(SingleGroup::new(CellCounts::new(
-            self.function,
-            plan,
-        ))))
+        let types = Self::arg_types(&acc_args)?;
+        let inner = self.function.accumulator(plan, &types)?;
+        Ok(Box::new(SingleGroup::new(
+            self.function.name(),
+            inner,
+            &types,
+        )))
     }
 
     fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
@@ -715,6 +810,7 @@ impl AggregateUDFImpl for DpAggregate {
         args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
         let plan = self.call_plan(&args)?;
-        Ok(Box::new(CellCounts::new(self.function, plan)))
+        let types = Self::arg_types(&args)?;
+        Ok(self.function.accumulator(plan, &types)?)
     }
 }

@@ -10,14 +10,15 @@
 //! function for every caller. Decoding never charges a budget: the call was charged when it
 //! was bound.
 
-use super::{CallPlan, DpAggregate, DpFunction};
+use super::statistic::DpStatistic;
+use super::{statistic_named, CallPlan, DpAggregate};
 use crate::sql::options::DpOptions;
 use crate::stats::Contribution;
 use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
 
 /// First field of every encoded call; bump the version when the layout changes.
-const MAGIC: &str = "datafusion-dp/call/2";
+const MAGIC: &str = "datafusion-dp/call/3";
 
 impl DpAggregate {
     /// The bound call as bytes, or `None` for an unbound function (which travels by name).
@@ -27,14 +28,34 @@ impl DpAggregate {
 
     /// The function `name`, bound to the call encoded in `bytes` (see [`DpAggregate::encode`]).
     pub fn decode(name: &str, bytes: &[u8]) -> Result<Self> {
-        let function = DpFunction::from_name(name)
+        let function = statistic_named(name)
             .ok_or_else(|| plan_datafusion_err!("'{name}' is not a DP aggregate"))?;
         let plan = decode(function, bytes)?;
         Ok(DpAggregate::new(function).configured(plan))
     }
 }
 
-fn encode(function: DpFunction, plan: &CallPlan) -> Vec<u8> {
+/// A constant argument on the wire: `i:<integer>` or `f:<bits of the f64 in hex>`.
+fn encode_constant(value: &ScalarValue) -> String {
+    match value {
+        ScalarValue::Int64(Some(v)) => format!("i:{v}"),
+        ScalarValue::Float64(Some(v)) => format!("f:{:016x}", v.to_bits()),
+        // CallPlan::resolve normalises every constant to one of the two.
+        other => format!("?:{other}"),
+    }
+}
+
+fn decode_constant(field: &str) -> Option<ScalarValue> {
+    match field.split_once(':')? {
+        ("i", v) => v.parse::<i64>().ok().map(|v| ScalarValue::Int64(Some(v))),
+        ("f", v) => u64::from_str_radix(v, 16)
+            .ok()
+            .map(|b| ScalarValue::Float64(Some(f64::from_bits(b)))),
+        _ => None,
+    }
+}
+
+fn encode(function: &dyn DpStatistic, plan: &CallPlan) -> Vec<u8> {
     let mut fields: Vec<String> = vec![
         MAGIC.to_string(),
         function.name().to_string(),
@@ -47,7 +68,9 @@ fn encode(function: DpFunction, plan: &CallPlan) -> Vec<u8> {
             .map_or(String::new(), |d| format!("{:016x}", d.to_bits())),
         plan.contribution.rows.to_string(),
         plan.contribution.groups.to_string(),
+        plan.constants.len().to_string(),
     ];
+    fields.extend(plan.constants.iter().map(encode_constant));
     for entry in plan.options.entries() {
         if let Some(value) = entry.value {
             let key = entry.key.strip_prefix("dp.").unwrap_or(&entry.key);
@@ -63,7 +86,7 @@ fn encode(function: DpFunction, plan: &CallPlan) -> Vec<u8> {
     bytes
 }
 
-fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
+fn decode(function: &'static dyn DpStatistic, bytes: &[u8]) -> Result<CallPlan> {
     let name = function.name();
     let corrupt = |what: &str| plan_datafusion_err!("{name}: cannot decode the bound call: {what}");
     let mut fields: Vec<&str> = Vec::new();
@@ -79,7 +102,7 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
         fields.push(std::str::from_utf8(field).map_err(|_| corrupt("not UTF-8"))?);
         rest = tail;
     }
-    if fields.len() < 10 || fields[0] != MAGIC {
+    if fields.len() < 11 || fields[0] != MAGIC {
         return Err(corrupt(&format!(
             "not a {MAGIC} record (was it written by another version of datafusion-dp?)"
         )));
@@ -101,7 +124,14 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
         rows: bound(fields[8])?,
         groups: bound(fields[9])?,
     };
-    let pairs = &fields[10..];
+    let constant_count = count(fields[10])?;
+    let constants = fields
+        .get(11..11 + constant_count)
+        .ok_or_else(|| corrupt("constants"))?
+        .iter()
+        .map(|f| decode_constant(f).ok_or_else(|| corrupt("constant")))
+        .collect::<Result<Vec<_>>>()?;
+    let pairs = &fields[11 + constant_count..];
     if !pairs.len().is_multiple_of(2) {
         return Err(corrupt("options"));
     }
@@ -117,6 +147,7 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
     let mut plan = CallPlan::resolve(
         function,
         &options,
+        &constants.into_iter().map(Some).collect::<Vec<_>>(),
         Some(&ScalarValue::Float64(Some(epsilon))),
         None,
         fields[3].to_string(),
@@ -132,6 +163,7 @@ fn decode(function: DpFunction, bytes: &[u8]) -> Result<CallPlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::functions::aggregate::DpFunction;
 
     fn bound(function: DpFunction, options: &DpOptions, grouped: bool) -> DpAggregate {
         let contribution = match (options.seed.is_some(), grouped) {
@@ -140,8 +172,9 @@ mod tests {
             _ => Contribution::ONE_ROW,
         };
         let plan = CallPlan::resolve(
-            function,
+            static_function(function),
             options,
+            &[],
             Some(&ScalarValue::Float64(Some(0.7))),
             None,
             format!("{}(o, e, 0.7)", function.name()),
@@ -151,7 +184,11 @@ mod tests {
             contribution,
         )
         .unwrap();
-        DpAggregate::new(function).configured(plan)
+        DpAggregate::new(static_function(function)).configured(plan)
+    }
+
+    fn static_function(function: DpFunction) -> &'static dyn DpStatistic {
+        statistic_named(function.name()).unwrap()
     }
 
     #[test]
@@ -212,14 +249,14 @@ mod tests {
         let call = bound(DpFunction::RelativeRisk, &public, true);
         let mut plan = call.plan().unwrap().as_ref().clone();
         plan.selection_delta = Some(1e-6);
-        let call = DpAggregate::new(DpFunction::RelativeRisk).configured(plan);
+        let call = DpAggregate::new(&DpFunction::RelativeRisk).configured(plan);
         let back = DpAggregate::decode("dp_relative_risk", &call.encode().unwrap()).unwrap();
         assert_eq!(back, call);
     }
 
     #[test]
     fn unbound_and_corrupt_calls_are_refused_with_the_function_name() {
-        assert!(DpAggregate::new(DpFunction::Count).encode().is_none());
+        assert!(DpAggregate::new(&DpFunction::Count).encode().is_none());
         let bytes = bound(DpFunction::RrCi, &DpOptions::default(), true)
             .encode()
             .unwrap();

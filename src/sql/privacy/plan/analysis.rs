@@ -276,9 +276,10 @@ impl<'a> PlanAnalysis<'a> {
                 LogicalPlan::Copy(copy) => format!("COPY TO '{}'", copy.output_url),
                 _ => "the query".to_string(),
             };
-            let functions: Vec<&str> = crate::sql::functions::aggregate::DpFunction::ALL
+            let functions: Vec<&str> = crate::sql::functions::aggregate::STATISTICS
+                .iter()
                 .map(|f| f.name())
-                .to_vec();
+                .collect();
             return plan_err!(
                 "{what} would output rows of protected table {} ({}), or values computed \
                  exactly from them. Only DP aggregates ({}) and group keys declared public may \

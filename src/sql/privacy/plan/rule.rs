@@ -32,6 +32,7 @@
 //! is charged with its (ε, δ). Output column names are preserved.
 
 use crate::sql::accounting::budget::{self, Accountant};
+use crate::sql::functions::aggregate::statistic::ArgKind;
 use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
 use crate::sql::options::{DpOptions, PublicGroups};
 use crate::sql::privacy::analysis::PlanAnalysis;
@@ -618,7 +619,7 @@ fn bind_call(
     if params.distinct {
         return plan_err!("{name}: DISTINCT is not supported (each row counts once)");
     }
-    let eps_index = function.data_args().len();
+    let eps_index = function.args().len();
     let user_args = params.args.len();
     let constant = |i: usize, arg: &str| -> Result<Option<ScalarValue>> {
         match params.args.get(i) {
@@ -629,6 +630,13 @@ fn bind_call(
             },
         }
     };
+    let constants = function
+        .args()
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.kind == ArgKind::Constant)
+        .map(|(i, a)| constant(i, a.name))
+        .collect::<Result<Vec<_>>>()?;
     let epsilon = constant(eps_index, "epsilon")?;
     let options = constant(eps_index + 1, "options")?;
     let stream = inner.schema_name().to_string();
@@ -637,6 +645,7 @@ fn bind_call(
     let plan = CallPlan::resolve(
         function,
         session,
+        &constants,
         epsilon.as_ref(),
         options.as_ref(),
         stream.clone(),

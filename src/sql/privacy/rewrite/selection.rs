@@ -72,8 +72,9 @@ pub fn select_groups(
     options.method = RatioMethod::NoisyCounts;
     let seeded = session.seed.is_some();
     let mut plan = CallPlan::resolve(
-        DpFunction::Count,
+        &DpFunction::Count,
         &options,
+        &[],
         Some(&ScalarValue::Float64(Some(epsilon))),
         None,
         SELECTION_STREAM.to_string(),
@@ -93,7 +94,7 @@ pub fn select_groups(
     }
     let count = Expr::AggregateFunction(AggregateFunction::new_udf(
         Arc::new(AggregateUDF::new_from_impl(
-            DpAggregate::new(DpFunction::Count).configured(plan),
+            DpAggregate::new(&DpFunction::Count).configured(plan),
         )),
         args,
         false,

@@ -1,0 +1,345 @@
+//! `dp_avg(expr, lower, upper, epsilon [, options])`: the mean of the values of `expr` clamped
+//! to `[lower, upper]`, from a noisy clamped sum and a noisy count, with a confidence interval
+//! that accounts for the noise.
+//!
+//! Privacy: the budget is split in half, `ε/2` (and `δ/2`) for the sum and `ε/2` for the
+//! count (basic composition); each half is then calibrated exactly as `dp_sum` (sensitivity
+//! `max_rows_per_unit·(max(upper, 0) − min(lower, 0))`, on a grid with exact integer noise,
+//! [`super::dp_sum`]) and `dp_count` (sensitivity `max_rows_per_unit`) are, with the same
+//! per-group split under GROUP BY. An even split is near the best for the mean's noise when
+//! the values are spread over the bounds (the sum's noise `Δ_sum/ε_s` and the count's,
+//! times the mean, `mean·Δ_count/ε_c`, are of one order), and it keeps the rule simple to state.
+//!
+//! The estimate `noisy_sum / max(noisy_count, 1)` is post-processing, clamped to the bounds.
+//! The interval is the delta method's for the ratio of the two noisy values around the exact
+//! clamped mean of the group's rows: half-width `z·sqrt(V_sum + mean²·V_count) / count`, with
+//! the exact variances of the integer noises added and the noisy count in place of the count;
+//! it covers the rows' clamped mean (not a population mean: the rows' own spread is not
+//! estimated) and is cut to `[lower, upper]`; with a noisy count below 1 it is `[lower, upper]`.
+//! Returns a struct: `estimate`, `lower`, `upper`, the released `sum` and `count`,
+//! `confidence`, and `seeded` (true when the noise came from `dp.seed`: **not private**).
+
+use super::accumulator::GroupStreams;
+use super::dp_sum::{sum_noise, Clamp, SumNoise};
+use super::statistic::{
+    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise,
+    StatisticRelease,
+};
+use super::{CallPlan, Release};
+use crate::stats::CountNoise;
+use arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
+    StructArray, UInt64Array,
+};
+use arrow::datatypes::{DataType, Decimal128Type, Field, Fields, UInt64Type};
+use datafusion::common::{exec_datafusion_err, internal_err, plan_datafusion_err, Result};
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use statrs::distribution::{ContinuousCDF, Normal};
+use std::any::Any;
+use std::sync::Arc;
+
+/// The `dp_avg` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpAvg;
+
+const NAME: &str = "dp_avg";
+
+const SUM_STATE: DataType = DataType::Decimal128(38, 0);
+
+fn fields() -> Fields {
+    Fields::from(vec![
+        Field::new("estimate", DataType::Float64, false),
+        Field::new("lower", DataType::Float64, false),
+        Field::new("upper", DataType::Float64, false),
+        Field::new("sum", DataType::Float64, false),
+        Field::new("count", DataType::Int64, false),
+        Field::new("confidence", DataType::Float64, false),
+        Field::new("seeded", DataType::Boolean, false),
+    ])
+}
+
+impl DpStatistic for DpAvg {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn args(&self) -> &'static [Arg] {
+        const ARGS: &[Arg] = &[
+            Arg::new("expr", ArgKind::Number),
+            Arg::new("lower", ArgKind::Constant),
+            Arg::new("upper", ArgKind::Constant),
+        ];
+        ARGS
+    }
+
+    fn option_keys(&self) -> &'static [&'static str] {
+        &["mechanism", "delta", "gaussian_calibration", "confidence"]
+    }
+
+    fn signature(&self) -> &'static str {
+        "dp_avg(expr, lower, upper, epsilon [, options]) -> STRUCT"
+    }
+
+    /// Summed as DOUBLE whatever the input.
+    fn coerce(&self, types: &[DataType]) -> Result<Vec<DataType>> {
+        let coerced = coerce_by_kind(NAME, self.args(), types)?;
+        Ok(vec![DataType::Float64; coerced.len()])
+    }
+
+    fn return_type(&self, _types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Struct(fields()))
+    }
+
+    fn is_nullable(&self) -> bool {
+        false
+    }
+
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
+        // Half the budget for the sum, half for the count; then each group's share and, under
+        // GROUP BY, both sides of a replaced unit, as for dp_sum and dp_count.
+        let half = Call {
+            name: NAME,
+            epsilon: call.epsilon,
+            options: call.options,
+            constants: call.constants,
+            grouped: call.grouped,
+            contribution: call.contribution,
+            group_epsilon: call.group_epsilon / 2.0,
+            group_delta: call.group_delta.map(|d| d / 2.0),
+        };
+        let sides = if call.grouped { 2.0 } else { 1.0 };
+        half.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+        let epsilon = half.group_epsilon / sides;
+        let delta = half.group_delta.map(|d| d / sides);
+        let sum = sum_noise(&half, epsilon, delta)?;
+        let options = call.options;
+        let count = CountNoise::calibrate(
+            options.mechanism,
+            epsilon,
+            delta,
+            call.contribution.rows,
+            options.gaussian_calibration,
+        )
+        .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
+        let confidence = options.confidence;
+        Ok(Release::Statistic(StatisticRelease(Arc::new(AvgNoise {
+            sum,
+            count,
+            confidence,
+        }))))
+    }
+
+    fn state(&self) -> Vec<(&'static str, DataType)> {
+        vec![("sum", SUM_STATE), ("count", DataType::UInt64)]
+    }
+
+    fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
+        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        let Some(noise) = noise.as_any().downcast_ref::<AvgNoise>() else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        Ok(Box::new(AvgAccumulator {
+            sums: Vec::new(),
+            counts: Vec::new(),
+            streams: GroupStreams::new(&plan),
+            clamp: Clamp::for_input(&noise.sum, types)?,
+            noise: noise.clone(),
+            seeded: plan.options.seed.is_some(),
+            overflow: false,
+        }))
+    }
+}
+
+/// The calibration of one `dp_avg` call.
+#[derive(Debug, Clone, PartialEq)]
+struct AvgNoise {
+    sum: SumNoise,
+    count: CountNoise,
+    confidence: f64,
+}
+
+impl StatisticNoise for AvgNoise {
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        // Both halves use the call's mechanism and together spend the call's (ε, δ).
+        self.count.mechanism.cost(epsilon, delta)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
+        other.as_any().downcast_ref::<Self>() == Some(self)
+    }
+}
+
+/// Exact per-group clamped sums (grid units) and counts; noise once per group in `evaluate`.
+struct AvgAccumulator {
+    sums: Vec<i128>,
+    counts: Vec<u64>,
+    streams: GroupStreams,
+    clamp: Clamp,
+    noise: AvgNoise,
+    seeded: bool,
+    overflow: bool,
+}
+
+impl AvgAccumulator {
+    fn resize(&mut self, groups: usize) {
+        self.sums.resize(groups, 0);
+        self.counts.resize(groups, 0);
+        self.streams.resize(groups);
+    }
+}
+
+impl GroupsAccumulator for AvgAccumulator {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        self.streams.note_keys(values, group_indices)?;
+        let (sums, counts) = (&mut self.sums, &mut self.counts);
+        let mut overflow = false;
+        self.clamp
+            .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                counts[group] += 1;
+                match sums[group].checked_add(units) {
+                    Some(s) => sums[group] = s,
+                    None => overflow = true,
+                }
+            });
+        self.overflow |= overflow;
+        Ok(())
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        let sums = values[0].as_primitive::<Decimal128Type>().values();
+        let counts = values[1].as_primitive::<UInt64Type>().values();
+        for ((&group, &units), &count) in group_indices.iter().zip(sums.iter()).zip(counts.iter())
+        {
+            self.counts[group] += count;
+            match self.sums[group].checked_add(units) {
+                Some(s) => self.sums[group] = s,
+                None => self.overflow = true,
+            }
+        }
+        self.streams.merge_keys(values.get(2), group_indices);
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        if self.overflow {
+            return Err(exec_datafusion_err!(
+                "{NAME}: a sum left the range of a 128-bit integer"
+            ));
+        }
+        let sums = emit_to.take_needed(&mut self.sums);
+        let counts = emit_to.take_needed(&mut self.counts);
+        let keys = self.streams.take(sums.len());
+        let AvgNoise {
+            sum: sum_noise,
+            count: count_noise,
+            confidence,
+        } = self.noise.clone();
+        let grid = self.clamp.grid().clone();
+        let g = 2f64.powi(grid.exponent);
+        let sum_variance = grid.noise.variance * g * g;
+        let z = Normal::new(0.0, 1.0)
+            .map_err(|e| exec_datafusion_err!("{NAME}: {e}"))?
+            .inverse_cdf(0.5 + confidence / 2.0);
+        let (lo, hi) = (sum_noise.lower, sum_noise.upper);
+        let n = sums.len();
+        let mut columns: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+        let mut released_counts = Vec::with_capacity(n);
+        let mut seeded = None;
+        for (g_index, (sum, count)) in sums.iter().zip(&counts).enumerate() {
+            let rng = self.streams.group_rng(keys.as_deref(), g_index, &mut seeded)?;
+            // One draw for the sum, then one for the count, in this order.
+            let sum_draw = grid.noise.sample(rng) as i128;
+            let count_draw = count_noise.sample(rng);
+            let noisy_sum = sum.checked_add(sum_draw).ok_or_else(|| {
+                exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
+            })?;
+            let noisy_count = i64::try_from(*count)
+                .ok()
+                .and_then(|c| c.checked_add(count_draw))
+                .ok_or_else(|| {
+                    exec_datafusion_err!("{NAME}: a noisy count left the range of a 64-bit integer")
+                })?;
+            let sum_value = self.clamp.value(noisy_sum);
+            let (estimate, lower, upper) = if noisy_count >= 1 {
+                let c = noisy_count as f64;
+                let estimate = (sum_value / c).clamp(lo, hi);
+                let half = z * (sum_variance + estimate * estimate * count_noise.variance).sqrt() / c;
+                (estimate, (estimate - half).max(lo), (estimate + half).min(hi))
+            } else {
+                ((lo + hi) / 2.0, lo, hi)
+            };
+            for (column, value) in columns.iter_mut().zip([estimate, lower, upper, sum_value]) {
+                column.push(value);
+            }
+            released_counts.push(noisy_count);
+        }
+        let [estimate, lower, upper, sum] = columns;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float64Array::from(estimate)),
+            Arc::new(Float64Array::from(lower)),
+            Arc::new(Float64Array::from(upper)),
+            Arc::new(Float64Array::from(sum)),
+            Arc::new(Int64Array::from(released_counts)),
+            Arc::new(Float64Array::from(vec![confidence; n])),
+            Arc::new(BooleanArray::from(vec![self.seeded; n])),
+        ];
+        Ok(Arc::new(StructArray::try_new(fields(), columns, None)?))
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let sums = emit_to.take_needed(&mut self.sums);
+        let counts = emit_to.take_needed(&mut self.counts);
+        let keys = self.streams.take(sums.len());
+        let sums = PrimitiveArray::<Decimal128Type>::from(sums).with_data_type(SUM_STATE);
+        let mut state: Vec<ArrayRef> = vec![Arc::new(sums), Arc::new(UInt64Array::from(counts))];
+        state.extend(self.streams.key_state(keys));
+        Ok(state)
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let rows = values[0].len();
+        let mut sums = vec![0i128; rows];
+        let mut counts = vec![0u64; rows];
+        let rows_as_groups: Vec<usize> = (0..rows).collect();
+        self.clamp
+            .accumulate(&values[0], &rows_as_groups, opt_filter, |row, units| {
+                sums[row] = units;
+                counts[row] = 1;
+            });
+        let sums: Decimal128Array =
+            PrimitiveArray::<Decimal128Type>::from(sums).with_data_type(SUM_STATE);
+        let mut state: Vec<ArrayRef> = vec![Arc::new(sums), Arc::new(UInt64Array::from(counts))];
+        state.extend(self.streams.convert_keys(values, rows)?);
+        Ok(state)
+    }
+
+    fn size(&self) -> usize {
+        self.sums.capacity() * size_of::<i128>()
+            + self.counts.capacity() * size_of::<u64>()
+            + self.streams.size()
+            + size_of::<Self>()
+    }
+}

@@ -1,0 +1,734 @@
+//! `dp_sum(expr, lower, upper, epsilon [, options])`: a noisy sum of the non-NULL values of
+//! `expr`, each clamped to the declared literal bounds `[lower, upper]`.
+//!
+//! Sensitivity (replace-one neighbours): a unit adds at most `rows = max_rows_per_unit` values
+//! to a group, each in `[lower, upper]`, so its share of one group's sum lies in
+//! `[rows·min(lower, 0), rows·max(upper, 0)]` and replacing it changes that sum by at most
+//! `Δ = rows·(max(upper, 0) − min(lower, 0))`: `rows·max(|lower|, |upper|)` when the bounds do
+//! not straddle 0, at most twice that when they do. As for `dp_count`, a replaced unit changes
+//! up to `2·max_groups_per_unit` groups of a GROUP BY, so each group's noise is calibrated for
+//! `(ε, δ) / (2·max_groups_per_unit)`; without GROUP BY the one sum gets `(ε, δ)`.
+//!
+//! Noise without the floating-point leak: adding a floating-point Laplace sample to a float
+//! leaks through the pattern of representable outputs (Mironov 2012, "On significance of the
+//! least significant bits for differential privacy", CCS, doi:10.1145/2382196.2382264), and a
+//! floating-point sum can exceed its nominal sensitivity by rounding. So, as OpenDP's
+//! discretised Laplace and Google DP's secure noise do, every clamped value is rounded to a
+//! grid of `g = 2^k`, the sum is kept exactly in integer grid units (`i128`, checked), and the
+//! exact discrete Laplace or Gaussian sampler of [`crate::stats::CountNoise`] adds integer
+//! noise in grid units, calibrated for the exact sensitivity in grid units; the release is
+//! `units·g`. Rounding is monotone, so a rounded value stays within the rounded bounds and the
+//! sensitivity in grid units is exact. The grid is the finest that keeps the sensitivity
+//! within `2^30` grid units and the noise scale within the sampler's `2^40` grid units (for
+//! Laplace noise of scale `b`: no coarser than `max(Δ/2^29, b/2^38)`, rounding negligible
+//! against the noise; `2^12` units for the Gaussian, whose exact sampler is checked up to
+//! `σ = 1e5` units). Integer
+//! inputs with integer bounds stay on integers (`k ≥ 0`, `k = 0` unless `Δ > 2^30`) and
+//! return `BIGINT`; any other number returns `DOUBLE`. NaN values do not count (as NULL);
+//! `±∞` clamp to the bounds.
+
+use super::accumulator::GroupStreams;
+use super::statistic::{
+    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise,
+    StatisticRelease,
+};
+use super::{CallPlan, Release};
+use crate::stats::mechanism::short_number;
+use crate::stats::{CountNoise, Mechanism};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array};
+use arrow::array::{Int64Array, PrimitiveArray};
+use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type};
+use datafusion::common::{exec_datafusion_err, internal_err, plan_err, Result, ScalarValue};
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate;
+use std::any::Any;
+use std::sync::Arc;
+
+/// The `dp_sum` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpSum;
+
+const NAME: &str = "dp_sum";
+
+/// The widest state type: the exact sum in grid units, at most `2^64` values of at most
+/// `2^31` units each.
+const STATE: DataType = DataType::Decimal128(38, 0);
+
+/// The largest grid exponent: the release `units·2^k` (at most `2^100` units) stays finite.
+const MAX_GRID_EXPONENT: i32 = 900;
+
+impl DpStatistic for DpSum {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn args(&self) -> &'static [Arg] {
+        const ARGS: &[Arg] = &[
+            Arg::new("expr", ArgKind::Number),
+            Arg::new("lower", ArgKind::Constant),
+            Arg::new("upper", ArgKind::Constant),
+        ];
+        ARGS
+    }
+
+    fn option_keys(&self) -> &'static [&'static str] {
+        &["mechanism", "delta", "gaussian_calibration"]
+    }
+
+    fn signature(&self) -> &'static str {
+        "dp_sum(expr, lower, upper, epsilon [, options]) -> BIGINT (integer expr and bounds) or DOUBLE"
+    }
+
+    /// Integers when `expr` and both bounds are integers, `DOUBLE` otherwise.
+    fn coerce(&self, types: &[DataType]) -> Result<Vec<DataType>> {
+        let coerced = coerce_by_kind(NAME, self.args(), types)?;
+        if coerced.iter().all(|t| *t == DataType::Int64) {
+            Ok(coerced)
+        } else {
+            Ok(vec![DataType::Float64; coerced.len()])
+        }
+    }
+
+    fn return_type(&self, types: &[DataType]) -> Result<DataType> {
+        Ok(match types.first() {
+            Some(DataType::Int64) => DataType::Int64,
+            _ => DataType::Float64,
+        })
+    }
+
+    fn is_nullable(&self) -> bool {
+        false
+    }
+
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
+        let sides = if call.grouped { 2.0 } else { 1.0 };
+        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+        let noise = sum_noise(
+            call,
+            call.group_epsilon / sides,
+            call.group_delta.map(|d| d / sides),
+        )?;
+        Ok(Release::Statistic(StatisticRelease(Arc::new(noise))))
+    }
+
+    fn state(&self) -> Vec<(&'static str, DataType)> {
+        vec![("sum", STATE)]
+    }
+
+    fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
+        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        let Some(noise) = noise.as_any().downcast_ref::<SumNoise>() else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        let clamp = Clamp::for_input(noise, types)?;
+        Ok(Box::new(SumAccumulator {
+            sums: Vec::new(),
+            streams: GroupStreams::new(&plan),
+            clamp,
+            overflow: false,
+        }))
+    }
+}
+
+/// Validates the bounds (the first two constants) and calibrates the noise of a clamped sum
+/// for `(epsilon, delta)` per group (after the caller's splits): the grid and its noise for
+/// real inputs and, with integer bounds, for integer inputs. `dp_avg` shares it.
+pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Result<SumNoise> {
+    let bound = |i: usize, arg: &str| -> Result<f64> {
+        match call.constants.get(i) {
+            Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
+            Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
+            Some(other) => {
+                plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
+            }
+            None => plan_err!("{NAME}: argument '{arg}' is missing"),
+        }
+    };
+    let (lower, upper) = (bound(0, "lower")?, bound(1, "upper")?);
+    if lower > upper {
+        return plan_err!(
+            "{NAME}: argument 'lower'={} is above argument 'upper'={}",
+            short_number(lower),
+            short_number(upper)
+        );
+    }
+    // The sensitivity `rows·(max(upper, 0) − min(lower, 0))`, in floating point to choose
+    // the grid; past the largest DOUBLE it is refused by name.
+    let width = call.contribution.rows as f64 * (upper.max(0.0) - lower.min(0.0));
+    if !width.is_finite() {
+        return plan_err!(
+            "{NAME}: arguments 'lower'={} and 'upper'={}: the sensitivity max_rows_per_unit x (max(upper, 0) - min(lower, 0)) overflows a DOUBLE",
+            short_number(lower),
+            short_number(upper)
+        );
+    }
+    let real = Grid::choose(call, epsilon, delta, width, -1022, MAX_GRID_EXPONENT, |k| {
+        let scale = 2f64.powi(-k);
+        ((lower * scale).round() as i128, (upper * scale).round() as i128)
+    })?;
+    let integer = match call.constants_i64() {
+        Some((l, u)) => {
+            let (l, u) = (l as i128, u as i128);
+            Some(Grid::choose(call, epsilon, delta, width, 0, 120, |k| {
+                (round_shift(l, k), round_shift(u, k))
+            })?)
+        }
+        None => None,
+    };
+    Ok(SumNoise {
+        lower,
+        upper,
+        integer: integer.map(|g| (g, call.constants_i64())),
+        real,
+    })
+}
+
+impl Call<'_> {
+    /// The integer bounds, when both constants are integers.
+    fn constants_i64(&self) -> Option<(i64, i64)> {
+        match self.constants {
+            [ScalarValue::Int64(Some(l)), ScalarValue::Int64(Some(u)), ..] => Some((*l, *u)),
+            _ => None,
+        }
+    }
+}
+
+/// `round(x / 2^k)` in integers (halves up), monotone in `x`.
+fn round_shift(x: i128, k: i32) -> i128 {
+    if k <= 0 {
+        x
+    } else {
+        (x + (1i128 << (k - 1))) >> k
+    }
+}
+
+/// A grid `2^exponent`, the bounds in grid units and the noise calibrated in grid units.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Grid {
+    pub(super) exponent: i32,
+    pub(super) lower: i128,
+    pub(super) upper: i128,
+    pub(super) noise: CountNoise,
+}
+
+impl Grid {
+    /// The coarsest-needed grid: from the first exponent at which the sensitivity is at most
+    /// `2^30` grid units (`2^12` for the Gaussian, whose exact sampler is checked up to
+    /// `σ = 1e5` units) upwards, the first at which the noise calibrates.
+    /// `bounds(k)` gives the bounds in units of `2^k`; `width` is the sensitivity.
+    #[allow(clippy::too_many_arguments)]
+    fn choose(
+        call: &Call<'_>,
+        epsilon: f64,
+        delta: Option<f64>,
+        width: f64,
+        min_exponent: i32,
+        max_exponent: i32,
+        bounds: impl Fn(i32) -> (i128, i128),
+    ) -> Result<Self> {
+        let rows = call.contribution.rows as i128;
+        let options = call.options;
+        let target: f64 = match options.mechanism {
+            Mechanism::Laplace => 2f64.powi(30).min(epsilon * 2f64.powi(39)),
+            Mechanism::Gaussian => 2f64.powi(12).min(epsilon * 2f64.powi(10)),
+        };
+        let mut exponent = if width > 0.0 {
+            ((width / target.max(1.0)).log2().ceil() as i32).clamp(min_exponent, max_exponent)
+        } else {
+            min_exponent.max(0)
+        };
+        let mut last = String::from("no grid");
+        while exponent <= max_exponent {
+            let (lower, upper) = bounds(exponent);
+            let units = upper
+                .max(0)
+                .checked_sub(lower.min(0))
+                .and_then(|w| w.checked_mul(rows))
+                .and_then(|u| u32::try_from(u).ok());
+            if let Some(units) = units {
+                match CountNoise::calibrate(
+                    options.mechanism,
+                    epsilon,
+                    delta,
+                    units.max(1),
+                    options.gaussian_calibration,
+                ) {
+                    Ok(noise) => {
+                        return Ok(Self {
+                            exponent,
+                            lower,
+                            upper,
+                            noise,
+                        })
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            exponent += 1;
+        }
+        plan_err!(
+            "{NAME}: arguments 'lower' and 'upper' are too wide for the epsilon (no grid up to 2^{max_exponent} calibrates: {last})"
+        )
+    }
+}
+
+/// The calibration of one `dp_sum` call: the bounds, and the grid and noise for real inputs
+/// and (integer bounds only) for integer inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SumNoise {
+    pub(super) lower: f64,
+    pub(super) upper: f64,
+    pub(super) integer: Option<(Grid, Option<(i64, i64)>)>,
+    pub(super) real: Grid,
+}
+
+impl StatisticNoise for SumNoise {
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.real.noise.mechanism.cost(epsilon, delta)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
+        other.as_any().downcast_ref::<Self>() == Some(self)
+    }
+}
+
+/// How a value becomes grid units, and the grid's noise.
+pub(super) enum Clamp {
+    Integer {
+        lower: i64,
+        upper: i64,
+        exponent: u32,
+        grid: Grid,
+    },
+    Real {
+        lower: f64,
+        upper: f64,
+        inverse_grid: f64,
+        grid: Grid,
+    },
+}
+
+impl Clamp {
+    /// The clamping and grid for the input type (`Int64` or `Float64`, after coercion).
+    pub(super) fn for_input(noise: &SumNoise, types: &[DataType]) -> Result<Self> {
+            Ok(match types.first() {
+                Some(DataType::Int64) => match &noise.integer {
+                    Some((grid, Some((l, u)))) => Clamp::Integer {
+                        lower: *l,
+                        upper: *u,
+                        exponent: grid.exponent as u32,
+                        grid: grid.clone(),
+                    },
+                    _ => return internal_err!("{NAME}: integer input without integer bounds"),
+                },
+                Some(DataType::Float64) => Clamp::Real {
+                    lower: noise.lower,
+                    upper: noise.upper,
+                    inverse_grid: 2f64.powi(-noise.real.exponent),
+                    grid: noise.real.clone(),
+                },
+                other => return internal_err!("{NAME}: unexpected input type {other:?}"),
+            })
+    }
+
+    /// Calls `f(group, units)` for every counted row (non-NULL, not NaN, the filter holds).
+    pub(super) fn accumulate(
+        &self,
+        values: &ArrayRef,
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        mut f: impl FnMut(usize, i128) + Send,
+    ) {
+        match self {
+            Clamp::Integer {
+                lower,
+                upper,
+                exponent,
+                ..
+            } => accumulate(
+                group_indices,
+                values.as_primitive::<Int64Type>(),
+                opt_filter,
+                |group, v| f(group, int_units(v, *lower, *upper, *exponent)),
+            ),
+            Clamp::Real {
+                lower,
+                upper,
+                inverse_grid,
+                ..
+            } => accumulate(
+                group_indices,
+                values.as_primitive::<Float64Type>(),
+                opt_filter,
+                |group, v| {
+                    if let Some(u) = real_units(v, *lower, *upper, *inverse_grid) {
+                        f(group, u)
+                    }
+                },
+            ),
+        }
+    }
+
+    /// A noisy sum in grid units as a DOUBLE.
+    pub(super) fn value(&self, units: i128) -> f64 {
+        units as f64 * 2f64.powi(self.grid().exponent)
+    }
+
+    pub(super) fn grid(&self) -> &Grid {
+        match self {
+            Self::Integer { grid, .. } | Self::Real { grid, .. } => grid,
+        }
+    }
+}
+
+/// Exact per-group sums in grid units; noise once per group in `evaluate`.
+struct SumAccumulator {
+    sums: Vec<i128>,
+    streams: GroupStreams,
+    clamp: Clamp,
+    /// Set when a sum left `i128` (reported by `evaluate`, never wrapped).
+    overflow: bool,
+}
+
+impl SumAccumulator {
+    fn resize(&mut self, groups: usize) {
+        self.sums.resize(groups, 0);
+        self.streams.resize(groups);
+    }
+
+    /// Each counted row's value in grid units (`None`: NULL, NaN or filtered out).
+    fn units(&self, values: &ArrayRef, opt_filter: Option<&BooleanArray>) -> Vec<Option<i128>> {
+        let rows = values.len();
+        let mut out: Vec<Option<i128>> = vec![None; rows];
+        let rows_as_groups: Vec<usize> = (0..rows).collect();
+        self.clamp
+            .accumulate(values, &rows_as_groups, opt_filter, |row, u| out[row] = Some(u));
+        out
+    }
+
+    fn add(&mut self, group: usize, units: i128) {
+        match self.sums[group].checked_add(units) {
+            Some(s) => self.sums[group] = s,
+            None => self.overflow = true,
+        }
+    }
+}
+
+fn int_units(v: i64, lower: i64, upper: i64, exponent: u32) -> i128 {
+    round_shift(v.clamp(lower, upper) as i128, exponent as i32)
+}
+
+fn real_units(v: f64, lower: f64, upper: f64, inverse_grid: f64) -> Option<i128> {
+    // NaN does not count; ±∞ clamp to the bounds. Scaling by a power of two and rounding are
+    // monotone, so the units stay within the bounds' units.
+    (!v.is_nan()).then(|| (v.clamp(lower, upper) * inverse_grid).round() as i128)
+}
+
+impl GroupsAccumulator for SumAccumulator {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        self.streams.note_keys(values, group_indices)?;
+        let mut sums = std::mem::take(&mut self.sums);
+        let mut overflow = false;
+        self.clamp
+            .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                match sums[group].checked_add(units) {
+                    Some(s) => sums[group] = s,
+                    None => overflow = true,
+                }
+            });
+        self.sums = sums;
+        self.overflow |= overflow;
+        Ok(())
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        let partial = values[0].as_primitive::<Decimal128Type>();
+        for (&group, &units) in group_indices.iter().zip(partial.values().iter()) {
+            self.add(group, units);
+        }
+        self.streams.merge_keys(values.get(1), group_indices);
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        if self.overflow {
+            return Err(exec_datafusion_err!(
+                "{NAME}: a sum left the range of a 128-bit integer"
+            ));
+        }
+        let sums = emit_to.take_needed(&mut self.sums);
+        let keys = self.streams.take(sums.len());
+        let grid = self.clamp.grid().clone();
+        let mut seeded = None;
+        let mut noisy = Vec::with_capacity(sums.len());
+        for (g, sum) in sums.iter().enumerate() {
+            let rng = self.streams.group_rng(keys.as_deref(), g, &mut seeded)?;
+            let noise = grid.noise.sample(rng) as i128;
+            // Checked: a noisy sum past i128 is an error (a function of the noisy value only).
+            noisy.push(sum.checked_add(noise).ok_or_else(|| {
+                exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
+            })?);
+        }
+        match &self.clamp {
+            Clamp::Integer { exponent, .. } => {
+                let out = noisy
+                    .into_iter()
+                    .map(|units| {
+                        units
+                            .checked_mul(1i128 << exponent)
+                            .and_then(|v| i64::try_from(v).ok())
+                            .ok_or_else(|| {
+                                exec_datafusion_err!(
+                                    "{NAME}: the noisy sum left the range of a 64-bit integer"
+                                )
+                            })
+                    })
+                    .collect::<Result<Vec<i64>>>()?;
+                Ok(Arc::new(Int64Array::from(out)))
+            }
+            Clamp::Real { .. } => {
+                let out: Float64Array = noisy
+                    .into_iter()
+                    .map(|u| Some(self.clamp.value(u)))
+                    .collect();
+                Ok(Arc::new(out))
+            }
+        }
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let sums = emit_to.take_needed(&mut self.sums);
+        let keys = self.streams.take(sums.len());
+        let column = PrimitiveArray::<Decimal128Type>::from(sums).with_data_type(STATE);
+        let mut state: Vec<ArrayRef> = vec![Arc::new(column)];
+        state.extend(self.streams.key_state(keys));
+        Ok(state)
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let units: Decimal128Array = self
+            .units(&values[0], opt_filter)
+            .into_iter()
+            .map(|u| Some(u.unwrap_or(0)))
+            .collect::<Decimal128Array>()
+            .with_data_type(STATE);
+        let mut state: Vec<ArrayRef> = vec![Arc::new(units)];
+        state.extend(self.streams.convert_keys(values, values[0].len())?);
+        Ok(state)
+    }
+
+    fn size(&self) -> usize {
+        self.sums.capacity() * size_of::<i128>() + self.streams.size() + size_of::<Self>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::functions::aggregate::DpAggregate;
+    use crate::sql::options::DpOptions;
+    use crate::stats::Contribution;
+
+    fn calibrate(
+        lower: ScalarValue,
+        upper: ScalarValue,
+        epsilon: f64,
+        grouped: bool,
+        rows: u32,
+        options: &DpOptions,
+    ) -> Result<SumNoise> {
+        let constants = [lower, upper];
+        let release = DpSum.calibrate(&Call {
+            name: NAME,
+            epsilon,
+            options,
+            constants: &constants,
+            grouped,
+            contribution: Contribution { rows, groups: 1 },
+            group_epsilon: epsilon,
+            group_delta: options.delta,
+        })?;
+        let Release::Statistic(StatisticRelease(noise)) = release else {
+            panic!("not a dp_sum release")
+        };
+        Ok(noise.as_any().downcast_ref::<SumNoise>().unwrap().clone())
+    }
+
+    fn f(v: f64) -> ScalarValue {
+        ScalarValue::Float64(Some(v))
+    }
+
+    fn i(v: i64) -> ScalarValue {
+        ScalarValue::Int64(Some(v))
+    }
+
+    /// The noise scale in value units, `b·g`, for the discrete Laplace law.
+    fn scale(grid: &Grid) -> f64 {
+        grid.noise.scale * 2f64.powi(grid.exponent)
+    }
+
+    #[test]
+    fn the_noise_is_calibrated_for_the_bounds_and_the_unit_s_rows() {
+        let options = DpOptions::default();
+        // (lower, upper, rows, grouped, the sensitivity rows·(max(upper,0) − min(lower,0)),
+        // the epsilon per group (ε/2 grouped)).
+        for (lower, upper, rows, grouped, sensitivity, per_group) in [
+            (0.0, 10.0, 1, false, 10.0, 1.0),
+            (0.0, 10.0, 1, true, 10.0, 0.5),
+            (0.0, 10.0, 3, true, 30.0, 0.5),
+            (-3.0, 5.0, 1, false, 8.0, 1.0),
+            (-7.0, -2.0, 2, false, 14.0, 1.0),
+            (2.5, 2.5, 1, false, 2.5, 1.0),
+        ] {
+            let noise = calibrate(f(lower), f(upper), 1.0, grouped, rows, &options).unwrap();
+            let want = sensitivity / per_group;
+            let got = scale(&noise.real);
+            // The sensitivity in grid units is exact (the bounds are multiples of the grid),
+            // so the scale is Δ/ε to the grid's 2^-30 relative precision.
+            assert!(
+                (got - want).abs() <= want * 1e-8,
+                "[{lower}, {upper}] rows {rows} grouped {grouped}: scale {got}, want {want}"
+            );
+            assert!(
+                noise.real.noise.sensitivity >= 1 << 29,
+                "a fine grid: {:?}",
+                noise.real
+            );
+            assert!(noise.integer.is_none());
+        }
+        let noise = calibrate(i(-3), i(5), 1.0, false, 2, &options).unwrap();
+        let (grid, bounds) = noise.integer.unwrap();
+        assert_eq!((grid.exponent, grid.noise.sensitivity), (0, 16));
+        assert_eq!(bounds, Some((-3, 5)));
+        // Integer bounds past 2^30 units move to a coarser grid of integers.
+        let noise = calibrate(i(0), i(1 << 40), 1.0, false, 1, &options).unwrap();
+        let (grid, _) = noise.integer.unwrap();
+        assert_eq!((grid.exponent, grid.noise.sensitivity), (10, 1 << 30));
+    }
+
+    #[test]
+    fn bad_bounds_are_refused_naming_the_argument() {
+        let options = DpOptions::default();
+        for (lower, upper, message) in [
+            (f(f64::NAN), f(1.0), "argument 'lower' must be a finite number"),
+            (f(0.0), f(f64::INFINITY), "argument 'upper' must be a finite number"),
+            (f(5.0), f(1.0), "argument 'lower'=5 is above argument 'upper'=1"),
+            (f(-1e308), f(1e308), "overflows a DOUBLE"),
+            (f(1e300), f(1e300), "too wide"),
+        ] {
+            let err = calibrate(lower, upper, 1.0, false, 1, &options)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(message) && err.contains("dp_sum"), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_epsilon_is_refused_by_name_or_calibrated_to_its_scale() {
+        let mut gaussian = DpOptions::default();
+        gaussian.apply("mechanism", "gaussian").unwrap();
+        gaussian.apply("delta", "1e-6").unwrap();
+        let mut epsilons: Vec<f64> = (-1022..=41).step_by(3).map(|e| 2f64.powi(e)).collect();
+        epsilons.extend([f64::MIN_POSITIVE, 2f64.powi(-40), 2f64.powi(40), 700.0, 701.0]);
+        for options in [DpOptions::default(), gaussian] {
+            for &epsilon in &epsilons {
+                for (lower, upper) in [(f(0.0), f(10.0)), (i(-5), i(1_000_000_000_000))] {
+                    match calibrate(lower.clone(), upper.clone(), epsilon, true, 2, &options) {
+                        Ok(noise) => {
+                            let grids = std::iter::once(&noise.real)
+                                .chain(noise.integer.as_ref().map(|(g, _)| g));
+                            for grid in grids {
+                                let b = scale(grid);
+                                let g = 2f64.powi(grid.exponent);
+                                assert!(b.is_finite() && b > 0.0, "{epsilon}: {grid:?}");
+                                // The grid is below the noise scale, or (at an epsilon so
+                                // large the noise vanishes) at most 2^-29 of the sensitivity.
+                                let sensitivity = grid.noise.sensitivity as f64 * g;
+                                assert!(
+                                    g <= b.max(sensitivity * 2f64.powi(-29)),
+                                    "{epsilon}: grid {g} above scale {b}"
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            let e = e.to_string();
+                            assert!(
+                                e.starts_with("Error during planning: dp_sum: argument"),
+                                "{epsilon} {lower} {upper}: {e}"
+                            );
+                            // Refused only outside the count's range: below 2^-40 per value
+                            // (x rows 2), above 2^40 (700 for the Gaussian), or a Gaussian
+                            // sigma past its checked range.
+                            let per_value = epsilon / 2.0;
+                            let gaussian = options.mechanism == Mechanism::Gaussian;
+                            assert!(
+                                per_value < 2.0 * 2f64.powi(-40)
+                                    || epsilon > 2f64.powi(40)
+                                    || (gaussian && !(1e-3..=700.0).contains(&per_value)),
+                                "{epsilon} {lower} {upper} refused: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bound_call_round_trips_on_the_wire() {
+        let mut gaussian = DpOptions::default();
+        gaussian.apply("mechanism", "gaussian").unwrap();
+        gaussian.apply("delta", "1e-7").unwrap();
+        gaussian.apply("seed", "7").unwrap();
+        for options in [DpOptions::default(), gaussian] {
+            for (lower, upper) in [(i(-3), i(9)), (f(0.25), f(1e6))] {
+                for grouped in [false, true] {
+                    let plan = CallPlan::resolve(
+                        &DpSum,
+                        &options,
+                        &[Some(lower.clone()), Some(upper.clone())],
+                        Some(&f(0.7)),
+                        None,
+                        "dp_sum(x, l, u, 0.7)".into(),
+                        4,
+                        if grouped { 1 } else { 0 },
+                        grouped,
+                        Contribution {
+                            rows: 3,
+                            groups: 1,
+                        },
+                    )
+                    .unwrap();
+                    let call = DpAggregate::new(&DpSum).configured(plan);
+                    let back = DpAggregate::decode(NAME, &call.encode().unwrap()).unwrap();
+                    assert_eq!(back, call, "{lower} {upper} {grouped}");
+                    let spent = back.plan().unwrap().cost();
+                    assert_eq!(spent.0, 0.7);
+                }
+            }
+        }
+    }
+}

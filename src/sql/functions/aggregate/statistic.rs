@@ -1,0 +1,238 @@
+//! The contract of a DP statistic: what one new file implements to add a DP aggregate.
+//!
+//! [`DpAggregate`](super::DpAggregate) is the one `AggregateUDF` behind every DP aggregate; it
+//! reads everything function-specific from a [`DpStatistic`]: the name and arguments
+//! ([`DpStatistic::args`]), the per-call option keys, the argument and return types, the
+//! calibration of one call's noise from the contribution bound the planner proved
+//! ([`DpStatistic::calibrate`]), the exact per-group state and the accumulator that adds the
+//! noise once per group after merging. The registry ([`super::STATISTICS`]) lists every
+//! statistic; registration, the wire codec, refusal messages, `dpsql` and the docs check read it.
+
+use super::{CallPlan, Release};
+use crate::sql::options::DpOptions;
+use crate::stats::mechanism::{check_count_epsilon, short_number};
+use crate::stats::{Contribution, Mechanism};
+use arrow::datatypes::DataType;
+use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::logical_expr::GroupsAccumulator;
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// What an argument before `epsilon` is, which sets its type coercion and, for
+/// [`ArgKind::Constant`], that the planner reads it as a literal and passes it to
+/// [`DpStatistic::calibrate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// A column of any type; a row counts when it is not NULL.
+    Value,
+    /// A BOOLEAN condition.
+    Condition,
+    /// A numeric column: integers become `Int64`, other numbers `Float64`.
+    Number,
+    /// A numeric literal fixed at planning (a clamping bound): part of the calibration.
+    Constant,
+}
+
+/// One argument before `epsilon`: its name in messages and docs, and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arg {
+    pub name: &'static str,
+    pub kind: ArgKind,
+}
+
+impl Arg {
+    pub const fn new(name: &'static str, kind: ArgKind) -> Self {
+        Self { name, kind }
+    }
+}
+
+/// One DP aggregate. Implement it in one file (`aggregate/dp_*.rs`) and add one line to
+/// [`super::STATISTICS`]; document the function in `docs/sql-reference.md` (a test checks).
+pub trait DpStatistic: Debug + Send + Sync + 'static {
+    /// The SQL name, `dp_*`.
+    fn name(&self) -> &'static str;
+
+    /// The arguments before `epsilon` (then `epsilon` and an optional options string follow).
+    fn args(&self) -> &'static [Arg];
+
+    /// Keys accepted in the per-call options string (each a per-call option of
+    /// `crate::sql::options::OPTIONS`; a test checks).
+    fn option_keys(&self) -> &'static [&'static str];
+
+    /// The SQL signature, as `docs/sql-reference.md` and `dpsql` show it.
+    fn signature(&self) -> &'static str;
+
+    /// The types the arguments before `epsilon` are coerced to (by default from their kinds).
+    fn coerce(&self, types: &[DataType]) -> Result<Vec<DataType>> {
+        coerce_by_kind(self.name(), self.args(), types)
+    }
+
+    /// The result type, from the coerced types of the arguments before `epsilon`.
+    fn return_type(&self, types: &[DataType]) -> Result<DataType>;
+
+    /// Whether a result can be NULL.
+    fn is_nullable(&self) -> bool {
+        true
+    }
+
+    /// Calibrates one call's noise for the contribution bound the planner proved: the one
+    /// privacy-relevant function of a statistic, run once per call at planning (and again,
+    /// from the same inputs, where a bound call is decoded from the wire).
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release>;
+
+    /// Labels and types of the exact per-group state shipped from partial to final
+    /// aggregation (the seeded group-key column is added after them).
+    fn state(&self) -> Vec<(&'static str, DataType)>;
+
+    /// The accumulator of a bound call: exact per-group state, noise once per group in
+    /// `evaluate` after every partial state is merged. `types` are the argument types
+    /// (coerced; group keys last in seeded mode).
+    fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator>;
+}
+
+/// A statistic's accumulator (`Sync` so that it also serves as the one-group `Accumulator`).
+pub type StatisticAccumulator = Box<dyn GroupsAccumulator + Sync>;
+
+/// The calibrated noise of a statistic outside the built-in ones ([`Release::Statistic`]):
+/// it states what it spends, and its accumulator reads it back with [`Self::as_any`].
+pub trait StatisticNoise: Debug + Send + Sync + Any {
+    /// The `(ε, δ)` a call with `epsilon` and the options' `delta` spends; budget accounting
+    /// charges exactly this.
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64);
+
+    fn as_any(&self) -> &dyn Any;
+
+    /// Equality with another calibration (a bound call compares equal after a wire round trip).
+    fn same_as(&self, other: &dyn StatisticNoise) -> bool;
+}
+
+/// A [`StatisticNoise`] in a [`Release`].
+#[derive(Debug, Clone)]
+pub struct StatisticRelease(pub Arc<dyn StatisticNoise>);
+
+impl PartialEq for StatisticRelease {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same_as(other.0.as_ref())
+    }
+}
+
+/// What [`DpStatistic::calibrate`] reads: the validated `ε`, the call's options, its constant
+/// arguments and the plan's contribution bound, with the shares of `(ε, δ)` per group.
+#[derive(Debug)]
+pub struct Call<'a> {
+    pub name: &'static str,
+    pub epsilon: f64,
+    pub options: &'a DpOptions,
+    /// The [`ArgKind::Constant`] arguments, in order: `Int64` for integer literals,
+    /// `Float64` for every other number.
+    pub constants: &'a [ScalarValue],
+    pub grouped: bool,
+    pub contribution: Contribution,
+    /// `ε / max_groups_per_unit`: each group's share when a unit reaches `groups` groups.
+    pub group_epsilon: f64,
+    /// `δ / max_groups_per_unit`.
+    pub group_delta: Option<f64>,
+}
+
+impl Call<'_> {
+    /// Checks the epsilon (and delta) each noised count of sensitivity `rows` is calibrated
+    /// for, `group_epsilon / sides`, so that a refusal names the argument and the split (the
+    /// calibration checks the same values again): a scale past `MAX_NOISE_SCALE` let the noise
+    /// wrap the integer it is added in (issue 27).
+    pub fn check_split(&self, sides: f64, side_name: &str) -> Result<()> {
+        let name = self.name;
+        let Contribution { rows, groups } = self.contribution;
+        let options = self.options;
+        let mut split = String::new();
+        if groups > 1 {
+            split.push_str(&format!(" / {groups} (max_groups_per_unit)"));
+        }
+        if sides > 1.0 {
+            split.push_str(&format!(" / 2 ({side_name})"));
+        }
+        let per_count = self.group_epsilon / sides;
+        let with = if split.is_empty() {
+            String::new()
+        } else {
+            format!("with epsilon{split}, ")
+        };
+        check_count_epsilon(options.mechanism, per_count, rows).map_err(|e| {
+            plan_datafusion_err!(
+                "{name}: argument 'epsilon'={} is out of range: {with}{e}",
+                short_number(self.epsilon)
+            )
+        })?;
+        if options.mechanism == Mechanism::Gaussian {
+            if let Some(delta) = self.group_delta.map(|d| d / sides) {
+                if delta.is_nan() || delta < f64::MIN_POSITIVE {
+                    return plan_err!(
+                        "{name}: argument 'delta'={} is out of range: {}delta per noised count is {}, below the smallest supported {:e}",
+                        short_number(options.delta.unwrap_or(0.0)),
+                        with.replace("epsilon", "delta"),
+                        short_number(delta),
+                        f64::MIN_POSITIVE
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The default coercion of the arguments before `epsilon`, from their kinds; errors name the
+/// function and the argument.
+pub fn coerce_by_kind(name: &str, args: &[Arg], types: &[DataType]) -> Result<Vec<DataType>> {
+    args.iter()
+        .zip(types)
+        .map(|(arg, t)| {
+            let arg_name = arg.name;
+            Ok(match arg.kind {
+                ArgKind::Value => t.clone(),
+                ArgKind::Condition => match t {
+                    DataType::Boolean | DataType::Null => DataType::Boolean,
+                    other => {
+                        return plan_err!(
+                            "{name}: argument '{arg_name}' must be BOOLEAN, got {other} (write a condition such as {arg_name} = 1)"
+                        )
+                    }
+                },
+                ArgKind::Number | ArgKind::Constant => {
+                    if t.is_integer() {
+                        DataType::Int64
+                    } else if t.is_numeric() || t.is_null() {
+                        DataType::Float64
+                    } else {
+                        return plan_err!("{name}: argument '{arg_name}' must be a number, got {t}");
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// A constant argument as planned: `Int64` for an integer literal, `Float64` for any other
+/// number; an error naming the function and the argument for anything else.
+pub(crate) fn normalise_constant(
+    name: &str,
+    arg: &str,
+    value: Option<&ScalarValue>,
+) -> Result<ScalarValue> {
+    let value = match value {
+        Some(v) if !v.is_null() => v,
+        _ => {
+            return plan_err!(
+                "{name}: argument '{arg}' must be a constant number (a literal such as 10)"
+            )
+        }
+    };
+    let target = if value.data_type().is_integer() {
+        DataType::Int64
+    } else {
+        DataType::Float64
+    };
+    match value.cast_to(&target) {
+        Ok(v @ (ScalarValue::Int64(Some(_)) | ScalarValue::Float64(Some(_)))) => Ok(v),
+        _ => plan_err!("{name}: argument '{arg}' must be a number, got {value}"),
+    }
+}
