@@ -802,3 +802,50 @@ async fn an_unread_result_frees_its_slot_after_the_deadline_and_grace() {
     let error = error.expect("the unread stream ends with an error");
     assert!(error.contains("was not read within 1 s"), "{error}");
 }
+
+/// CPU fairness between analysts: bob keeps 8 CPU-bound queries running (cross joins that
+/// run until the 30 s query deadline; DataFusion's cross join does not yield to the runtime
+/// while it emits a probe batch's rows), and alice's DP queries are all answered while bob's
+/// still run, since each analyst's queries execute on the analyst's own threads. When all
+/// queries shared one runtime, bob's could hold every thread, and alice's waited. Bob's
+/// queries then end at their deadline with the error naming it, and the server lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_analysts_cpu_bound_queries_do_not_starve_another() {
+    let dir = test_dir("fair");
+    let server = Server::start(&config(
+        &dir,
+        "max_queries_per_analyst = 8\n\n[limits]\nquery_timeout_seconds = 30",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let hog = "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b";
+    let mut hogs = Vec::new();
+    for _ in 0..8 {
+        let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+        let info = bob.execute(hog.to_string(), None).await.unwrap();
+        hogs.push(tokio::spawn(async move {
+            fetch(&mut bob, info).await.map(|b| rows(&b))
+        }));
+    }
+    // Bob's queries are executing (their DoGet started) before alice asks.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..3 {
+        let answered =
+            tokio::time::timeout(Duration::from_secs(120), honest_query(&mut alice)).await;
+        assert!(answered.is_ok(), "alice's query not answered in 120 s");
+        assert!(
+            hogs.iter().all(|h| !h.is_finished()),
+            "alice is answered while bob's queries run, not after they stopped"
+        );
+    }
+    assert_eq!(charges(&dir.join("alice.ledger")), 3);
+    for hog in hogs {
+        let err = hog.await.unwrap().unwrap_err();
+        assert!(err.contains("query_timeout_seconds"), "{err}");
+    }
+    let mut server = server;
+    assert!(server.alive());
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 4);
+    assert_eq!(charges(&dir.join("bob.ledger")), 0);
+}

@@ -13,6 +13,7 @@
 //! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`).
 
 mod connections;
+mod executors;
 mod service;
 mod session;
 mod tls;
@@ -76,19 +77,22 @@ pub async fn serve(
 ) -> Result<(), String> {
     let server_config = owner.config().server.clone();
     let sessions = Arc::new(Sessions::new(&server_config));
+    let executors = Arc::new(executors::Executors::per_core());
     // Ended sessions and unfetched results are dropped every few seconds, not only when
-    // someone logs in, so a client that went away frees its memory and query slots.
+    // someone logs in, so a client that went away frees its memory and query slots; so are
+    // the query runtimes of analysts who stopped querying.
     let sweeper = {
-        let sessions = Arc::clone(&sessions);
+        let (sessions, executors) = (Arc::clone(&sessions), Arc::clone(&executors));
         tokio::spawn(async move {
             let mut every = tokio::time::interval(SWEEP_EVERY);
             loop {
                 every.tick().await;
                 sessions.sweep();
+                executors.sweep();
             }
         })
     };
-    let service = DpFlightSqlService::new(Arc::new(owner), execution, sessions);
+    let service = DpFlightSqlService::new(Arc::new(owner), execution, sessions, executors);
     let flight = FlightServiceServer::new(service)
         .max_decoding_message_size(server_config.max_message_bytes);
     // HTTP/2 pings find peers that went away without closing, so their connections stop

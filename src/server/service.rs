@@ -7,6 +7,7 @@
 //! statement again plans, and charges, again.
 
 use super::auth::{self, LoginGate};
+use super::executors::{execute_on, Executor, Executors};
 use super::session::{AnalystSession, Pending, Prepared, QuerySlot, QuerySlots, Sessions};
 use super::Execution;
 use crate::owner::{Owner, ServerConfig};
@@ -30,7 +31,6 @@ use arrow_flight::{
 };
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
-use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -46,6 +46,7 @@ pub struct DpFlightSqlService {
     sessions: Arc<Sessions>,
     logins: LoginGate,
     queries: QuerySlots,
+    executors: Arc<Executors>,
     server: ServerConfig,
 }
 
@@ -110,8 +111,14 @@ impl DpFlightSqlService {
     }
 
     /// The service for `owner`'s configuration, with its `[server]` limits (sessions, logins,
-    /// queries at once, parameter sizes).
-    pub fn new(owner: Arc<Owner>, execution: Execution, sessions: Arc<Sessions>) -> Self {
+    /// queries at once, parameter sizes), executing each analyst's queries on the analyst's
+    /// runtime of `executors`.
+    pub fn new(
+        owner: Arc<Owner>,
+        execution: Execution,
+        sessions: Arc<Sessions>,
+        executors: Arc<Executors>,
+    ) -> Self {
         let server = owner.config().server.clone();
         let logins = LoginGate::new(owner.config());
         Self {
@@ -120,6 +127,7 @@ impl DpFlightSqlService {
             sessions,
             logins,
             queries: QuerySlots::new(&server),
+            executors,
             server,
         }
     }
@@ -227,13 +235,16 @@ fn sql_info() -> &'static SqlInfoData {
 /// plan is kept under a one-use ticket. Returns the ticket and the result schema.
 /// Planned, physical plan included, on a thread with a large stack
 /// ([`crate::sql::privacy::limits::on_planning_stack`]), after the statement limits.
-/// The query holds `slot` from here to the end of its result.
+/// The query holds `slot` from here to the end of its result; it is planned when one of the
+/// analyst's planning permits is free (`executor`).
 async fn plan_query(
     session: &Arc<AnalystSession>,
     sql: &str,
     params: Option<ParamValues>,
     slot: QuerySlot,
+    executor: Arc<Executor>,
 ) -> Result<(Vec<u8>, SchemaRef), Status> {
+    let _planning = executor.planning_permit().await?;
     let session = Arc::clone(session);
     let sql = sql.to_string();
     let planned = crate::sql::privacy::limits::on_planning_stack(async move {
@@ -446,7 +457,8 @@ impl FlightSqlService for DpFlightSqlService {
     ) -> Result<Response<FlightInfo>, Status> {
         let session = self.session(&request)?;
         let slot = self.queries.acquire(&session.analyst).await?;
-        let (handle, schema) = plan_query(&session, &query.query, None, slot).await?;
+        let executor = self.executors.of(&session.analyst)?;
+        let (handle, schema) = plan_query(&session, &query.query, None, slot, executor).await?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.into(),
         };
@@ -473,8 +485,12 @@ impl FlightSqlService for DpFlightSqlService {
         let (abort, registration, running) = session.start_running(&ticket.statement_handle);
         let schema = plan.schema();
         let failed = move |e: &DataFusionError| after_charge(status(e), charged);
-        let batches = execute_stream(plan, task).map_err(|e| failed(&e))?;
-        // The owner's per-query deadline, from the start of the stream to its last batch.
+        // Executed on the analyst's own runtime (executors.rs), so that other analysts' queries
+        // and the Flight calls keep their share of the CPU.
+        let executor = self.executors.of(&session.analyst)?;
+        let batches = execute_on(executor, plan, task);
+        // The owner's per-query deadline, from the start of the stream to its last batch,
+        // watched here, on the Flight runtime: dropping the stream there stops the execution.
         let batches = crate::sql::privacy::limits::within_session_deadline(&session.ctx, batches);
         // The query's slot is held until the stream ends or the client drops it. A client that
         // stops reading never polls the stream, so neither would happen (nor the deadline, which
@@ -536,10 +552,15 @@ impl FlightSqlService for DpFlightSqlService {
     ) -> Result<i64, Status> {
         let session = self.session(&request)?;
         let _slot = self.queries.acquire(&session.analyst).await?;
+        let executor = self.executors.of(&session.analyst)?;
+        let planning = executor.planning_permit().await?;
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
-        let stream = frame.execute_stream().await.map_err(|e| status(&e))?;
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await.map_err(|e| status(&e))?;
+        drop(planning);
+        let stream = execute_on(executor, plan, task);
         let stream = crate::sql::privacy::limits::within_session_deadline(&session.ctx, stream);
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| status(&e))?;
         Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
@@ -555,6 +576,11 @@ impl FlightSqlService for DpFlightSqlService {
         // analysed, charged or run here); other statements have none. Within the statement
         // limits and on a large stack, as every analyst statement (crate::sql::privacy::limits).
         crate::sql::privacy::limits::check_statement_size(&query.query).map_err(|e| status(&e))?;
+        let _planning = self
+            .executors
+            .of(&session.analyst)?
+            .planning_permit()
+            .await?;
         let ctx = session.ctx.clone();
         let sql = query.query.clone();
         let (dataset, parameters) = crate::sql::privacy::limits::on_planning_stack(async move {
@@ -607,7 +633,8 @@ impl FlightSqlService for DpFlightSqlService {
             None => None,
         };
         let slot = self.queries.acquire(&session.analyst).await?;
-        let (handle, schema) = plan_query(&session, &prepared.sql, params, slot).await?;
+        let executor = self.executors.of(&session.analyst)?;
+        let (handle, schema) = plan_query(&session, &prepared.sql, params, slot, executor).await?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.into(),
         };
