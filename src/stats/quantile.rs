@@ -17,6 +17,7 @@
 //! The state is the leaf counts, sparse ([`LeafCounts`]), merged by adding: partial states of
 //! a group combine exactly before the noise is drawn once.
 
+use crate::stats::mechanism::short_number;
 use std::collections::BTreeMap;
 
 /// Children per node (Google's default; Qardaji et al. 2013 find 16 near the best for range
@@ -46,19 +47,29 @@ impl QuantileTree {
     /// argument).
     pub fn new(lower: f64, upper: f64) -> Result<Self, String> {
         if !lower.is_finite() {
-            return Err(format!("'lower' must be a finite number, got {lower}"));
+            return Err(format!(
+                "'lower' must be a finite number, got {}",
+                short_number(lower)
+            ));
         }
         if !upper.is_finite() {
-            return Err(format!("'upper' must be a finite number, got {upper}"));
+            return Err(format!(
+                "'upper' must be a finite number, got {}",
+                short_number(upper)
+            ));
         }
         if lower >= upper {
             return Err(format!(
-                "'lower' must be less than 'upper', got {lower} and {upper}"
+                "'lower' must be less than 'upper', got {} and {}",
+                short_number(lower),
+                short_number(upper)
             ));
         }
         if !(upper - lower).is_finite() {
             return Err(format!(
-                "'upper' - 'lower' must be a finite number, got {lower} and {upper}"
+                "'upper' - 'lower' must be a finite number, got {} and {}",
+                short_number(lower),
+                short_number(upper)
             ));
         }
         Ok(Self { lower, upper })
