@@ -945,6 +945,7 @@ async fn a_locked_session_resolves_only_allowed_functions() -> Result<()> {
         "dp_rd_ci",
         "dp_sum",
         "dp_avg",
+        "dp_quantile",
         // Scalar functions of their arguments only (no table access).
         "rr_ci_katz",
         "laplace_ratio_cdf",

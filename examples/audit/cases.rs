@@ -672,6 +672,26 @@ pub fn cases() -> Vec<Case> {
                 )
             },
         },
+        // ---- dp_quantile ----
+        Case {
+            name: "quantile_median_moves",
+            what: "grouped dp_quantile(x, 0.5, 0, 10), Laplace: of three values 1, 9 and one row's 1 (D) or 9 (D'), the median moves from 1 to 9 (the row's tree moves by 2 x 4 node counts at epsilon/2 per side: at most epsilon visible, the median shows less)",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 1.0,
+            expect: Expect::WithinClaim,
+            ci: 50_000,
+            full: 500_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, dp_quantile(x, 0.5, 0, 10, 1.0) AS m FROM t GROUP BY replicate",
+                    gx(&[("a", Some(1)), ("a", Some(9)), ("a", Some(1))]),
+                    gx(&[("a", Some(1)), ("a", Some(9)), ("a", Some(9))]),
+                    n,
+                    65,
+                )
+            },
+        },
         // ---- planted bugs: the auditor must catch each ----
         Case {
             name: "planted_double_epsilon",
@@ -720,6 +740,25 @@ pub fn cases() -> Vec<Case> {
                     gx(&[("a", Some(0)), ("a", Some(1))]),
                     n,
                     63,
+                )
+            },
+        },
+        Case {
+            name: "planted_quantile_sensitivity",
+            what: "PLANTED: grouped dp_quantile(x, 0.5, 0, 10) with its tree noised for one count, not one per level, and neither side of a GROUP BY (the engine run at epsilon 8.0 claiming 1.0): of three values 1, 9 and one row's 1 (D) or 9 (D'), the median moves from 1 to 9",
+            epsilon: 1.0,
+            delta: 0.0,
+            visible: 8.0,
+            expect: Expect::Exceeds,
+            ci: 50_000,
+            full: 500_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, dp_quantile(x, 0.5, 0, 10, 8.0) AS m FROM t GROUP BY replicate",
+                    gx(&[("a", Some(1)), ("a", Some(9)), ("a", Some(1))]),
+                    gx(&[("a", Some(1)), ("a", Some(9)), ("a", Some(9))]),
+                    n,
+                    66,
                 )
             },
         },

@@ -41,6 +41,7 @@ statistics! {
     files: [
         dp_sum::DpSum,
         dp_avg::DpAvg,
+        dp_quantile::DpQuantile,
     ],
 }
 

@@ -1,0 +1,328 @@
+//! `dp_quantile(expr, q, lower, upper, epsilon [, options])`: a DP `q`-quantile of the
+//! non-NULL values of `expr`, each clamped to the declared literal bounds `[lower, upper]`.
+//!
+//! The method is the noisy count tree of [`crate::stats::quantile`] (Google DP's quantile tree;
+//! Qardaji, Yang & Li 2013): `16^4` leaves over `[lower, upper]`, every node count with exact
+//! integer noise ([`crate::stats::CountNoise`]), the quantile found by descending the noisy
+//! tree. Sensitivity (replace-one neighbours): a unit's at most `rows = max_rows_per_unit`
+//! values in a group add `rows` to one node per level, so the group's tree moves by at most
+//! `rows · 4` in L1 (and no more in L2). Replacing the unit removes its values from one tree
+//! and adds them to the same or another, so, as for `dp_count` with GROUP BY, each group's
+//! counts get noise for `(ε, δ) / (2 · max_groups_per_unit)` at sensitivity `rows · 4`; the
+//! whole result is `(ε, δ)`-DP. The answer is post-processing of the noisy counts, so it
+//! is a DOUBLE in `[lower, upper]` even for an empty group (noise only), never NULL.
+//! `q` is a literal in `[0, 1]`; NaN values do not count (as NULL), `±∞` clamp to the
+//! bounds.
+
+use super::accumulator::GroupStreams;
+use super::statistic::{
+    Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise, StatisticRelease,
+};
+use super::{CallPlan, Release};
+use crate::stats::mechanism::short_number;
+use crate::stats::quantile::{self, LeafCounts, QuantileTree};
+use crate::stats::CountNoise;
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, ListArray, UInt32Array, UInt64Array,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Float64Type, UInt32Type, UInt64Type};
+use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate;
+use std::any::Any;
+use std::sync::Arc;
+
+/// The `dp_quantile` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpQuantile;
+
+const NAME: &str = "dp_quantile";
+
+fn leaves_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, false)))
+}
+
+fn counts_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::UInt64, false)))
+}
+
+impl DpStatistic for DpQuantile {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn args(&self) -> &'static [Arg] {
+        const ARGS: &[Arg] = &[
+            Arg::new("expr", ArgKind::Number),
+            Arg::new("q", ArgKind::Constant),
+            Arg::new("lower", ArgKind::Constant),
+            Arg::new("upper", ArgKind::Constant),
+        ];
+        ARGS
+    }
+
+    fn option_keys(&self) -> &'static [&'static str] {
+        &["mechanism", "delta", "gaussian_calibration"]
+    }
+
+    fn signature(&self) -> &'static str {
+        "dp_quantile(expr, q, lower, upper, epsilon [, options]) -> DOUBLE"
+    }
+
+    /// Every number as DOUBLE (the tree reads positions in `[lower, upper]`).
+    fn coerce(&self, types: &[DataType]) -> Result<Vec<DataType>> {
+        let coerced = super::statistic::coerce_by_kind(NAME, self.args(), types)?;
+        Ok(vec![DataType::Float64; coerced.len()])
+    }
+
+    fn return_type(&self, _types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Float64)
+    }
+
+    fn is_nullable(&self) -> bool {
+        false
+    }
+
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
+        let constant = |i: usize, arg: &str| -> Result<f64> {
+            match call.constants.get(i) {
+                Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
+                Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
+                Some(other) => {
+                    plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
+                }
+                None => plan_err!("{NAME}: argument '{arg}' is missing"),
+            }
+        };
+        let q = constant(0, "q")?;
+        if !(0.0..=1.0).contains(&q) {
+            return plan_err!(
+                "{NAME}: argument 'q'={} must be in [0, 1] (0.5 for the median)",
+                short_number(q)
+            );
+        }
+        let tree = QuantileTree::new(constant(1, "lower")?, constant(2, "upper")?)
+            .map_err(|e| plan_datafusion_err!("{NAME}: argument {e}"))?;
+        let epsilon = call.group_epsilon / 2.0;
+        let delta = call.group_delta.map(|d| d / 2.0);
+        let sensitivity = QuantileTree::sensitivity(call.contribution.rows)
+            .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
+        let options = call.options;
+        let noise = CountNoise::calibrate(
+            options.mechanism,
+            epsilon,
+            delta,
+            sensitivity,
+            options.gaussian_calibration,
+        )
+        .map_err(|e| {
+            // The split and the sensitivity, so that the refusal explains itself.
+            let argument = match (e.contains("delta"), options.delta) {
+                (true, Some(d)) => format!("'delta'={}", short_number(d)),
+                (true, None) => "'delta'".to_string(),
+                (false, _) => format!("'epsilon'={}", short_number(call.epsilon)),
+            };
+            let groups = match call.contribution.groups {
+                1 => String::new(),
+                g => format!(" / {g} (max_groups_per_unit)"),
+            };
+            plan_datafusion_err!(
+                "{NAME}: argument {argument} is out of range: with epsilon{groups} / 2 per tree (a replaced unit leaves one tree and joins one) and sensitivity {sensitivity} (max_rows_per_unit x tree height 4): {e}"
+            )
+        })?;
+        Ok(Release::Statistic(StatisticRelease(Arc::new(
+            QuantileNoise { tree, q, noise },
+        ))))
+    }
+
+    fn state(&self) -> Vec<(&'static str, DataType)> {
+        vec![("leaves", leaves_type()), ("counts", counts_type())]
+    }
+
+    fn accumulator(&self, plan: Arc<CallPlan>, _types: &[DataType]) -> Result<StatisticAccumulator> {
+        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        let Some(noise) = noise.as_any().downcast_ref::<QuantileNoise>() else {
+            return internal_err!("{NAME}: bound to another statistic's calibration");
+        };
+        Ok(Box::new(QuantileAccumulator {
+            trees: Vec::new(),
+            streams: GroupStreams::new(&plan),
+            noise: noise.clone(),
+        }))
+    }
+}
+
+/// The calibration of one `dp_quantile` call: the domain, the quantile and the node noise.
+#[derive(Debug, Clone, PartialEq)]
+struct QuantileNoise {
+    tree: QuantileTree,
+    q: f64,
+    noise: CountNoise,
+}
+
+impl StatisticNoise for QuantileNoise {
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.noise.mechanism.cost(epsilon, delta)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
+        other.as_any().downcast_ref::<Self>() == Some(self)
+    }
+}
+
+/// Exact leaf counts per group; the tree's noise once per group in `evaluate`.
+struct QuantileAccumulator {
+    trees: Vec<LeafCounts>,
+    streams: GroupStreams,
+    noise: QuantileNoise,
+}
+
+impl QuantileAccumulator {
+    fn resize(&mut self, groups: usize) {
+        if self.trees.len() < groups {
+            self.trees.resize_with(groups, LeafCounts::new);
+        }
+        self.streams.resize(groups);
+    }
+}
+
+/// Leaf lists and count lists, one entry per group (the partial state).
+fn state_arrays(trees: &[LeafCounts]) -> (ArrayRef, ArrayRef) {
+    let lengths = trees.iter().map(|t| t.len());
+    let offsets = OffsetBuffer::<i32>::from_lengths(lengths);
+    let leaves: UInt32Array = trees.iter().flat_map(|t| t.keys().copied()).collect();
+    let counts: UInt64Array = trees.iter().flat_map(|t| t.values().copied()).collect();
+    let leaves = ListArray::new(
+        Arc::new(Field::new_list_field(DataType::UInt32, false)),
+        offsets.clone(),
+        Arc::new(leaves),
+        None,
+    );
+    let counts = ListArray::new(
+        Arc::new(Field::new_list_field(DataType::UInt64, false)),
+        offsets,
+        Arc::new(counts),
+        None,
+    );
+    (Arc::new(leaves), Arc::new(counts))
+}
+
+impl GroupsAccumulator for QuantileAccumulator {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        self.streams.note_keys(values, group_indices)?;
+        let tree = self.noise.tree;
+        let trees = &mut self.trees;
+        accumulate(
+            group_indices,
+            values[0].as_primitive::<Float64Type>(),
+            opt_filter,
+            |group, v| {
+                if let Some(leaf) = tree.leaf(v) {
+                    quantile::add(&mut trees[group], leaf, 1);
+                }
+            },
+        );
+        Ok(())
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        self.resize(total_num_groups);
+        let (leaves, counts) = (values[0].as_list::<i32>(), values[1].as_list::<i32>());
+        for (row, &group) in group_indices.iter().enumerate() {
+            if leaves.is_null(row) {
+                continue;
+            }
+            let (l, c) = (leaves.value(row), counts.value(row));
+            let (l, c) = (l.as_primitive::<UInt32Type>(), c.as_primitive::<UInt64Type>());
+            if l.len() != c.len() {
+                return internal_err!("{NAME}: a partial state's leaves and counts differ");
+            }
+            for (leaf, count) in l.values().iter().zip(c.values().iter()) {
+                if *leaf >= QuantileTree::leaves() {
+                    return internal_err!("{NAME}: a partial state names leaf {leaf}");
+                }
+                quantile::add(&mut self.trees[group], *leaf, *count);
+            }
+        }
+        self.streams.merge_keys(values.get(2), group_indices);
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        let trees = emit_to.take_needed(&mut self.trees);
+        let keys = self.streams.take(trees.len());
+        let QuantileNoise { tree, q, noise } = self.noise.clone();
+        let mut seeded = None;
+        let mut out = Vec::with_capacity(trees.len());
+        for (g, counts) in trees.iter().enumerate() {
+            let rng = self.streams.group_rng(keys.as_deref(), g, &mut seeded)?;
+            let value = tree
+                .quantile(counts, q, &mut || noise.sample(rng))
+                .map_err(|e| datafusion::common::exec_datafusion_err!("{NAME}: {e}"))?;
+            out.push(value);
+        }
+        Ok(Arc::new(Float64Array::from(out)))
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let trees = emit_to.take_needed(&mut self.trees);
+        let keys = self.streams.take(trees.len());
+        let (leaves, counts) = state_arrays(&trees);
+        let mut state = vec![leaves, counts];
+        state.extend(self.streams.key_state(keys));
+        Ok(state)
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let rows = values[0].len();
+        let mut trees = vec![LeafCounts::new(); rows];
+        let group_indices: Vec<usize> = (0..rows).collect();
+        let tree = self.noise.tree;
+        accumulate(
+            &group_indices,
+            values[0].as_primitive::<Float64Type>(),
+            opt_filter,
+            |row, v| {
+                if let Some(leaf) = tree.leaf(v) {
+                    quantile::add(&mut trees[row], leaf, 1);
+                }
+            },
+        );
+        let (leaves, counts) = state_arrays(&trees);
+        let mut state = vec![leaves, counts];
+        state.extend(self.streams.convert_keys(values, rows)?);
+        Ok(state)
+    }
+
+    fn size(&self) -> usize {
+        // A BTreeMap entry (12 bytes of key and value) with its share of the node: about 48.
+        let entries: usize = self.trees.iter().map(|t| t.len()).sum();
+        self.trees.capacity() * size_of::<LeafCounts>()
+            + entries * 48
+            + self.streams.size()
+            + size_of::<Self>()
+    }
+}
