@@ -29,6 +29,6 @@ pub mod sql;
 pub mod stats;
 
 pub use sql::options::DpOptions;
-pub use sql::privacy::lock::{analyst_sql, is_locked, lock, protect};
-pub use sql::privacy::protection::Protection;
+pub use sql::privacy::plan::protection::Protection;
+pub use sql::privacy::session::lock::{analyst_sql, is_locked, lock, protect};
 pub use sql::register;

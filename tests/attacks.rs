@@ -645,7 +645,7 @@ async fn a_locked_join_builds_its_public_side_first() -> Result<()> {
     // the public side's work ran at all. In a locked session the public side is built.
     use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
     use datafusion::physical_plan::ExecutionPlan;
-    use datafusion_dp::sql::privacy::protected_scan::ProtectedScanExec;
+    use datafusion_dp::sql::privacy::exec::protected_scan::ProtectedScanExec;
     let ctx = session(true).await?;
     let sql = "SELECT dp_count(visits.region, 1.0) FROM visits JOIN (SELECT value % 7 AS k FROM range(100000)) AS q ON visits.patient_id % 7 = q.k WHERE visits.patient_id = 3";
     fn protected(plan: &Arc<dyn ExecutionPlan>) -> bool {
@@ -861,7 +861,7 @@ async fn an_error_cannot_tell_whether_a_row_exists() -> Result<()> {
 #[tokio::test]
 async fn the_release_guard_withholds_an_errors_text() -> Result<()> {
     use datafusion::physical_plan::collect;
-    use datafusion_dp::sql::privacy::release::ReleaseOnceExec;
+    use datafusion_dp::sql::privacy::exec::release::ReleaseOnceExec;
     let ctx = SessionContext::new();
     ctx.sql("CREATE TABLE t (g VARCHAR) AS VALUES ('secret-value')")
         .await?
@@ -1140,7 +1140,7 @@ async fn explain_names_no_file() -> Result<()> {
 async fn the_bounding_window_takes_constant_bounds_only() -> Result<()> {
     let ctx = session(false).await?;
     ctx.register_udwf(
-        datafusion_dp::sql::privacy::bounding::unit_sample::udwf()
+        datafusion_dp::sql::privacy::rewrite::bounding::unit_sample::udwf()
             .as_ref()
             .clone(),
     );

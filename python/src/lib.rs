@@ -239,7 +239,7 @@ impl Session {
 async fn answer(ctx: SessionContext, sql: String, locked: bool) -> Result<Answer> {
     let limits_ctx = ctx.clone();
     let (physical, task, cost) =
-        datafusion_dp::sql::privacy::limits::on_planning_stack(async move {
+        datafusion_dp::sql::privacy::session::limits::on_planning_stack(async move {
             let frame = match locked {
                 true => datafusion_dp::analyst_sql(&ctx, &sql).await?,
                 false => ctx.sql(&sql).await?,
@@ -271,7 +271,8 @@ async fn answer(ctx: SessionContext, sql: String, locked: bool) -> Result<Answer
     let task: Arc<TaskContext> = task;
     let stream = execute_stream(physical, task)?;
     // The owner's per-query deadline (a session opened from a configuration file has one).
-    let stream = datafusion_dp::sql::privacy::limits::within_session_deadline(&limits_ctx, stream);
+    let stream =
+        datafusion_dp::sql::privacy::session::limits::within_session_deadline(&limits_ctx, stream);
     let batches = stream.try_collect::<Vec<_>>().await?;
     let table = PyTable::try_new(batches, schema)
         .map_err(|e| DataFusionError::Execution(format!("exporting the result: {e}")))?;

@@ -40,12 +40,12 @@ pub async fn run_analyst_statements(
     sql: &str,
 ) -> Result<Vec<StatementResult>> {
     // On a thread with a large stack, as analyst_sql plans: the input is parsed, printed and
-    // dropped here, and each result is collected here (crate::sql::privacy::limits).
+    // dropped here, and each result is collected here (crate::sql::privacy::session::limits).
     let ctx = ctx.clone();
     let sql = sql.to_string();
-    crate::sql::privacy::limits::on_planning_stack(
-        async move { analyst_statements(&ctx, &sql).await },
-    )
+    crate::sql::privacy::session::limits::on_planning_stack(async move {
+        analyst_statements(&ctx, &sql).await
+    })
     .await
 }
 
@@ -75,7 +75,7 @@ pub async fn plan_statements(
     // On the planning thread's large stack, as the statements themselves were planned.
     let ctx = ctx.clone();
     let sql = sql.to_string();
-    crate::sql::privacy::limits::on_planning_stack(async move {
+    crate::sql::privacy::session::limits::on_planning_stack(async move {
         let mut plans = Vec::new();
         for statement in parse_statements(&ctx, &sql)? {
             plans.push(ctx.state().statement_to_plan(statement).await?);
@@ -120,18 +120,18 @@ async fn run_statement(ctx: &SessionContext, statement: Statement) -> Result<Sta
 }
 
 /// [`collect`], stopped at the owner's per-query deadline when the session has one
-/// ([`crate::sql::privacy::limits::with_deadline`]).
+/// ([`crate::sql::privacy::session::limits::with_deadline`]).
 async fn collect_within_deadline(
     ctx: &SessionContext,
     frame: datafusion::prelude::DataFrame,
 ) -> Result<StatementResult> {
     use futures::TryStreamExt;
-    let Some(limit) = crate::sql::privacy::limits::query_deadline(ctx) else {
+    let Some(limit) = crate::sql::privacy::session::limits::query_deadline(ctx) else {
         return collect(frame).await;
     };
     let schema = Arc::new(frame.schema().as_arrow().clone());
     let stream = frame.execute_stream().await?;
-    let batches = crate::sql::privacy::limits::with_deadline(stream, limit)
+    let batches = crate::sql::privacy::session::limits::with_deadline(stream, limit)
         .try_collect()
         .await?;
     Ok(StatementResult { schema, batches })

@@ -13,10 +13,12 @@
 
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::functions::aggregate::{statistic_named, DpAggregate};
-use crate::sql::privacy::bounding::{internal_udf, internal_udwf};
-use crate::sql::privacy::protected_scan::ProtectedScanExec;
-use crate::sql::privacy::release::ReleaseOnceExec;
-use crate::sql::privacy::total::{operator_from_name, TryBinary, TryCastRows, TryFunction};
+use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
+use crate::sql::privacy::exec::release::ReleaseOnceExec;
+use crate::sql::privacy::rewrite::bounding::{internal_udf, internal_udwf};
+use crate::sql::privacy::rewrite::total::{
+    operator_from_name, TryBinary, TryCastRows, TryFunction,
+};
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;
@@ -352,7 +354,7 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
 mod tests {
     use super::*;
 
-    /// The total forms of a function and an operator (`sql::privacy::total`) reach executors
+    /// The total forms of a function and an operator (`sql::privacy::rewrite::total`) reach executors
     /// as themselves: decoded by name alone, `try_regexp_like` would not exist there, and
     /// `regexp_like` would raise the errors the planner made total.
     #[test]

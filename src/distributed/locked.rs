@@ -7,7 +7,7 @@
 //! - **The owner's sessions.** Each job's session holds the owner's tables, their protection,
 //!   the owner's options and one analyst's budget and ledger, and is locked. A client's plan has
 //!   every scan replaced by the owner's table of that name (a name the owner did not register is
-//!   refused: [`crate::sql::privacy::rule::owner_tables_only`]). Of the client's `dp.*` settings
+//!   refused: [`crate::sql::privacy::plan::rule::owner_tables_only`]). Of the client's `dp.*` settings
 //!   only the accuracy options are kept ([`DpOptions::without_owner_settings`]), and of its other
 //!   settings only those a locked session lets an analyst set, in their ranges
 //!   ([`ANALYST_SETTINGS`]); `EXPLAIN` shows the logical plan only. The client port refuses the
@@ -40,8 +40,8 @@ use super::{DpLogicalCodec, DpPhysicalCodec};
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::lock::{in_analyst_range, ANALYST_SETTINGS};
-use crate::sql::privacy::rule::Placement;
+use crate::sql::privacy::plan::rule::Placement;
+use crate::sql::privacy::session::lock::{in_analyst_range, ANALYST_SETTINGS};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
@@ -460,7 +460,7 @@ fn logical_plans_only(params: &ExecuteQueryParams) -> std::result::Result<(), St
 }
 
 /// Refuses a plan that a locked session refuses as a statement
-/// ([`crate::sql::privacy::lock::analyst_sql`]): a client sends plans, not SQL, so the checks
+/// ([`crate::sql::privacy::session::lock::analyst_sql`]): a client sends plans, not SQL, so the checks
 /// run on the plan's root. `EXPLAIN ANALYZE` prints every operator's exact row counts;
 /// `EXPLAIN VERBOSE`, other formats than the indented one and statistics print the physical
 /// plan (file paths, byte ranges, Parquet statistics); `COPY`, `INSERT` and DDL write on the

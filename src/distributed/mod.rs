@@ -31,7 +31,7 @@ pub use locked::LockedCluster;
 use crate::cli::EnvObjectStoreRegistry;
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::rule::Placement;
+use crate::sql::privacy::plan::rule::Placement;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use ballista::prelude::SessionContextExt;
@@ -386,7 +386,8 @@ impl QueryPlanner for DpQueryPlanner {
         } else {
             // The scheduler plans the physical plan, and hides protected tables' statistics
             // there when the client's session is locked (`dp.locked` travels with it).
-            let plan = crate::sql::privacy::protected_scan::unwrap_protected_tables(plan.clone())?;
+            let plan =
+                crate::sql::privacy::exec::protected_scan::unwrap_protected_tables(plan.clone())?;
             self.cluster.create_physical_plan(&plan, session).await
         }
     }

@@ -15,7 +15,7 @@
 //! (release builds skip the assertion, and the filter is never used).
 //!
 //! A unit-protected query grouped by a table of public keys has this shape: the keys' phantom
-//! rows ([`crate::sql::privacy::public_groups`]) are a union branch beside the bounded rows,
+//! rows ([`crate::sql::privacy::rewrite::public_groups`]) are a union branch beside the bounded rows,
 //! whose unit-sampling window sorts within the stage. Any SQL union with a partition-preserving
 //! sort in one branch has it too. The physical codec ([`super::DpPhysicalCodec`]) replaces each
 //! such sort by an [`UnreadSortExec`] while decoding the stage's root, before the reset.

@@ -73,9 +73,9 @@ impl Owner {
 
     /// A locked session spending `budget`.
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
-        let deadline = crate::sql::privacy::limits::QueryDeadline(std::time::Duration::from_secs(
-            self.config.limits.query_timeout_seconds,
-        ));
+        let deadline = crate::sql::privacy::session::limits::QueryDeadline(
+            std::time::Duration::from_secs(self.config.limits.query_timeout_seconds),
+        );
         let config = session_config().with_extension(Arc::new(deadline));
         let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;

@@ -234,7 +234,7 @@ fn sql_info() -> &'static SqlInfoData {
 /// Plans `sql` (with `params` bound) as the session's analyst: analysed and charged now; the
 /// plan is kept under a one-use ticket. Returns the ticket and the result schema.
 /// Planned, physical plan included, on a thread with a large stack
-/// ([`crate::sql::privacy::limits::on_planning_stack`]), after the statement limits.
+/// ([`crate::sql::privacy::session::limits::on_planning_stack`]), after the statement limits.
 /// The query holds `slot` from here to the end of its result; it is planned when one of the
 /// analyst's planning permits is free (`executor`).
 async fn plan_query(
@@ -247,7 +247,7 @@ async fn plan_query(
     let _planning = executor.planning_permit().await?;
     let session = Arc::clone(session);
     let sql = sql.to_string();
-    let planned = crate::sql::privacy::limits::on_planning_stack(async move {
+    let planned = crate::sql::privacy::session::limits::on_planning_stack(async move {
         // This future runs on the planning thread alone: a charge made while it runs is its
         // query's (crate::sql::accounting::budget::charges_on_this_thread).
         let charges_before = crate::sql::accounting::budget::charges_on_this_thread();
@@ -491,13 +491,14 @@ impl FlightSqlService for DpFlightSqlService {
         let batches = execute_on(executor, plan, task);
         // The owner's per-query deadline, from the start of the stream to its last batch,
         // watched here, on the Flight runtime: dropping the stream there stops the execution.
-        let batches = crate::sql::privacy::limits::within_session_deadline(&session.ctx, batches);
+        let batches =
+            crate::sql::privacy::session::limits::within_session_deadline(&session.ctx, batches);
         // The query's slot is held until the stream ends or the client drops it. A client that
         // stops reading never polls the stream, so neither would happen (nor the deadline, which
         // runs as the stream is polled): a timer frees the slot and stops the query a grace
         // period after the deadline.
         let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
-        let unread = crate::sql::privacy::limits::query_deadline(&session.ctx)
+        let unread = crate::sql::privacy::session::limits::query_deadline(&session.ctx)
             .unwrap_or(UNREAD_WITHOUT_DEADLINE)
             + UNREAD_GRACE;
         let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -561,7 +562,8 @@ impl FlightSqlService for DpFlightSqlService {
         let plan = frame.create_physical_plan().await.map_err(|e| status(&e))?;
         drop(planning);
         let stream = execute_on(executor, plan, task);
-        let stream = crate::sql::privacy::limits::within_session_deadline(&session.ctx, stream);
+        let stream =
+            crate::sql::privacy::session::limits::within_session_deadline(&session.ctx, stream);
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| status(&e))?;
         Ok(batches.iter().map(|b| b.num_rows() as i64).sum())
     }
@@ -574,8 +576,9 @@ impl FlightSqlService for DpFlightSqlService {
         let session = self.session(&request)?;
         // The result and parameter schemas from the logical plan of a query (nothing is
         // analysed, charged or run here); other statements have none. Within the statement
-        // limits and on a large stack, as every analyst statement (crate::sql::privacy::limits).
-        crate::sql::privacy::limits::check_statement_size(&query.query).map_err(|e| status(&e))?;
+        // limits and on a large stack, as every analyst statement (crate::sql::privacy::session::limits).
+        crate::sql::privacy::session::limits::check_statement_size(&query.query)
+            .map_err(|e| status(&e))?;
         let _planning = self
             .executors
             .of(&session.analyst)?
@@ -583,16 +586,17 @@ impl FlightSqlService for DpFlightSqlService {
             .await?;
         let ctx = session.ctx.clone();
         let sql = query.query.clone();
-        let (dataset, parameters) = crate::sql::privacy::limits::on_planning_stack(async move {
-            if !is_query(&sql) {
-                return Ok(Ok(Default::default()));
-            }
-            let plan = crate::sql::privacy::lock::limited_plan(&ctx, &sql).await?;
-            Ok(schema_bytes(plan.schema().as_arrow())
-                .and_then(|dataset| Ok((dataset, parameter_schema(&plan)?))))
-        })
-        .await
-        .map_err(|e| status(&e))??;
+        let (dataset, parameters) =
+            crate::sql::privacy::session::limits::on_planning_stack(async move {
+                if !is_query(&sql) {
+                    return Ok(Ok(Default::default()));
+                }
+                let plan = crate::sql::privacy::session::lock::limited_plan(&ctx, &sql).await?;
+                Ok(schema_bytes(plan.schema().as_arrow())
+                    .and_then(|dataset| Ok((dataset, parameter_schema(&plan)?))))
+            })
+            .await
+            .map_err(|e| status(&e))??;
         let handle = session.add_prepared(Prepared {
             sql: query.query,
             params: None,

@@ -232,7 +232,7 @@ impl AnalystSession {
 
     /// Drops results not fetched within the session's query deadline, freeing their slots.
     fn drop_stale_pending(&self) {
-        let ttl = crate::sql::privacy::limits::query_deadline(&self.ctx)
+        let ttl = crate::sql::privacy::session::limits::query_deadline(&self.ctx)
             .unwrap_or(PENDING_WITHOUT_DEADLINE);
         lock(&self.handles)
             .pending

@@ -389,7 +389,7 @@ impl SqlAudit {
             Repetition::Grouped => ctx.sql(&fill(&self.query)).await?.collect().await?,
             Repetition::Executions => {
                 // Planned (bound, charged) anew for each execution: a physical plan releases
-                // once (crate::sql::privacy::release).
+                // once (crate::sql::privacy::exec::release).
                 let frame = ctx.sql(&fill(&self.query)).await?;
                 let mut all = Vec::new();
                 for r in 0..self.replicates {

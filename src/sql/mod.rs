@@ -24,12 +24,15 @@ use std::sync::Arc;
 /// Installs every DP function, the `dp.*` session options, the planner rule and the session's
 /// privacy accountant (`dp_budget()`) on `ctx`.
 pub fn register(ctx: &SessionContext) -> Result<()> {
-    register_placed(ctx, privacy::rule::Placement::Local)
+    register_placed(ctx, privacy::plan::rule::Placement::Local)
 }
 
 /// [`register`], with the planner rule placed as `placement` says (a Ballista client or
 /// scheduler: [`crate::distributed`]). A session that already has the rule keeps it.
-pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement) -> Result<()> {
+pub fn register_placed(
+    ctx: &SessionContext,
+    placement: privacy::plan::rule::Placement,
+) -> Result<()> {
     {
         let state = ctx.state_ref();
         let mut state = state.write();
@@ -42,7 +45,7 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
     // The contribution-bounding rewrite's functions (`dp_keyed_hash`, `dp_unit_sample`) are
     // not registered: an analyst's SQL must not resolve them (one took its bounds from its
     // first row). The rewrite inserts them as values, and a Ballista codec resolves them by
-    // name (`privacy::bounding::internal_udf`).
+    // name (`privacy::rewrite::bounding::internal_udf`).
     // One accountant per session, shared by the planner rule (which charges) and dp_budget()
     // (which reports). Registering twice keeps the first rule: a second would charge twice.
     let registered = ctx
@@ -51,7 +54,7 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
         .analyzer()
         .rules
         .iter()
-        .any(|r| r.name() == privacy::rule::RULE_NAME);
+        .any(|r| r.name() == privacy::plan::rule::RULE_NAME);
     if !registered {
         let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
@@ -64,22 +67,23 @@ pub fn register_placed(ctx: &SessionContext, placement: privacy::rule::Placement
         // of public keys (dp.public_groups) is looked up at planning.
         let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
         ctx.add_analyzer_rule(Arc::new(
-            privacy::rule::DpPlannerRule::new(accountant)
+            privacy::plan::rule::DpPlannerRule::new(accountant)
                 .with_catalogs(catalogs)
                 .with_placement(placement),
         ));
         // Joins multiply protected rows by a bounded number of public rows: after the
         // optimiser's own rules (which move equalities into joins' keys).
-        ctx.add_optimizer_rule(Arc::new(privacy::public_fanout::BoundPublicFanout));
+        ctx.add_optimizer_rule(Arc::new(privacy::rewrite::public_fanout::BoundPublicFanout));
         // One charge, one release: the physical rule runs last.
         let state = ctx.state_ref();
         let mut state = state.write();
         // The public side of a join with protected rows is built first (public_fanout).
-        let rules =
-            privacy::public_fanout::with_public_build_side(state.physical_optimizers().to_vec());
+        let rules = privacy::rewrite::public_fanout::with_public_build_side(
+            state.physical_optimizers().to_vec(),
+        );
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
             .with_physical_optimizer_rules(rules)
-            .with_physical_optimizer_rule(Arc::new(privacy::release::ReleaseOnce))
+            .with_physical_optimizer_rule(Arc::new(privacy::exec::release::ReleaseOnce))
             .build();
         *state = rebuilt;
     }

@@ -5,7 +5,7 @@
 //! which override the session for that call:
 //! `dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6, confidence=0.9')`.
 
-use crate::sql::privacy::protection::Protections;
+use crate::sql::privacy::plan::protection::Protections;
 use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{config_err, Result};
@@ -14,7 +14,7 @@ use std::any::Any;
 /// How the GROUP BY keys of a grouped DP query are declared public (`SET dp.public_groups`).
 ///
 /// Without a declaration ([`PublicGroups::None`]) a grouped DP query is refused unless private
-/// group selection is set ([`crate::sql::privacy::selection`]).
+/// group selection is set ([`crate::sql::privacy::rewrite::selection`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PublicGroups {
     /// `'none'` (or `''`): the keys are not declared public.
@@ -26,7 +26,7 @@ pub enum PublicGroups {
     /// Any other value: the name of a table (`table`, `schema.table` or
     /// `catalog.schema.table`, SQL identifier rules) whose rows are the public keys. Rows of
     /// undeclared keys are dropped and every declared key is released, with noise on zero
-    /// when it has no rows ([`crate::sql::privacy::public_groups`]).
+    /// when it has no rows ([`crate::sql::privacy::rewrite::public_groups`]).
     Table(String),
 }
 
@@ -97,7 +97,7 @@ pub struct DpOptions {
     /// Groups one unit may contribute to, for tables protected by a unit.
     pub max_groups_per_unit: u32,
     /// Rows one protected row may meet through joins and `UNNEST` in a locked query
-    /// ([`crate::sql::privacy::public_fanout`]): one person adds at most this many times
+    /// ([`crate::sql::privacy::rewrite::public_fanout`]): one person adds at most this many times
     /// their own rows (and the bytes of their values) to a query's work.
     pub max_public_fanout: u32,
     /// Whether the GROUP BY keys are declared public: not at all, by assertion, or as a table

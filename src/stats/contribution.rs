@@ -7,7 +7,7 @@
 //! groups and join `groups` others), and the calibration splits ε over the groups. This is the
 //! stability of the transformations below the aggregate (OpenDP's stability maps; ZetaSQL's
 //! `max_rows_contributed` and `max_groups_contributed`). The SQL layer derives it from the plan
-//! (`crate::sql::privacy::analysis`) and every calibration reads it from there.
+//! (`crate::sql::privacy::plan::analysis`) and every calibration reads it from there.
 
 /// At most `rows` rows in each of at most `groups` groups per person.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

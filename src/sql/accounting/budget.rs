@@ -11,7 +11,7 @@
 //! deduplicates into one computation and one noise draw, count once; the same call in two
 //! places (a UNION, a CTE used twice) is computed twice with fresh noise and counts twice.
 //!
-//! **When it is charged**: in the analyzer ([`crate::sql::privacy::rule::DpPlannerRule`]), after every
+//! **When it is charged**: in the analyzer ([`crate::sql::privacy::plan::rule::DpPlannerRule`]), after every
 //! call is bound and validated and before anything executes, in one atomic check-and-charge
 //! ([`Accountant::charge`]); a query that does not fit is refused with an error that gives its
 //! cost, the amount spent and what is left. Decisions, all erring towards charging:
@@ -351,7 +351,7 @@ thread_local! {
 /// How many charges [`Accountant::charge`] has made on the calling thread, so that planning run
 /// on one thread can tell whether its query was charged before an error: DataFusion's analyzer
 /// (where the charge is made) runs synchronously inside planning, and `dp-server` plans each
-/// query on a thread of its own (`crate::sql::privacy::limits::on_planning_stack`), so a
+/// query on a thread of its own (`crate::sql::privacy::session::limits::on_planning_stack`), so a
 /// failure after the charge can say that the charge is kept.
 pub fn charges_on_this_thread() -> u64 {
     CHARGES_ON_THIS_THREAD.with(|c| c.get())

@@ -25,7 +25,7 @@ pub fn scalars() -> Vec<Arc<ScalarUDF>> {
 }
 
 /// Registers [`aggregates`] and [`scalars`] on `ctx`. (The bounding rewrite's functions are
-/// not among them: an analyst's SQL must not resolve them, `privacy::bounding::internal_udf`.)
+/// not among them: an analyst's SQL must not resolve them, `privacy::rewrite::bounding::internal_udf`.)
 pub fn register_all(ctx: &SessionContext) -> Result<()> {
     for udaf in aggregates() {
         ctx.register_udaf(udaf.as_ref().clone());

@@ -287,7 +287,7 @@ pub enum Release {
 }
 
 /// Taken once, when a physical plan is made from a bound call: one charge, one release
-/// ([`crate::sql::privacy::release`]). Compares equal to any other ticket: it is not part of
+/// ([`crate::sql::privacy::exec::release`]). Compares equal to any other ticket: it is not part of
 /// what a call computes.
 #[derive(Debug, Clone, Default)]
 pub struct ReleaseTicket(Arc<AtomicBool>);
@@ -322,12 +322,12 @@ pub struct CallPlan {
     /// Whether the call is in a GROUP BY (its calibration depends on it).
     pub grouped: bool,
     /// What one person can contribute to the aggregated input, derived from the plan by
-    /// [`crate::sql::privacy::analysis`]; the calibration is for this bound.
+    /// [`crate::sql::privacy::plan::analysis`]; the calibration is for this bound.
     pub contribution: Contribution,
     /// Set on the hidden count of private group selection: the δ it spends.
     pub selection_delta: Option<f64>,
     /// Taken when a physical plan is made from this bound call: one charge, one release
-    /// ([`crate::sql::privacy::release`]).
+    /// ([`crate::sql::privacy::exec::release`]).
     pub ticket: ReleaseTicket,
 }
 
@@ -587,7 +587,7 @@ impl CallPlan {
 }
 
 /// The UDAF behind every DP aggregate (each [`DpStatistic`] of [`STATISTICS`]). Registered
-/// unconfigured; the planner rule ([`crate::sql::privacy::rule::DpPlannerRule`]) swaps in a
+/// unconfigured; the planner rule ([`crate::sql::privacy::plan::rule::DpPlannerRule`]) swaps in a
 /// configured copy per call carrying the session options, the calibrated noise and, in seeded
 /// mode, the group keys.
 #[derive(Debug)]

@@ -11,7 +11,7 @@
 //! reports unknown statistics, and the table reports none. Plans over protected rows are then
 //! chosen as if nothing were known about them.
 
-use crate::sql::privacy::analysis::PlanAnalysis;
+use crate::sql::privacy::plan::analysis::PlanAnalysis;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};

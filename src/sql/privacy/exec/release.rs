@@ -16,7 +16,7 @@
 //! protected tables are read only below DP aggregations, and an error's text can hold their
 //! values (Arrow's "Cannot cast string 'HIV' ..."). So partial aggregations with DP calls are
 //! wrapped too (they draw no noise and run once anyway): on Ballista they run on executors,
-//! in a stage of their own. The planner rule makes expressions total ([`crate::sql::privacy::total`]), so
+//! in a stage of their own. The planner rule makes expressions total ([`crate::sql::privacy::rewrite::total`]), so
 //! what remains are operators' errors; their occurrence still shows.
 //!
 //! Recursive terms with DP calls are refused by the planner rule. On Ballista each task runs

@@ -27,12 +27,12 @@
 //! What a DP aggregate's input allows ([`Relation::contribution`]): public input, or rows of a
 //! table protected row by row through operators that cannot repeat a row: one row in one group
 //! per person; a carried unit column: bounding per unit
-//! ([`crate::sql::privacy::bounding`]) to `dp.max_rows_per_unit` rows in
+//! ([`crate::sql::privacy::rewrite::bounding`]) to `dp.max_rows_per_unit` rows in
 //! `dp.max_groups_per_unit` groups; anything else is refused, with the reason.
 
 use crate::sql::functions::aggregate::DpAggregate;
-use crate::sql::privacy::bounding::unit_sample::is_unit_sample;
-use crate::sql::privacy::protection::{Protection, Protections};
+use crate::sql::privacy::plan::protection::{Protection, Protections};
+use crate::sql::privacy::rewrite::bounding::unit_sample::is_unit_sample;
 use crate::stats::Contribution;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
@@ -769,7 +769,7 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
 /// Whether each value of a window expression depends only on one person's rows: it is
 /// partitioned by `unit`, or it is the bounding's `dp_unit_sample(unit, ...)` (which groups
 /// its partition's rows by its first argument and reads only the row's own unit's rows, in any
-/// partitioning and order: [`crate::sql::privacy::bounding::unit_sample`]).
+/// partitioning and order: [`crate::sql::privacy::rewrite::bounding::unit_sample`]).
 fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let Some(unit) = unit else {
         return false;

@@ -5,26 +5,26 @@
 //! (0) It inlines views, so their plans are analysed with the query. (1) It refuses DP
 //! aggregates in the recursive term of a recursive query (each iteration would draw fresh
 //! noise for one charge) and as window functions. For each aggregation with DP calls, bottom
-//! up: (2) the plan analysis ([`crate::sql::privacy::analysis`]) walks its input down to the
+//! up: (2) the plan analysis ([`crate::sql::privacy::plan::analysis`]) walks its input down to the
 //! scans of protected tables and derives how many rows in how many groups one person can
 //! contribute, or refuses the query; (3) each call's constant arguments and the `dp.*` options
 //! are validated and its noise calibrated for that bound, failing the query before anything
 //! runs; in seeded mode the GROUP BY expressions are passed to the call so noise is keyed by
 //! the group; (4) the input is rewritten, visibly in `EXPLAIN`: with a unit column, each
-//! person's contribution is bounded ([`crate::sql::privacy::bounding`]); GROUP BY keys are
+//! person's contribution is bounded ([`crate::sql::privacy::rewrite::bounding`]); GROUP BY keys are
 //! released only as declared: with `dp.public_groups = '<table>'` (a table the owner declared
 //! public) rows of undeclared keys are dropped before bounding and every declared key gets a
 //! phantom row after it, so each appears once, with noise on zero when it has no rows
-//! ([`crate::sql::privacy::public_groups`]); with `'assert'` the keys are released as they
+//! ([`crate::sql::privacy::rewrite::public_groups`]); with `'assert'` the keys are released as they
 //! occur; otherwise the query is refused unless private group selection is set
-//! ([`crate::sql::privacy::selection`]). Ungrouped aggregations ignore the option. Then (5) the
+//! ([`crate::sql::privacy::rewrite::selection`]). Ungrouped aggregations ignore the option. Then (5) the
 //! whole plan's output must be public: DP releases, declared keys and what does not depend on
 //! protected rows; anything else (`SELECT *`, `count(*)`, a scalar subquery over protected
 //! rows) is refused with the table and the operator; and every expression that could fail on a
-//! row is made total ([`crate::sql::privacy::total`]): an error would be an exact output; in a
+//! row is made total ([`crate::sql::privacy::rewrite::total`]): an error would be an exact output; in a
 //! locked session the scans of protected tables hide their statistics from the optimiser
-//! ([`crate::sql::privacy::protected_scan`]) and its rows come out in an order fixed by their
-//! values ([`crate::sql::privacy::release_order`]).
+//! ([`crate::sql::privacy::exec::protected_scan`]) and its rows come out in an order fixed by their
+//! values ([`crate::sql::privacy::rewrite::release_order`]).
 //! Finally (6) the query is charged to the
 //! session's privacy budget ([`crate::sql::accounting::budget`]), refusing it before anything
 //! executes when it does not fit; a plan whose DP calls were all bound by an earlier pass is
@@ -35,11 +35,11 @@ use crate::sql::accounting::budget::{self, Accountant};
 use crate::sql::functions::aggregate::statistic::ArgKind;
 use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
 use crate::sql::options::{DpOptions, PublicGroups};
-use crate::sql::privacy::analysis::PlanAnalysis;
-use crate::sql::privacy::bounding::bound_contributions;
-use crate::sql::privacy::protection::Protection;
-use crate::sql::privacy::public_groups::DeclaredKeys;
-use crate::sql::privacy::selection::select_groups;
+use crate::sql::privacy::plan::analysis::PlanAnalysis;
+use crate::sql::privacy::plan::protection::Protection;
+use crate::sql::privacy::rewrite::bounding::bound_contributions;
+use crate::sql::privacy::rewrite::public_groups::DeclaredKeys;
+use crate::sql::privacy::rewrite::selection::select_groups;
 use crate::stats::Contribution;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
@@ -159,20 +159,20 @@ impl AnalyzerRule for DpPlannerRule {
         // An error is an output too: in a query with a DP call no expression may fail on a row.
         let has_dp_call = plan_has_dp_call(&bound)?;
         let bound = if has_dp_call {
-            crate::sql::privacy::total::make_total(bound)?
+            crate::sql::privacy::rewrite::total::make_total(bound)?
         } else {
             bound
         };
         // Nor may the plan's shape tell what the optimiser knows of protected rows.
         let untrusted = session.locked || self.placement == Placement::Authority;
         let bound = if has_dp_call && untrusted {
-            crate::sql::privacy::protected_scan::hide_statistics(bound, &analysis)?
+            crate::sql::privacy::exec::protected_scan::hide_statistics(bound, &analysis)?
         } else {
             bound
         };
         // Nor the order of its rows tell which side of a race one person's rows slowed.
         let bound = if has_dp_call && untrusted {
-            crate::sql::privacy::release_order::order_releases(bound)?
+            crate::sql::privacy::rewrite::release_order::order_releases(bound)?
         } else {
             bound
         };
@@ -513,7 +513,7 @@ fn bind_aggregate(
         .map(|e| bind_call(e, &keys, session, contribution))
         .collect::<Result<Vec<_>>>()?;
     // A table of public keys: rows of undeclared keys are dropped before bounding, and
-    // every declared key gets a phantom row after it (see crate::sql::privacy::public_groups).
+    // every declared key gets a phantom row after it (see crate::sql::privacy::rewrite::public_groups).
     let declared = match &session.public_groups {
         PublicGroups::Table(table) if !keys.is_empty() => {
             let declared = DeclaredKeys::resolve(

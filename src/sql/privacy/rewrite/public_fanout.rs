@@ -2,13 +2,13 @@
 //! is repeated at most `dp.max_public_fanout` times (the owner's option, default 64), through
 //! joins and `UNNEST`.
 //!
-//! The bounding rewrite ([`crate::sql::privacy::bounding`]) keeps `max_rows_per_unit` rows of
+//! The bounding rewrite ([`crate::sql::privacy::rewrite::bounding`]) keeps `max_rows_per_unit` rows of
 //! each person, but it runs after the joins, so the rows it reads are the person's rows times
 //! whatever the joins multiplied them by. Filtered to one person and joined with
 //! `range(1000000)`, a query took 1.73 s and 400 MB with that person and 0.01 s and 69 MB
 //! without (session 15, issue 27's "Work" class): a timing channel as wide as the analyst's
 //! public relation. So, in a query whose protected scans are hidden from the optimiser (a
-//! locked session's, or a locked cluster scheduler's: [`crate::sql::privacy::protected_scan`]),
+//! locked session's, or a locked cluster scheduler's: [`crate::sql::privacy::exec::protected_scan`]),
 //! this optimiser rule caps, before each join of protected rows with a public relation, what
 //! one protected row can meet, over the whole query, at `max_public_fanout` public rows:
 //!
@@ -39,10 +39,10 @@
 //! only), with the multiplication capped rather than the join refused.
 
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::analysis::{PlanAnalysis, Protected, Relation, Unit};
-use crate::sql::privacy::bounding;
-use crate::sql::privacy::protected_scan::{ProtectedScanExec, ProtectedTable};
-use crate::sql::privacy::release_order::with_tie_breakers;
+use crate::sql::privacy::exec::protected_scan::{ProtectedScanExec, ProtectedTable};
+use crate::sql::privacy::plan::analysis::{PlanAnalysis, Protected, Relation, Unit};
+use crate::sql::privacy::rewrite::bounding;
+use crate::sql::privacy::rewrite::release_order::with_tie_breakers;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Column, Result, ScalarValue};

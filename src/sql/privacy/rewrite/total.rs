@@ -25,7 +25,7 @@
 //! What is left is total: columns, constants, comparisons, `AND`/`OR`/`NOT`, `IS [NOT] NULL`,
 //! `CASE`, `IN` lists, `BETWEEN` and integer and float `+ - *` (which wrap). Output
 //! column names are kept. Errors raised by operators rather than expressions (a window
-//! function's overflow, memory exhausted) are still possible; [`crate::sql::privacy::release`] withholds
+//! function's overflow, memory exhausted) are still possible; [`crate::sql::privacy::exec::release`] withholds
 //! the text of every error raised below a DP aggregation, so at most their occurrence shows.
 
 use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};

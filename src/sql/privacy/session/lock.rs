@@ -30,8 +30,8 @@
 //! owner's and is trusted.
 
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::limits;
-use crate::sql::privacy::protection::Protection;
+use crate::sql::privacy::plan::protection::Protection;
+use crate::sql::privacy::session::limits;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{plan_datafusion_err, plan_err, Result};
 use datafusion::dataframe::DataFrame;
@@ -56,7 +56,7 @@ fn with_options<T>(
 
 /// Declares how `table` (a name as SQL writes it) protects people: the data owner's call, the
 /// Rust form of `SET dp.protected_tables` / `dp.public_tables`. Tables not declared are
-/// protected row by row ([`crate::sql::privacy::protection`]). Refused in a locked session.
+/// protected row by row ([`crate::sql::privacy::plan::protection`]). Refused in a locked session.
 pub fn protect(ctx: &SessionContext, table: &str, protection: Protection) -> Result<()> {
     with_options(
         ctx,
@@ -104,7 +104,7 @@ pub fn is_locked(ctx: &SessionContext) -> bool {
 /// `SET` of DataFusion options other than [`ANALYST_SETTINGS`] are refused; `dp.*`
 /// options are refused by the lock itself when they are the owner's; every query goes
 /// through the DP planner rule (only DP leaves a protected table). A statement over the limits
-/// of [`crate::sql::privacy::limits`] (size, nesting depth) is refused before it is planned.
+/// of [`crate::sql::privacy::session::limits`] (size, nesting depth) is refused before it is planned.
 pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     if !is_locked(ctx) {
         return plan_err!(
@@ -113,7 +113,7 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     }
     limits::check_statement_size(sql)?;
     // Planned on a thread with a large stack, after the limits on the parsed statement
-    // (crate::sql::privacy::limits): a deep statement is refused, never a stack overflow.
+    // (crate::sql::privacy::session::limits): a deep statement is refused, never a stack overflow.
     let ctx = ctx.clone();
     let sql = sql.to_string();
     limits::on_planning_stack(async move { plan_analyst_statement(&ctx, &sql).await }).await
@@ -139,7 +139,7 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
     refuse_physical_explain(&plan)?;
-    crate::sql::privacy::rule::refuse_correlated_dp_calls(&plan)?;
+    crate::sql::privacy::plan::rule::refuse_correlated_dp_calls(&plan)?;
     SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)

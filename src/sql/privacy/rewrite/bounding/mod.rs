@@ -1,6 +1,6 @@
 //! Contribution bounding for tables protected by a unit column
 //! (`SET dp.protected_tables = 'visits(patient_id)'`), on the unit column the plan analysis
-//! carried to the aggregate ([`crate::sql::privacy::analysis`]).
+//! carried to the aggregate ([`crate::sql::privacy::plan::analysis`]).
 //!
 //! Before a DP aggregation, each unit's rows are bounded as ZetaSQL and SmartNoise do: each
 //! unit keeps at most `max_groups_per_unit` of its groups, chosen uniformly at random, and in
@@ -84,7 +84,7 @@ pub const OWN_ROWS_KEEP: &str = "__dp_own_rows";
 /// `input` keeping a uniformly random sample of at most `max_rows` rows of each unit (the
 /// same window as [`bound_contributions`] without groups, its column named
 /// [`OWN_ROWS_KEEP`]): a cap on what one person's rows can meet of their own rows in a join
-/// of two protected relations ([`crate::sql::privacy::public_fanout`]). Each unit's sample
+/// of two protected relations ([`crate::sql::privacy::rewrite::public_fanout`]). Each unit's sample
 /// depends only on its own rows and the salt, so the cap is a per-unit transformation and the
 /// contribution bound above it is unchanged.
 pub fn sample_rows_per_unit(

@@ -14,7 +14,7 @@
 //! Stability: each row's value depends only on the rows of its own unit in its own partition,
 //! whatever the partitioning and the order, so the bound holds whatever the other rows are; the
 //! plan analysis accepts the function as a window over one unit when its first argument is the
-//! unit column ([`crate::sql::privacy::analysis`]). Needing no order, the window is partitioned
+//! unit column ([`crate::sql::privacy::plan::analysis`]). Needing no order, the window is partitioned
 //! by a bucket of the unit with no `ORDER BY`: DataFusion sorts by one `UInt64` only, where the
 //! earlier form (`ORDER BY unit, group_order, keys`) sorted every row lexicographically, about
 //! half of the bounded query's time (BENCHMARKS.md, "Contribution bounding").
