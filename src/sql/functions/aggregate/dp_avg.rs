@@ -32,10 +32,9 @@ use arrow::array::{
     StructArray, UInt64Array,
 };
 use arrow::datatypes::{DataType, Decimal128Type, Field, Fields, UInt64Type};
-use datafusion::common::{exec_datafusion_err, internal_err, plan_datafusion_err, Result};
+use datafusion::common::{exec_datafusion_err, plan_datafusion_err, Result};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use statrs::distribution::{ContinuousCDF, Normal};
-use std::any::Any;
 use std::sync::Arc;
 
 /// The `dp_avg` statistic.
@@ -134,12 +133,7 @@ impl DpStatistic for DpAvg {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
-        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
-        let Some(noise) = noise.as_any().downcast_ref::<AvgNoise>() else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
+        let noise = StatisticRelease::noise::<AvgNoise>(&plan, NAME)?;
         Ok(Box::new(AvgAccumulator {
             sums: Vec::new(),
             counts: Vec::new(),
@@ -164,14 +158,6 @@ impl StatisticNoise for AvgNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
         // Both halves use the call's mechanism and together spend the call's (ε, δ).
         self.count.mechanism.cost(epsilon, delta)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
-        other.as_any().downcast_ref::<Self>() == Some(self)
     }
 }
 

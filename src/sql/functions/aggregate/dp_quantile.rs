@@ -30,7 +30,6 @@ use arrow::datatypes::{DataType, Field, Float64Type, UInt32Type, UInt64Type};
 use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate;
-use std::any::Any;
 use std::sync::Arc;
 
 /// The `dp_quantile` statistic.
@@ -141,12 +140,7 @@ impl DpStatistic for DpQuantile {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, _types: &[DataType]) -> Result<StatisticAccumulator> {
-        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
-        let Some(noise) = noise.as_any().downcast_ref::<QuantileNoise>() else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
+        let noise = StatisticRelease::noise::<QuantileNoise>(&plan, NAME)?;
         Ok(Box::new(QuantileAccumulator {
             trees: Vec::new(),
             streams: GroupStreams::new(&plan),
@@ -166,14 +160,6 @@ struct QuantileNoise {
 impl StatisticNoise for QuantileNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
         self.noise.mechanism.cost(epsilon, delta)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
-        other.as_any().downcast_ref::<Self>() == Some(self)
     }
 }
 

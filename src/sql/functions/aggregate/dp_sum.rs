@@ -41,7 +41,6 @@ use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type};
 use datafusion::common::{exec_datafusion_err, internal_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate;
-use std::any::Any;
 use std::sync::Arc;
 
 /// The `dp_sum` statistic.
@@ -116,12 +115,7 @@ impl DpStatistic for DpSum {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
-        let Release::Statistic(StatisticRelease(noise)) = &plan.release else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
-        let Some(noise) = noise.as_any().downcast_ref::<SumNoise>() else {
-            return internal_err!("{NAME}: bound to another statistic's calibration");
-        };
+        let noise = StatisticRelease::noise::<SumNoise>(&plan, NAME)?;
         let clamp = Clamp::for_input(noise, types)?;
         Ok(Box::new(SumAccumulator {
             sums: Vec::new(),
@@ -287,14 +281,6 @@ pub(super) struct SumNoise {
 impl StatisticNoise for SumNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
         self.real.noise.mechanism.cost(epsilon, delta)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_as(&self, other: &dyn StatisticNoise) -> bool {
-        other.as_any().downcast_ref::<Self>() == Some(self)
     }
 }
 

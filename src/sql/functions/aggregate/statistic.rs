@@ -95,25 +95,54 @@ pub trait DpStatistic: Debug + Send + Sync + 'static {
 pub type StatisticAccumulator = Box<dyn GroupsAccumulator + Sync>;
 
 /// The calibrated noise of a statistic outside the built-in ones ([`Release::Statistic`]):
-/// it states what it spends, and its accumulator reads it back with [`Self::as_any`].
-pub trait StatisticNoise: Debug + Send + Sync + Any {
+/// it states what it spends; its accumulator reads it back with [`StatisticRelease::noise`].
+/// Equality and downcasting come with any `PartialEq` type ([`NoiseAny`]).
+pub trait StatisticNoise: Debug + Send + Sync + NoiseAny {
     /// The `(ε, δ)` a call with `epsilon` and the options' `delta` spends; budget accounting
     /// charges exactly this.
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64);
+}
 
+/// Downcasting and equality of a [`StatisticNoise`] behind `dyn` (a bound call compares equal
+/// after a wire round trip); implemented for every `PartialEq` type.
+pub trait NoiseAny: Any {
     fn as_any(&self) -> &dyn Any;
+    fn same_as(&self, other: &dyn Any) -> bool;
+}
 
-    /// Equality with another calibration (a bound call compares equal after a wire round trip).
-    fn same_as(&self, other: &dyn StatisticNoise) -> bool;
+impl<T: Any + PartialEq> NoiseAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_as(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<T>() == Some(self)
+    }
 }
 
 /// A [`StatisticNoise`] in a [`Release`].
 #[derive(Debug, Clone)]
 pub struct StatisticRelease(pub Arc<dyn StatisticNoise>);
 
+impl StatisticRelease {
+    /// The calibration `plan` was bound to, as the statistic `name`'s own type `T`; an internal
+    /// error if it was bound to another.
+    pub fn noise<'a, T: StatisticNoise>(plan: &'a CallPlan, name: &str) -> Result<&'a T> {
+        match &plan.release {
+            Release::Statistic(StatisticRelease(noise)) => noise.as_any().downcast_ref::<T>(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            datafusion::common::internal_datafusion_err!(
+                "{name}: bound to another statistic's calibration"
+            )
+        })
+    }
+}
+
 impl PartialEq for StatisticRelease {
     fn eq(&self, other: &Self) -> bool {
-        self.0.same_as(other.0.as_ref())
+        self.0.same_as(other.0.as_any())
     }
 }
 
