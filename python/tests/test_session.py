@@ -201,17 +201,25 @@ def test_session_from_an_owner_configuration(tmp_path):
 
 def test_ctrl_c_stops_a_running_query():
     import _thread
+    import signal
     import threading
     import time
 
     ctx = datafusion_dp.SessionContext()
-    # Ten billion rows of a public table function: minutes of work, stopped after 0.5 s.
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        ctx.sql("SELECT count(*) AS n FROM generate_series(1, 10000000000)")
-    timer.join()
+    # A process started in the background by a shell without job control (`cmd &`, as some
+    # CI launchers do) inherits SIGINT ignored, and then interrupt_main does nothing: Python's
+    # own handler is what Ctrl-C reaches in a terminal or a notebook, so the test installs it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        # Ten billion rows of a public table function: minutes of work, stopped after 0.5 s.
+        timer = threading.Timer(0.5, _thread.interrupt_main)
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            ctx.sql("SELECT count(*) AS n FROM generate_series(1, 10000000000)")
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 10
     # The session is still usable.
     assert ctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]
