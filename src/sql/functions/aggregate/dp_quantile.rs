@@ -27,7 +27,7 @@ use arrow::array::{
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Float64Type, UInt32Type, UInt64Type};
-use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate;
 use std::sync::Arc;
@@ -84,24 +84,14 @@ impl DpStatistic for DpQuantile {
     }
 
     fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        let constant = |i: usize, arg: &str| -> Result<f64> {
-            match call.constants.get(i) {
-                Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
-                Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
-                Some(other) => {
-                    plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
-                }
-                None => plan_err!("{NAME}: argument '{arg}' is missing"),
-            }
-        };
-        let q = constant(0, "q")?;
+        let q = call.number(0, "q")?;
         if !(0.0..=1.0).contains(&q) {
             return plan_err!(
                 "{NAME}: argument 'q'={} must be in [0, 1] (0.5 for the median)",
                 short_number(q)
             );
         }
-        let tree = QuantileTree::new(constant(1, "lower")?, constant(2, "upper")?)
+        let tree = QuantileTree::new(call.number(1, "lower")?, call.number(2, "upper")?)
             .map_err(|e| plan_datafusion_err!("{NAME}: argument {e}"))?;
         let epsilon = call.group_epsilon / 2.0;
         let delta = call.group_delta.map(|d| d / 2.0);

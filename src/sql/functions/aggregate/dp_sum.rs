@@ -130,20 +130,11 @@ impl DpStatistic for DpSum {
 /// for `(epsilon, delta)` per group (after the caller's splits): the grid and its noise for
 /// real inputs and, with integer bounds, for integer inputs. `dp_avg` shares it.
 pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Result<SumNoise> {
-    let bound = |i: usize, arg: &str| -> Result<f64> {
-        match call.constants.get(i) {
-            Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
-            Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
-            Some(other) => {
-                plan_err!("{NAME}: argument '{arg}' must be a finite number, got {other}")
-            }
-            None => plan_err!("{NAME}: argument '{arg}' is missing"),
-        }
-    };
-    let (lower, upper) = (bound(0, "lower")?, bound(1, "upper")?);
+    let name = call.name;
+    let (lower, upper) = (call.number(0, "lower")?, call.number(1, "upper")?);
     if lower > upper {
         return plan_err!(
-            "{NAME}: argument 'lower'={} is above argument 'upper'={}",
+            "{name}: argument 'lower'={} is above argument 'upper'={}",
             short_number(lower),
             short_number(upper)
         );
@@ -153,7 +144,7 @@ pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Re
     let width = call.contribution.rows as f64 * (upper.max(0.0) - lower.min(0.0));
     if !width.is_finite() {
         return plan_err!(
-            "{NAME}: arguments 'lower'={} and 'upper'={}: the sensitivity max_rows_per_unit x (max(upper, 0) - min(lower, 0)) overflows a DOUBLE",
+            "{name}: arguments 'lower'={} and 'upper'={}: the sensitivity max_rows_per_unit x (max(upper, 0) - min(lower, 0)) overflows a DOUBLE",
             short_number(lower),
             short_number(upper)
         );
@@ -263,7 +254,8 @@ impl Grid {
             exponent += 1;
         }
         plan_err!(
-            "{NAME}: arguments 'lower' and 'upper' are too wide for the epsilon (no grid up to 2^{max_exponent} calibrates: {last})"
+            "{}: arguments 'lower' and 'upper' are too wide for the epsilon (no grid up to 2^{max_exponent} calibrates: {last})",
+            call.name
         )
     }
 }

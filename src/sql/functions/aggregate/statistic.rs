@@ -165,6 +165,20 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The constant argument at `i` (of [`ArgKind::Constant`]) as a finite number; an error
+    /// naming the function and the argument `arg` otherwise.
+    pub fn number(&self, i: usize, arg: &str) -> Result<f64> {
+        let name = self.name;
+        match self.constants.get(i) {
+            Some(ScalarValue::Float64(Some(v))) if v.is_finite() => Ok(*v),
+            Some(ScalarValue::Int64(Some(v))) => Ok(*v as f64),
+            Some(other) => {
+                plan_err!("{name}: argument '{arg}' must be a finite number, got {other}")
+            }
+            None => plan_err!("{name}: argument '{arg}' is missing"),
+        }
+    }
+
     /// Checks the epsilon (and delta) each noised count of sensitivity `rows` is calibrated
     /// for, `group_epsilon / sides`, so that a refusal names the argument and the split (the
     /// calibration checks the same values again): a scale past `MAX_NOISE_SCALE` let the noise
