@@ -353,6 +353,19 @@ const EPSILONS: [&str; 17] = [
     "1.0", "0.5", "2.0", "0.1", "1.0", "1.0", "1e-300", "1e300", "700", "5e-324", "0.001", "100",
     "-1", "0", "1e-9", "1e-12", "1e-15",
 ];
+/// Clamping bounds of `dp_sum`, `dp_avg` and `dp_quantile`.
+const BOUNDS: [(&str, &str); 8] = [
+    ("0", "10"),
+    ("-5", "5"),
+    ("0", "100000"),
+    ("10", "0"),
+    ("3", "3"),
+    ("1e-300", "2e-300"),
+    ("-1e308", "1e308"),
+    ("0", "1e308"),
+];
+/// `dp_quantile`'s `q`.
+const QUANTILES: [&str; 5] = ["0.5", "0", "1", "0.99", "1.5"];
 const OPTIONS: [&str; 11] = [
     "mechanism=gaussian, delta=1e-6",
     "confidence=0.9",
@@ -807,6 +820,9 @@ impl Generator {
 
     fn dp_call(&mut self, src: &Source) -> Expr {
         let eps = Expr::Lit(self.pick(&EPSILONS).to_string());
+        if self.chance(0.25) {
+            return self.clamped_call(src, eps);
+        }
         let mut args = match self.rng.below(7) {
             0..=2 => {
                 let ty = self.any_ty();
@@ -827,6 +843,25 @@ impl Generator {
             args.push(Expr::Lit(format!("'{}'", self.pick(&OPTIONS))));
         }
         Expr::Func(name, args)
+    }
+
+    /// `dp_sum`, `dp_avg` or `dp_quantile` of a number, with declared bounds (and `q`) from
+    /// the edges an analyst would try: reversed, equal, tiny, as wide as a DOUBLE.
+    fn clamped_call(&mut self, src: &Source, eps: Expr) -> Expr {
+        let value = self.expr(src, Ty::Num, 2);
+        let (lower, upper) = *self.pick(&BOUNDS);
+        let bounds = [Expr::Lit(lower.into()), Expr::Lit(upper.into())];
+        let name = *self.pick(&["dp_sum", "dp_avg", "dp_quantile"]);
+        let mut args = vec![value];
+        if name == "dp_quantile" {
+            args.push(Expr::Lit(self.pick(&QUANTILES).to_string()));
+        }
+        args.extend(bounds);
+        args.push(eps);
+        if self.chance(0.3) {
+            args.push(Expr::Lit(format!("'{}'", self.pick(&OPTIONS[..1]))));
+        }
+        Expr::Func(name.to_string(), args)
     }
 
     /// A DP query over protected rows.
@@ -1021,7 +1056,7 @@ impl Generator {
     }
 }
 
-/// The DP aggregates over a 2x2 table: all but `dp_count`.
+/// The DP aggregates over a 2x2 table.
 fn dp_ratios() -> &'static [&'static str] {
-    &super::observe::DP_AGGREGATES[1..]
+    &super::observe::DP_RATIOS
 }

@@ -9,9 +9,8 @@ use datafusion_dp::analyst_sql;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The DP aggregates (`dp_count` first): their values are releases (noise), never compared.
-pub const DP_AGGREGATES: [&str; 7] = [
-    "dp_count",
+/// The DP aggregates over a 2x2 table (their values are releases, never compared).
+pub const DP_RATIOS: [&str; 6] = [
     "dp_relative_risk",
     "dp_rr_ci",
     "dp_odds_ratio",
@@ -20,10 +19,13 @@ pub const DP_AGGREGATES: [&str; 7] = [
     "dp_rd_ci",
 ];
 
-/// Whether `sql` calls a DP aggregate (so its answer's values are releases).
+/// Whether `sql` calls a DP aggregate of the registry (so its answer's values are releases).
 pub fn releases(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
-    DP_AGGREGATES.iter().any(|f| lower.contains(f)) || lower.contains("execute ")
+    datafusion_dp::sql::functions::aggregate::STATISTICS
+        .iter()
+        .any(|s| lower.contains(s.name()))
+        || lower.contains("execute ")
 }
 
 /// What an analyst runs: statements in one session; the last is the one observed (the
