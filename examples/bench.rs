@@ -41,7 +41,7 @@ const DATASETS: [(&str, u64, u64, u64); 6] = [
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 12] = [
+const PAIRS: [(&str, &str, &str, &str); 15] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -109,6 +109,26 @@ const PAIRS: [(&str, &str, &str, &str); 12] = [
         "dp_count vs count, fallible filter",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits WHERE CAST(grp AS INT) > -1 AND patient_id / (grp + 1) >= 0 AND abs(patient_id - 5) > 1 GROUP BY grp",
         "SELECT grp, count(patient_id) FROM visits WHERE CAST(grp AS INT) > -1 AND patient_id / (grp + 1) >= 0 AND abs(patient_id - 5) > 1 GROUP BY grp",
+        "",
+    ),
+    (
+        // The value is an expression of the row so both sides compute it; the DP side clamps it,
+        // snaps it to the grid and sums exact integers (dp_sum.rs).
+        "dp_sum vs sum, integer",
+        "SELECT grp, dp_sum(visit_id % 1000, 0, 999, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, sum(visit_id % 1000) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_sum vs sum, double",
+        "SELECT grp, dp_sum(CAST(visit_id % 1000 AS DOUBLE) / 8, 0.0, 125.0, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, sum(CAST(visit_id % 1000 AS DOUBLE) / 8) FROM visits GROUP BY grp",
+        "",
+    ),
+    (
+        "dp_avg vs avg",
+        "SELECT grp, dp_avg(CAST(visit_id % 1000 AS DOUBLE) / 8, 0.0, 125.0, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, avg(CAST(visit_id % 1000 AS DOUBLE) / 8) FROM visits GROUP BY grp",
         "",
     ),
     (
@@ -465,7 +485,7 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
         "four_counts" => FOUR_COUNTS,
         "dp_relative_risk" => PAIRS[1].1,
         "dp_rr_ci" => PAIRS[2].1,
-        "dp_or_ci" | "dp_rd_ci" => PAIRS
+        "dp_or_ci" | "dp_rd_ci" | "dp_sum" | "dp_avg" => PAIRS
             .iter()
             .map(|pair| pair.1)
             .find(|sql| sql.contains(&format!("{query}(")))
