@@ -34,6 +34,7 @@
 //!
 //! [limits]
 //! memory_limit = "4GiB"          # all queries together (the default); then a resources error
+//! query_memory_limit = "1GiB"    # one query (default: a quarter of memory_limit)
 //! # spill_directory = "/var/tmp/dp-spill"   # spill there instead; no spilling by default
 //! query_timeout_seconds = 600    # a query running longer is stopped (the default)
 //! ```
@@ -151,6 +152,9 @@ pub struct ServerConfig {
     /// A trusted Ballista scheduler (`df://host:port`) the server plans onto (`dp-server
     /// --scheduler` overrides it); `None`: queries run in the server's process.
     pub scheduler: Option<String>,
+    /// Worker threads of each analyst's query runtime (and statements planned at once per
+    /// analyst), 1 to [`MAX_THREADS_PER_ANALYST`]; default the number of cores.
+    pub threads_per_analyst: usize,
 }
 
 /// The default of `[server] session_idle_seconds`: 1 hour.
@@ -189,6 +193,15 @@ pub fn default_login_concurrency() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The most `[server] threads_per_analyst` may be: more threads than that per analyst only
+/// multiply the process's threads by the analysts querying at once.
+pub const MAX_THREADS_PER_ANALYST: usize = 256;
+
+/// The default of `[server] threads_per_analyst`: the cores this process may use.
+pub fn default_threads_per_analyst() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -212,6 +225,7 @@ impl Default for ServerConfig {
             max_queries: DEFAULT_MAX_QUERIES,
             query_queue_seconds: DEFAULT_QUERY_QUEUE_SECONDS,
             scheduler: None,
+            threads_per_analyst: default_threads_per_analyst(),
         }
     }
 }
@@ -224,6 +238,10 @@ pub struct LimitsConfig {
     /// session, so a huge aggregation fails with a resources error instead of growing the
     /// process until the system kills it. Default [`DEFAULT_MEMORY_LIMIT`].
     pub memory_limit: usize,
+    /// The memory one query may hold (`query_memory_limit = "1GiB"`), in bytes, within
+    /// `memory_limit`: one analyst's query cannot take the whole pool from the others' queries.
+    /// At most `memory_limit`; default a quarter of it ([`default_query_memory_limit`]).
+    pub query_memory_limit: usize,
     /// Where sorts and aggregations spill when they are over their share of the memory;
     /// `None` (the default): no spilling, the query fails with a resources error instead
     /// (nothing an analyst sends fills the owner's disk).
@@ -240,10 +258,17 @@ pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 = 600;
 /// The default of `[limits] memory_limit`: 4 GiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 4 << 30;
 
+/// The default of `[limits] query_memory_limit` for a `memory_limit`: a quarter of it (at
+/// least one byte), so that four queries at their limit still fit together.
+pub fn default_query_memory_limit(memory_limit: usize) -> usize {
+    (memory_limit / 4).max(1)
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             memory_limit: DEFAULT_MEMORY_LIMIT,
+            query_memory_limit: default_query_memory_limit(DEFAULT_MEMORY_LIMIT),
             spill_directory: None,
             query_timeout_seconds: DEFAULT_QUERY_TIMEOUT_SECONDS,
         }
@@ -321,6 +346,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     memory_limit: Option<toml::Value>,
+    query_memory_limit: Option<toml::Value>,
     spill_directory: Option<String>,
     query_timeout_seconds: Option<u64>,
 }
@@ -371,6 +397,7 @@ struct RawServer {
     max_queries: Option<u64>,
     query_queue_seconds: Option<u64>,
     scheduler: Option<String>,
+    threads_per_analyst: Option<u64>,
 }
 
 /// Options an analyst's budget sets (per analyst, never in `[options]`).
@@ -785,29 +812,55 @@ impl OwnerConfig {
                         d.query_queue_seconds,
                     )?,
                     scheduler: s.scheduler,
+                    threads_per_analyst: match s.threads_per_analyst {
+                        None => d.threads_per_analyst,
+                        Some(n) if (1..=MAX_THREADS_PER_ANALYST as u64).contains(&n) => n as usize,
+                        Some(n) => {
+                            return Err(error(format!(
+                                "[server] threads_per_analyst must be between 1 and \
+                                 {MAX_THREADS_PER_ANALYST}, got {n}"
+                            )))
+                        }
+                    },
                 }
             }
         };
 
         let limits = match raw.limits {
             None => LimitsConfig::default(),
-            Some(l) => LimitsConfig {
-                memory_limit: match &l.memory_limit {
+            Some(l) => {
+                let memory_limit = match &l.memory_limit {
                     None => DEFAULT_MEMORY_LIMIT,
                     Some(value) => parse_size(value)
                         .map_err(|e| error(format!("[limits] memory_limit: {e}")))?,
-                },
-                spill_directory: l.spill_directory.map(|p| PathBuf::from(resolve(&p))),
-                query_timeout_seconds: match l.query_timeout_seconds {
-                    Some(0) => {
-                        return Err(error(
-                            "[limits] query_timeout_seconds must be at least 1".to_string(),
-                        ))
-                    }
-                    Some(seconds) => seconds,
-                    None => DEFAULT_QUERY_TIMEOUT_SECONDS,
-                },
-            },
+                };
+                let query_memory_limit = match &l.query_memory_limit {
+                    None => default_query_memory_limit(memory_limit),
+                    Some(value) => parse_size(value)
+                        .map_err(|e| error(format!("[limits] query_memory_limit: {e}")))?,
+                };
+                if query_memory_limit > memory_limit {
+                    return Err(error(format!(
+                        "[limits] query_memory_limit ({query_memory_limit} bytes) must be at \
+                         most memory_limit ({memory_limit} bytes): one query's memory is part \
+                         of all queries'"
+                    )));
+                }
+                LimitsConfig {
+                    memory_limit,
+                    query_memory_limit,
+                    spill_directory: l.spill_directory.map(|p| PathBuf::from(resolve(&p))),
+                    query_timeout_seconds: match l.query_timeout_seconds {
+                        Some(0) => {
+                            return Err(error(
+                                "[limits] query_timeout_seconds must be at least 1".to_string(),
+                            ))
+                        }
+                        Some(seconds) => seconds,
+                        None => DEFAULT_QUERY_TIMEOUT_SECONDS,
+                    },
+                }
+            }
         };
 
         Ok(Self {
@@ -999,6 +1052,34 @@ mod tests {
         assert!(err("[limits]\nmemory_limit = \"2 parsecs\"").contains("[limits] memory_limit"));
         assert!(err("[limits]\nmemory_limit = -1").contains("memory_limit"));
         assert!(err("[limits]\nmemory_limit = \"0MiB\"").contains("positive"));
+        // query_memory_limit: a quarter of memory_limit by default, at most memory_limit.
+        assert_eq!(limits("").query_memory_limit, 1 << 30);
+        assert_eq!(
+            limits("[limits]\nmemory_limit = \"64MiB\"").query_memory_limit,
+            16 << 20
+        );
+        assert_eq!(
+            limits("[limits]\nmemory_limit = 3").query_memory_limit,
+            1,
+            "at least one byte"
+        );
+        let l = limits("[limits]\nmemory_limit = \"64MiB\"\nquery_memory_limit = \"64MiB\"");
+        assert_eq!((l.memory_limit, l.query_memory_limit), (64 << 20, 64 << 20));
+        assert_eq!(
+            limits("[limits]\nquery_memory_limit = \"100MB\"").query_memory_limit,
+            100_000_000
+        );
+        let over = err("[limits]\nmemory_limit = \"64MiB\"\nquery_memory_limit = \"65MiB\"");
+        assert!(
+            over.contains("[limits] query_memory_limit")
+                && over.contains("must be at most memory_limit"),
+            "{over}"
+        );
+        assert!(err("[limits]\nquery_memory_limit = \"5GiB\"").contains("at most memory_limit"));
+        assert!(
+            err("[limits]\nquery_memory_limit = \"lots\"").contains("[limits] query_memory_limit")
+        );
+        assert!(err("[limits]\nquery_memory_limit = 0").contains("query_memory_limit"));
         assert!(
             err("[limits]\nmemory = 1").contains("memory"),
             "unknown keys"
@@ -1066,6 +1147,20 @@ mod tests {
         }
         assert!(err("[server]\nmax_parameter_bytes = \"lots\"").contains("max_parameter_bytes"));
         assert!(err("[server]\nlogin_name_failures = 99999999999").contains("too large"));
+        // threads_per_analyst: the cores by default, 1 to 256.
+        assert_eq!(d.threads_per_analyst, default_threads_per_analyst());
+        assert!(d.threads_per_analyst >= 1);
+        let threads = |n: &str| server(&format!("[server]\nthreads_per_analyst = {n}"));
+        assert_eq!(threads("1").threads_per_analyst, 1);
+        assert_eq!(threads("256").threads_per_analyst, 256);
+        for n in ["0", "257", "100000000000"] {
+            let e = err(&format!("[server]\nthreads_per_analyst = {n}"));
+            assert!(
+                e.contains("[server] threads_per_analyst must be between 1 and 256"),
+                "{e}"
+            );
+        }
+        assert!(err("[server]\nthreads_per_analyst = -1").contains("threads_per_analyst"));
         assert!(
             err("[server]\nmax_session = 1").contains("max_session"),
             "unknown keys"
