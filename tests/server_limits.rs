@@ -849,3 +849,44 @@ async fn one_analysts_cpu_bound_queries_do_not_starve_another() {
     assert_eq!(charges(&dir.join("alice.ledger")), 4);
     assert_eq!(charges(&dir.join("bob.ledger")), 0);
 }
+
+/// `[limits] query_memory_limit`: alice's queries that need more memory than their share (an
+/// `array_agg` of 8 million values, 64 MB, over a per-query limit of 16 MiB in a process pool of
+/// 256 MiB, which alone would hold it) fail with a resources error naming the option, while
+/// bob's DP queries, running at the same time, are answered; the process stays up. Without a
+/// pool per query, alice's queries succeeded (or took the process's pool from bob's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_over_its_memory_share_fails_alone() {
+    let dir = test_dir("query-memory");
+    let path = config(&dir, "");
+    let text = std::fs::read_to_string(&path).unwrap()
+        + "[limits]\nmemory_limit = \"256MiB\"\nquery_memory_limit = \"16MiB\"\n";
+    std::fs::write(&path, text).unwrap();
+    let mut server = Server::start(&path);
+    let url = server.url();
+    let hungry = "SELECT cardinality(array_agg(value)) AS n FROM range(8000000)";
+    let mut hogs = Vec::new();
+    for _ in 0..3 {
+        let mut alice = login(&url, "alice", "pw").await.unwrap();
+        hogs.push(tokio::spawn(async move { query(&mut alice, hungry).await }));
+    }
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    for _ in 0..3 {
+        honest_query(&mut bob).await;
+    }
+    for hog in hogs {
+        let err = hog.await.unwrap().unwrap_err();
+        assert!(
+            err.contains("Resources exhausted") && err.contains("[limits] query_memory_limit"),
+            "{err}"
+        );
+        assert!(!err.contains("charge is kept"), "not charged: {err}");
+    }
+    // A query within its share is answered.
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let small = "SELECT cardinality(array_agg(value)) AS n FROM range(100000)";
+    assert_eq!(rows(&query(&mut alice, small).await.unwrap()), 1);
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 0);
+    assert_eq!(charges(&dir.join("bob.ledger")), 3);
+}

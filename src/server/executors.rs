@@ -1,6 +1,6 @@
 //! CPU fairness between analysts: each analyst's queries execute on that analyst's own tokio
-//! runtime ([`Executors`]), with as many threads as the machine has cores, never on the
-//! runtime that serves the Flight calls.
+//! runtime ([`Executors`]), with `[server] threads_per_analyst` threads (by default as many as
+//! the machine has cores), never on the runtime that serves the Flight calls.
 //!
 //! DataFusion runs a query's operators as tasks on the runtime that executes its plan. With
 //! one runtime for everything, one analyst's CPU-bound queries (a large cross join or
@@ -38,6 +38,8 @@ pub struct Executor {
     /// planning is CPU-bound too.
     planning: Arc<Semaphore>,
     last_used: Mutex<Instant>,
+    /// `[limits] query_memory_limit`: the memory pool of each query run here.
+    query_memory_limit: usize,
 }
 
 impl Executor {
@@ -48,6 +50,12 @@ impl Executor {
             .acquire_owned()
             .await
             .map_err(|_| Status::unavailable("the server is shutting down"))
+    }
+
+    /// `task` (a query's context, from its session) with the query's own memory pool of
+    /// `query_memory_limit` bytes within the process's (`memory.rs`).
+    pub fn query_task(&self, task: TaskContext) -> TaskContext {
+        crate::server::memory::QueryPool::task(task, self.query_memory_limit)
     }
 
     /// The handle to spawn a query's execution on.
@@ -71,6 +79,7 @@ impl Drop for Executor {
 /// analysts only, so the map is as small as the configuration).
 pub struct Executors {
     threads: usize,
+    query_memory_limit: usize,
     by_analyst: Mutex<HashMap<String, Arc<Executor>>>,
 }
 
@@ -82,17 +91,14 @@ const IDLE: Duration = Duration::from_secs(60);
 const MAX_BLOCKING_THREADS: usize = 4;
 
 impl Executors {
-    /// Runtimes of `threads` worker threads each (at least one).
-    pub fn new(threads: usize) -> Self {
+    /// Runtimes of `threads` worker threads each (at least one; `[server]
+    /// threads_per_analyst`), whose queries may hold `query_memory_limit` bytes each.
+    pub fn new(threads: usize, query_memory_limit: usize) -> Self {
         Self {
             threads: threads.max(1),
+            query_memory_limit,
             by_analyst: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Runtimes with as many worker threads as the machine has cores.
-    pub fn per_core() -> Self {
-        Self::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
     }
 
     /// `analyst`'s runtime, started if needed. Held by a query while it executes.
@@ -114,6 +120,7 @@ impl Executors {
             runtime: Some(runtime),
             planning: Arc::new(Semaphore::new(self.threads)),
             last_used: Mutex::new(Instant::now()),
+            query_memory_limit: self.query_memory_limit,
         });
         map.insert(analyst.to_string(), Arc::clone(&executor));
         Ok(executor)
@@ -161,6 +168,8 @@ pub fn execute_on(
     task: Arc<TaskContext>,
 ) -> SendableRecordBatchStream {
     let schema = plan.schema();
+    // A resources error names the memory limit that refused the query (memory.rs).
+    let pool = Arc::clone(task.memory_pool());
     let (mut sender, receiver) = futures::channel::mpsc::channel::<Result<RecordBatch>>(1);
     let driver = executor.handle().spawn(async move {
         let mut batches = match execute_stream(plan, task) {
@@ -189,7 +198,7 @@ pub fn execute_on(
     .filter_map(std::future::ready);
     let batches = receiver.chain(finished).map(move |batch| {
         let _held = (&executor, &abort);
-        batch
+        batch.map_err(|e| crate::server::memory::name_the_limit(e, &pool))
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }

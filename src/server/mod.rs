@@ -10,10 +10,12 @@
 //! What one analyst, or anyone reaching the port, may take from the server is bounded by the
 //! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections, password
 //! checks and back-off after failed logins (`crate::owner::auth`), token lifetime, sessions, prepared
-//! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`).
+//! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`),
+//! threads per analyst (`executors.rs`) and memory per query (`memory.rs`).
 
 mod connections;
 mod executors;
+mod memory;
 mod service;
 mod session;
 mod tls;
@@ -77,7 +79,10 @@ pub async fn serve(
 ) -> Result<(), String> {
     let server_config = owner.config().server.clone();
     let sessions = Arc::new(Sessions::new(&server_config));
-    let executors = Arc::new(executors::Executors::per_core());
+    let executors = Arc::new(executors::Executors::new(
+        server_config.threads_per_analyst,
+        owner.config().limits.query_memory_limit,
+    ));
     // Ended sessions and unfetched results are dropped every few seconds, not only when
     // someone logs in, so a client that went away frees its memory and query slots; so are
     // the query runtimes of analysts who stopped querying.

@@ -247,6 +247,7 @@ async fn plan_query(
     let _planning = executor.planning_permit().await?;
     let session = Arc::clone(session);
     let sql = sql.to_string();
+    let query_executor = Arc::clone(&executor);
     let planned = crate::sql::privacy::session::limits::on_planning_stack(async move {
         // This future runs on the planning thread alone: a charge made while it runs is its
         // query's (crate::sql::accounting::budget::charges_on_this_thread).
@@ -259,7 +260,8 @@ async fn plan_query(
             }
             // DP calls not yet bound: planning binds and charges them.
             let charged = crate::sql::accounting::budget::has_unbound_calls(frame.logical_plan())?;
-            let task = Arc::new(frame.task_ctx());
+            // The query's own memory pool, within the process's (memory.rs).
+            let task = Arc::new(query_executor.query_task(frame.task_ctx()));
             let plan = frame.create_physical_plan().await?;
             let schema = plan.schema();
             let pending = Pending::new(plan, task, slot, charged);
@@ -558,7 +560,7 @@ impl FlightSqlService for DpFlightSqlService {
         let frame = crate::owner::analyst_sql(&session.ctx, &update.query)
             .await
             .map_err(|e| status(&e))?;
-        let task = Arc::new(frame.task_ctx());
+        let task = Arc::new(executor.query_task(frame.task_ctx()));
         let plan = frame.create_physical_plan().await.map_err(|e| status(&e))?;
         drop(planning);
         let stream = execute_on(executor, plan, task);
