@@ -850,6 +850,117 @@ async fn one_analysts_cpu_bound_queries_do_not_starve_another() {
     assert_eq!(charges(&dir.join("bob.ledger")), 0);
 }
 
+/// The CPU seconds the server uses in [`CPU_WINDOW`], starting [`CPU_SETTLE`] after a query
+/// was stopped.
+async fn cpu_after_stop(server: &Server) -> f64 {
+    tokio::time::sleep(CPU_SETTLE).await;
+    let before = server.cpu_seconds();
+    tokio::time::sleep(CPU_WINDOW).await;
+    server.cpu_seconds() - before
+}
+
+/// A stopped query's tasks end at their next yield to the runtime: with every join's output
+/// yielding (`executors.rs`), within a few milliseconds; one second is ample.
+const CPU_SETTLE: Duration = Duration::from_secs(1);
+const CPU_WINDOW: Duration = Duration::from_secs(4);
+/// CPU the server may use in [`CPU_WINDOW`] with no query running: an idle server wakes for
+/// its 5 s sweep and HTTP/2 pings (milliseconds), so 0.5 s, an eighth of a core over the
+/// window, is far above it. A query still running on the analyst's two threads takes
+/// several times this even on a machine shared with other work: alone, 8 s in the window;
+/// with three times as many runnable threads as cores, still 2.7 s.
+const CPU_IDLE: f64 = 0.5;
+
+/// A query stopped by its deadline, by `CancelFlightInfo` or by its client going away stops
+/// using the CPU: the server's CPU time stops growing within a second of the stop. The query is
+/// a cross join, whose operator emits a probe batch's rows against the whole build side
+/// without yielding to the runtime, so dropping its stream did not stop it: DataFusion's
+/// `EnsureCooperative` makes only leaves and exchanges yield, and the aggregation above the
+/// join pulls batch after batch from it without ever reaching a leaf. Before each join's output
+/// was made cooperative, it kept alice's two threads busy after her error, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_query_stops_using_the_cpu() {
+    let dir = test_dir("stopped-cpu");
+    let path = config(&dir, "threads_per_analyst = 2");
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nquery_timeout_seconds = 3\n";
+    std::fs::write(&path, text).unwrap();
+    let mut server = Server::start(&path);
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let hog = "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b";
+
+    // The deadline.
+    let started = server.cpu_seconds();
+    let err = query(&mut alice, hog).await.unwrap_err();
+    assert!(err.contains("query_timeout_seconds"), "{err}");
+    let running = server.cpu_seconds() - started;
+    assert!(
+        running > CPU_IDLE,
+        "the query ran on the CPU: {running:.2} s"
+    );
+    let after = cpu_after_stop(&server).await;
+    eprintln!("CPU after the deadline: {after:.2} s in {CPU_WINDOW:?} (running: {running:.2} s)");
+    assert!(
+        after < CPU_IDLE,
+        "the server used {after:.2} s of CPU in {CPU_WINDOW:?} after the deadline"
+    );
+
+    // CancelFlightInfo.
+    let info = alice.execute(hog.to_string(), None).await.unwrap();
+    let mut streaming = alice.clone();
+    let stream_info = info.clone();
+    let stream = tokio::spawn(async move { fetch(&mut streaming, stream_info).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let results: Vec<arrow_flight::Result> = alice
+        .do_action(Action::new(
+            "CancelFlightInfo",
+            arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
+        ))
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
+            .unwrap()
+            .status,
+        arrow_flight::CancelStatus::Cancelled as i32
+    );
+    let err = stream.await.unwrap().unwrap_err();
+    assert!(err.contains("cancelled (CancelFlightInfo)"), "{err}");
+    let after = cpu_after_stop(&server).await;
+    eprintln!("CPU after the cancel: {after:.2} s in {CPU_WINDOW:?}");
+    assert!(
+        after < CPU_IDLE,
+        "the server used {after:.2} s of CPU in {CPU_WINDOW:?} after the cancel"
+    );
+
+    // The client goes away: its connection closes while the result streams.
+    let mut leaving = login(&url, "alice", "pw").await.unwrap();
+    let info = leaving.execute(hog.to_string(), None).await.unwrap();
+    let stream = tokio::spawn(async move { fetch(&mut leaving, info).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = server.cpu_seconds();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let running = server.cpu_seconds() - before;
+    assert!(
+        running > CPU_IDLE / 4.0,
+        "the query ran: {running:.2} s in 1 s"
+    );
+    stream.abort();
+    let _ = stream.await;
+    let after = cpu_after_stop(&server).await;
+    eprintln!("CPU after the client left: {after:.2} s in {CPU_WINDOW:?}");
+    assert!(
+        after < CPU_IDLE,
+        "the server used {after:.2} s of CPU in {CPU_WINDOW:?} after its client left"
+    );
+
+    assert!(server.alive());
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+}
+
 /// `[limits] query_memory_limit`: alice's queries that need more memory than their share (an
 /// `array_agg` of 8 million values, 64 MB, over a per-query limit of 16 MiB in a process pool of
 /// 256 MiB, which alone would hold it) fail with a resources error naming the option, while
