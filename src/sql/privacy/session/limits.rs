@@ -167,31 +167,137 @@ impl Visitor for Depth {
     }
 }
 
-/// Runs `work` to completion on a new thread with a [`PLANNING_STACK_BYTES`] stack (on the
+/// Runs `work` to completion on a thread with a [`PLANNING_STACK_BYTES`] stack (on the
 /// current tokio runtime, if any), and returns its result. DataFusion's planning recurses over
 /// the statement; the threads of a tokio runtime have 2 MiB stacks, and overflowing one aborts
-/// the process, so an analyst's statement is planned here.
+/// the process, so an analyst's statement is planned here. The thread is one of
+/// [`PlanningThreads`]: an idle one if there is one, else a new one, so no statement waits for
+/// another's planning, and a busy server does not start (and fault in the stack of) a thread
+/// per statement.
 pub async fn on_planning_stack<T, F>(work: F) -> Result<T>
 where
     F: Future<Output = Result<T>> + Send + 'static,
     T: Send + 'static,
 {
+    // Already on one (the server plans a query, and `analyst_sql` inside it plans its
+    // statement): go on here rather than take a second thread.
+    if ON_PLANNING_THREAD.with(|on| on.get()) {
+        return work.await;
+    }
     let (send, receive) = futures::channel::oneshot::channel();
     let runtime = tokio::runtime::Handle::try_current().ok();
-    std::thread::Builder::new()
-        .name("dp-planner".to_string())
-        .stack_size(PLANNING_STACK_BYTES)
-        .spawn(move || {
-            let result = match runtime {
-                Some(runtime) => runtime.block_on(work),
-                None => futures::executor::block_on(work),
-            };
-            let _ = send.send(result);
-        })
-        .map_err(|e| plan_datafusion_err!("cannot start a planning thread: {e}"))?;
+    PLANNING_THREADS.run(Box::new(move || {
+        let result = match runtime {
+            Some(runtime) => runtime.block_on(work),
+            None => futures::executor::block_on(work),
+        };
+        let _ = send.send(result);
+    }))?;
     receive.await.map_err(|_| {
         DataFusionError::Execution("the planning thread stopped without an answer".to_string())
     })?
+}
+
+thread_local! {
+    /// Whether this thread is one of [`PlanningThreads`].
+    static ON_PLANNING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// One statement's planning, as [`on_planning_stack`] hands it to a planning thread.
+type PlanningJob = Box<dyn FnOnce() + Send + 'static>;
+
+/// The process's planning threads.
+static PLANNING_THREADS: PlanningThreads = PlanningThreads::new();
+
+/// Threads with [`PLANNING_STACK_BYTES`] stacks, kept for reuse: a job goes to an idle thread
+/// or, when none is idle, to a new one (never queued behind another statement). A thread that
+/// has waited [`PlanningThreads::IDLE`] for work ends, and at most
+/// [`PlanningThreads::MAX_IDLE`] wait at once, so the stack pages a deep statement touched are
+/// not held for long.
+pub struct PlanningThreads {
+    /// The idle threads, by id, with the sender of each one's work.
+    idle: std::sync::Mutex<Vec<(u64, std::sync::mpsc::Sender<PlanningJob>)>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl PlanningThreads {
+    /// How long an idle planning thread waits for work before it ends.
+    const IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+    /// The most planning threads kept waiting for work.
+    const MAX_IDLE: usize = 16;
+
+    const fn new() -> Self {
+        Self {
+            idle: std::sync::Mutex::new(Vec::new()),
+            next_id: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn lock_idle(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(u64, std::sync::mpsc::Sender<PlanningJob>)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `job` on an idle planning thread, or on a new one.
+    fn run(&'static self, job: PlanningJob) -> Result<()> {
+        let idle = self.lock_idle().pop();
+        let job = match idle {
+            // A thread taken from the list waits for this send (it leaves the list itself
+            // before it ends), so the send only fails if that thread died.
+            Some((_, sender)) => match sender.send(job) {
+                Ok(()) => return Ok(()),
+                Err(std::sync::mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::thread::Builder::new()
+            .name("dp-planner".to_string())
+            .stack_size(PLANNING_STACK_BYTES)
+            .spawn(move || self.serve(id, job))
+            .map(|_| ())
+            .map_err(|e| plan_datafusion_err!("cannot start a planning thread: {e}"))
+    }
+
+    /// A planning thread's life: `job`, then each job sent to it while idle, until it has
+    /// waited [`Self::IDLE`] or there are [`Self::MAX_IDLE`] idle threads already.
+    fn serve(&self, id: u64, mut job: PlanningJob) {
+        ON_PLANNING_THREAD.with(|on| on.set(true));
+        let (sender, receiver) = std::sync::mpsc::channel::<PlanningJob>();
+        loop {
+            job();
+            {
+                let mut idle = self.lock_idle();
+                if idle.len() >= Self::MAX_IDLE {
+                    return;
+                }
+                idle.push((id, sender.clone()));
+            }
+            job = match receiver.recv_timeout(Self::IDLE) {
+                Ok(next) => next,
+                Err(_) => {
+                    let mut idle = self.lock_idle();
+                    match idle.iter().position(|(other, _)| *other == id) {
+                        Some(at) => {
+                            idle.swap_remove(at);
+                            return;
+                        }
+                        // Taken from the list just now: its job is on the way.
+                        None => {
+                            drop(idle);
+                            match receiver.recv() {
+                                Ok(next) => next,
+                                Err(_) => return,
+                            }
+                        }
+                    }
+                }
+            };
+        }
+    }
 }
 
 /// The owner's per-query deadline (`[limits] query_timeout_seconds`), kept in a locked
@@ -251,4 +357,103 @@ pub fn with_deadline(
         }
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, limited))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of this test's own, so other tests' statements do not take its threads.
+    fn pool() -> &'static PlanningThreads {
+        Box::leak(Box::new(PlanningThreads::new()))
+    }
+
+    /// The id of the thread `threads` runs a job on.
+    fn thread_of(threads: &'static PlanningThreads) -> std::thread::ThreadId {
+        let (send, receive) = std::sync::mpsc::channel();
+        threads
+            .run(Box::new(move || {
+                send.send(std::thread::current().id()).unwrap()
+            }))
+            .unwrap();
+        receive.recv().unwrap()
+    }
+
+    /// Waits until `threads` has `n` idle threads (a thread lists itself just after its job's
+    /// answer is sent), for at most 10 s.
+    fn until_idle(threads: &PlanningThreads, n: usize) {
+        let start = std::time::Instant::now();
+        while threads.lock_idle().len() != n {
+            assert!(start.elapsed().as_secs() < 10, "never {n} idle threads");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn an_idle_planning_thread_is_reused() {
+        let threads = pool();
+        let first = thread_of(threads);
+        until_idle(threads, 1);
+        assert_eq!(thread_of(threads), first);
+        assert_ne!(first, std::thread::current().id());
+    }
+
+    #[test]
+    fn a_statement_planned_within_another_stays_on_its_thread() {
+        let (outer, inner) = futures::executor::block_on(on_planning_stack(async {
+            let outer = std::thread::current().id();
+            let inner = on_planning_stack(async { Ok(std::thread::current().id()) }).await?;
+            Ok((outer, inner))
+        }))
+        .unwrap();
+        assert_eq!(outer, inner);
+        assert_ne!(outer, std::thread::current().id());
+    }
+
+    #[test]
+    fn concurrent_statements_each_get_a_thread_and_an_answer() {
+        // 40 statements that each wait until all 40 have started: they can only finish if
+        // none is queued behind another (more than MAX_IDLE, so new threads are started and
+        // the surplus ends).
+        let started = std::sync::Arc::new(std::sync::Barrier::new(40));
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let started = std::sync::Arc::clone(&started);
+                std::thread::spawn(move || {
+                    futures::executor::block_on(on_planning_stack(async move {
+                        started.wait();
+                        Ok(i)
+                    }))
+                })
+            })
+            .collect();
+        let answers: Vec<i32> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        assert_eq!(answers, (0..40).collect::<Vec<_>>());
+        assert!(PLANNING_THREADS.lock_idle().len() <= PlanningThreads::MAX_IDLE);
+    }
+
+    #[test]
+    fn a_panicking_statement_is_an_error_and_the_pool_goes_on() {
+        let result: Result<()> =
+            futures::executor::block_on(on_planning_stack(async { panic!("planner bug") }));
+        assert!(result
+            .unwrap_err()
+            .to_string()
+            .contains("stopped without an answer"));
+        let threads = pool();
+        let (send, receive) = std::sync::mpsc::channel::<()>();
+        threads
+            .run(Box::new(move || {
+                let _keep = send;
+                panic!("planner bug")
+            }))
+            .unwrap();
+        // The panicking thread never lists itself as idle; the next job gets a new thread.
+        assert!(receive.recv().is_err());
+        thread_of(threads);
+        until_idle(threads, 1);
+    }
 }
