@@ -405,7 +405,20 @@ fn int_units(v: i64, lower: i64, upper: i64, exponent: u32) -> i128 {
 fn real_units(v: f64, lower: f64, upper: f64, inverse_grid: f64) -> Option<i128> {
     // NaN does not count; ±∞ clamp to the bounds. Scaling by a power of two and rounding are
     // monotone, so the units stay within the bounds' units.
-    (!v.is_nan()).then(|| (v.clamp(lower, upper) * inverse_grid).round() as i128)
+    (!v.is_nan()).then(|| round_to_units(v.clamp(lower, upper) * inverse_grid))
+}
+
+/// `x.round() as i128` (halves away from zero) for `|x| < 2^63`, without the library calls
+/// `round` and `__fixdfti` (f64 to i128) that were a tenth of `dp_avg`'s time (BENCHMARKS.md):
+/// truncation to `i64`, then the exact fractional part decides. Units of the clamped value
+/// are within the bounds' units, below `2^32` (`Grid::choose`).
+#[inline]
+fn round_to_units(x: f64) -> i128 {
+    let whole = x as i64;
+    // Exact: x and its truncation share their exponent's ulp, below 1 when |x| < 2^52 (and
+    // x is whole above that, so the fraction is 0).
+    let fraction = x - whole as f64;
+    (whole + i64::from(fraction >= 0.5) - i64::from(fraction <= -0.5)) as i128
 }
 
 impl GroupsAccumulator for SumAccumulator {
@@ -605,6 +618,39 @@ mod tests {
         let noise = calibrate(i(0), i(1 << 40), 1.0, false, 1, &options).unwrap();
         let (grid, _) = noise.integer.unwrap();
         assert_eq!((grid.exponent, grid.noise.sensitivity), (10, 1 << 30));
+    }
+
+    #[test]
+    fn units_round_as_f64_round_does() {
+        let edges = [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            0.49999999999999994,
+            -0.49999999999999994,
+            4503599627370495.5,
+            -4503599627370495.5,
+            4503599627370497.0,
+            (1u64 << 33) as f64 - 0.5,
+            -((1u64 << 33) as f64) + 0.5,
+            1e18,
+            -1e18,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let random = (0..100_000).map(|_| {
+            // xorshift: values of every magnitude up to 2^40, with every fraction.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x as i64 >> 23) as f64 / 1024.0
+        });
+        for v in edges.into_iter().chain(random) {
+            assert_eq!(round_to_units(v), v.round() as i128, "{v}");
+        }
     }
 
     #[test]
