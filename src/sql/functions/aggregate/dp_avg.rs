@@ -157,7 +157,7 @@ struct AvgNoise {
 impl StatisticNoise for AvgNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
         // Both halves use the call's mechanism and together spend the call's (ε, δ).
-        self.count.mechanism.cost(epsilon, delta)
+        self.count.cost(epsilon, delta)
     }
 }
 

@@ -149,7 +149,7 @@ struct QuantileNoise {
 
 impl StatisticNoise for QuantileNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.noise.mechanism.cost(epsilon, delta)
+        self.noise.cost(epsilon, delta)
     }
 }
 
