@@ -451,18 +451,14 @@ impl GroupsAccumulator for SumAccumulator {
             ));
         }
         let sums = emit_to.take_needed(&mut self.sums);
-        let keys = self.streams.take(sums.len());
         let grid = self.clamp.grid().clone();
-        let mut seeded = None;
-        let mut noisy = Vec::with_capacity(sums.len());
-        for (g, sum) in sums.iter().enumerate() {
-            let rng = self.streams.group_rng(keys.as_deref(), g, &mut seeded)?;
+        let noisy = self.streams.release_groups(sums.len(), |g, rng| {
             let noise = grid.noise.sample(rng) as i128;
             // Checked: a noisy sum past i128 is an error (a function of the noisy value only).
-            noisy.push(sum.checked_add(noise).ok_or_else(|| {
+            sums[g].checked_add(noise).ok_or_else(|| {
                 exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
-            })?);
-        }
+            })
+        })?;
         match &self.clamp {
             Clamp::Integer { exponent, .. } => {
                 let out = noisy
