@@ -281,3 +281,63 @@ fn plot_without_an_interval_is_a_clear_error() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.starts_with("--plot FILE.svg"), "{stderr}");
 }
+
+/// `\functions` lists every DP aggregate of the registry with its signature, from `-c` and in
+/// the interactive shell (here fed through a pipe), so a statistic added to `STATISTICS`
+/// appears without touching dpsql; an unknown meta-command is a one-line error.
+#[test]
+fn functions_meta_command_lists_the_registry() {
+    use datafusion_dp::sql::functions::aggregate::STATISTICS;
+    use std::io::Write;
+    let check = |stdout: &str, how: &str| {
+        for statistic in STATISTICS {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(statistic.signature())),
+                "{how}: {} missing from:\n{stdout}",
+                statistic.name()
+            );
+        }
+        assert!(
+            stdout.contains("dp_sum(expr, lower, upper, epsilon"),
+            "{how}: {stdout}"
+        );
+    };
+    let output = Command::new(DPSQL)
+        .args(["-c", "\\functions"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dpsql");
+    assert!(output.status.success(), "{output:?}");
+    check(&String::from_utf8_lossy(&output.stdout), "-c");
+
+    let mut child = Command::new(DPSQL)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dpsql");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\\df\n\\nonsense\n\\q\n")
+        .expect("write to dpsql");
+    let output = child.wait_with_output().expect("wait for dpsql");
+    assert!(output.status.success(), "{output:?}");
+    check(&String::from_utf8_lossy(&output.stdout), "shell");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("unknown meta-command '\\nonsense'"),
+        "{stderr}"
+    );
+
+    let output = Command::new(DPSQL)
+        .args(["-c", "\\nonsense"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dpsql");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+}

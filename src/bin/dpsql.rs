@@ -12,6 +12,7 @@
 //! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (dp_rr_ci,
 //!                                         dp_or_ci, dp_rd_ci) as a forest plot
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
+//! dpsql -c '\functions'                   list the DP aggregates (also `\df` in the shell)
 //! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`); a
 //!                                         locked cluster's analyst connects as
 //!                                         df://NAME@host:50051 with the password in DP_PASSWORD
@@ -24,8 +25,9 @@ use datafusion::prelude::SessionConfig;
 use datafusion_dp::cli::plot::{self, ForestRow, Statistic};
 use datafusion_dp::cli::terminal::{note, print_line, Progress};
 use datafusion_dp::cli::{
-    format_result, one_line_error, plan_statements, register_path, run_analyst_statements,
-    run_statements, seeded_warning, session, OutputFormat, StatementResult,
+    dp_function_list, format_result, one_line_error, plan_statements, register_path,
+    run_analyst_statements, run_statements, seeded_warning, session, MetaCommand, OutputFormat,
+    StatementResult,
 };
 use datafusion_dp::owner::{Owner, OwnerConfig};
 use std::process::ExitCode;
@@ -276,6 +278,13 @@ fn round_amount(value: f64) -> String {
     format!("{rounded}")
 }
 
+/// `\functions`: the DP aggregates of the registry with their signatures, on stdout.
+fn print_functions() -> Result<(), String> {
+    dp_function_list()
+        .iter()
+        .try_for_each(|line| print_line(line))
+}
+
 async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<(), String> {
     let mut editor = rustyline::DefaultEditor::new().map_err(|e| e.to_string())?;
     let history =
@@ -283,7 +292,7 @@ async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    note("dpsql: DataFusion with differentially private aggregates. End statements with ';', \\q to quit.");
+    note("dpsql: DataFusion with differentially private aggregates. End statements with ';', \\functions lists the DP functions, \\q quits.");
     let mut buffer = String::new();
     loop {
         let prompt = if buffer.is_empty() {
@@ -293,8 +302,19 @@ async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<
         };
         match editor.readline(prompt) {
             Ok(line) => {
-                if buffer.is_empty() && matches!(line.trim(), "\\q" | "quit" | "exit") {
+                if buffer.is_empty() && matches!(line.trim(), "quit" | "exit") {
                     break;
+                }
+                if buffer.is_empty() {
+                    if let Some(meta) = MetaCommand::parse(&line) {
+                        let _ = editor.add_history_entry(line.trim());
+                        match meta {
+                            Ok(MetaCommand::Quit) => break,
+                            Ok(MetaCommand::Functions) => print_functions()?,
+                            Err(e) => note(&format!("error: {e}")),
+                        }
+                        continue;
+                    }
                 }
                 buffer.push_str(&line);
                 buffer.push('\n');
@@ -346,7 +366,15 @@ async fn run(args: Args) -> Result<(), String> {
     let mut plotted = None;
     for command in &args.commands {
         let sql = match command {
-            Command::Sql(sql) => sql.clone(),
+            Command::Sql(sql) => match MetaCommand::parse(sql) {
+                Some(Ok(MetaCommand::Functions)) => {
+                    print_functions()?;
+                    continue;
+                }
+                Some(Ok(MetaCommand::Quit)) => return Ok(()),
+                Some(Err(e)) => return Err(e),
+                None => sql.clone(),
+            },
             Command::File(path) => {
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
             }

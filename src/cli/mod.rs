@@ -235,3 +235,93 @@ pub fn seeded_warning(ctx: &SessionContext) -> Option<String> {
         "warning: dp.seed = {seed} is set: DP results are reproducible and NOT private (tests only)"
     ))
 }
+
+/// What `dpsql`'s `\functions` (or `\df`) prints: every DP aggregate of the registry
+/// ([`crate::sql::functions::aggregate::STATISTICS`]) with its SQL signature and the keys its
+/// per-call options string accepts, one per line, so a statistic added to the registry is
+/// listed without touching the shell.
+pub fn dp_function_list() -> Vec<String> {
+    use crate::sql::functions::aggregate::STATISTICS;
+    let mut lines = Vec::with_capacity(STATISTICS.len() + 1);
+    lines.push(format!(
+        "{} DP aggregates (SHOW ALL lists the dp.* options; docs/sql-reference.md documents each):",
+        STATISTICS.len()
+    ));
+    for statistic in STATISTICS {
+        let keys = statistic.option_keys();
+        if keys.is_empty() {
+            lines.push(format!("  {}", statistic.signature()));
+        } else {
+            lines.push(format!(
+                "  {}  options: {}",
+                statistic.signature(),
+                keys.join(", ")
+            ));
+        }
+    }
+    lines
+}
+
+/// A `dpsql` meta-command: a line starting with `\`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaCommand {
+    /// `\q`: leave the interactive shell.
+    Quit,
+    /// `\functions` or `\df`: [`dp_function_list`].
+    Functions,
+}
+
+impl MetaCommand {
+    /// `None` for a line that is not a meta-command (SQL); an error names an unknown one.
+    pub fn parse(line: &str) -> Option<Result<Self, String>> {
+        let line = line.trim();
+        let name = line.strip_prefix('\\')?;
+        Some(match name.trim_end_matches(';').trim() {
+            "q" | "quit" => Ok(Self::Quit),
+            "functions" | "df" => Ok(Self::Functions),
+            other => Err(format!(
+                "unknown meta-command '\\{other}' (\\functions lists the DP functions, \\q quits)"
+            )),
+        })
+    }
+}
+
+#[cfg(test)]
+mod meta_tests {
+    use super::*;
+    use crate::sql::functions::aggregate::STATISTICS;
+
+    #[test]
+    fn the_function_list_names_every_statistic_of_the_registry() {
+        let lines = dp_function_list();
+        assert_eq!(lines.len(), STATISTICS.len() + 1);
+        for (line, statistic) in lines[1..].iter().zip(STATISTICS) {
+            assert!(
+                line.trim_start().starts_with(statistic.signature()),
+                "{line}"
+            );
+            for key in statistic.option_keys() {
+                assert!(line.contains(key), "{line}: {key}");
+            }
+        }
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("dp_quantile(expr, q, lower, upper")));
+    }
+
+    #[test]
+    fn meta_commands_are_parsed_and_others_refused() {
+        assert_eq!(
+            MetaCommand::parse("\\functions"),
+            Some(Ok(MetaCommand::Functions))
+        );
+        assert_eq!(
+            MetaCommand::parse("  \\df; "),
+            Some(Ok(MetaCommand::Functions))
+        );
+        assert_eq!(MetaCommand::parse("\\q"), Some(Ok(MetaCommand::Quit)));
+        assert_eq!(MetaCommand::parse("SELECT 1;"), None);
+        let err = MetaCommand::parse("\\dt").unwrap().unwrap_err();
+        assert!(err.contains("unknown meta-command '\\dt'"), "{err}");
+    }
+}

@@ -19,7 +19,7 @@
 //! same interval for the same released counts, and anyone holding the released table can
 //! recompute it.
 
-use super::mechanism::{CountNoise, Mechanism};
+use super::mechanism::CountNoise;
 use super::table::{RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -56,16 +56,8 @@ impl ReplayNoise {
     /// Tabulates the law of `noise` (the exact sampler is kept for laws too wide to table).
     pub fn new(noise: &CountNoise) -> Self {
         let scale = noise.scale;
-        let (k, weight): (f64, Box<dyn Fn(f64) -> f64>) = match noise.mechanism {
-            Mechanism::Laplace => (
-                (40.0 * scale).ceil(),
-                Box::new(move |x: f64| (-x.abs() / scale).exp()),
-            ),
-            Mechanism::Gaussian => (
-                (10.0 * scale).ceil() + 1.0,
-                Box::new(move |x: f64| (-x * x / (2.0 * scale * scale)).exp()),
-            ),
-        };
+        let law = noise.law();
+        let k = law.replay_radius(scale);
         let k = k.max(1.0);
         if 2.0 * k + 1.0 > MAX_TABLE as f64 {
             return Self {
@@ -75,7 +67,9 @@ impl ReplayNoise {
             };
         }
         let k = k as i64;
-        let mut cdf: Vec<f64> = (-k..=k).map(|x| weight(x as f64)).collect();
+        let mut cdf: Vec<f64> = (-k..=k)
+            .map(|x| law.replay_weight(x as f64, scale))
+            .collect();
         let mut total = 0.0;
         for w in cdf.iter_mut() {
             total += *w;
@@ -188,7 +182,7 @@ pub fn bootstrap_interval(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{GaussianCalibration, GroupSizes};
+    use crate::stats::{GaussianCalibration, GroupSizes, Mechanism};
 
     #[test]
     fn replay_noise_has_the_law_of_the_released_noise() {

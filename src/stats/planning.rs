@@ -4,7 +4,7 @@
 //! variance of the discrete noise the crate really adds, through the table's own calibration.
 
 use super::accuracy::check_positive;
-use super::mechanism::{GaussianCalibration, Mechanism, MAX_GAUSSIAN_EPSILON};
+use super::mechanism::{GaussianCalibration, Mechanism};
 use super::odds_ratio::woolf_log_variance;
 use super::ratio::{
     relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
@@ -91,7 +91,7 @@ pub fn epsilon_for_half_width(
     }
     check_positive("half_width", half_width)?;
     let z = two_sided_z(confidence)?;
-    if mechanism == Mechanism::Gaussian {
+    if mechanism.law().needs_delta() {
         match delta {
             Some(d) if d.is_finite() && d > 0.0 && d < 1.0 => {}
             other => {
@@ -107,10 +107,7 @@ pub fn epsilon_for_half_width(
         // supports, the noise (and so the width) is unboundedly large.
         // The Gaussian calibration stops at ε = 700 per cell (each cell gets ε/2): past it the
         // width is taken at that ε, where the noise is already negligible.
-        let epsilon = match mechanism {
-            Mechanism::Gaussian => epsilon.min(2.0 * MAX_GAUSSIAN_EPSILON),
-            _ => epsilon,
-        };
+        let epsilon = epsilon.min(2.0 * mechanism.law().max_epsilon());
         let noise = match TableNoise::calibrate(
             mechanism,
             epsilon,

@@ -136,6 +136,24 @@ impl GroupStreams {
         }
     }
 
+    /// Releases the first `n` groups in order: takes their keys, opens each group's noise
+    /// stream and calls `release` with the group's index and stream, the one place where a
+    /// statistic's groups meet their noise (the cell counts have [`CellCounts`]'s own loop).
+    pub fn release_groups<T>(
+        &mut self,
+        n: usize,
+        mut release: impl FnMut(usize, &mut NoiseRng) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let keys = self.take(n);
+        let mut seeded = None;
+        let mut out = Vec::with_capacity(n);
+        for g in 0..n {
+            let rng = self.group_rng(keys.as_deref(), g, &mut seeded)?;
+            out.push(release(g, rng)?);
+        }
+        Ok(out)
+    }
+
     pub fn size(&self) -> usize {
         self.keys
             .as_ref()

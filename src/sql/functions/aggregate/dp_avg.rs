@@ -157,7 +157,7 @@ struct AvgNoise {
 impl StatisticNoise for AvgNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
         // Both halves use the call's mechanism and together spend the call's (ε, δ).
-        self.count.mechanism.cost(epsilon, delta)
+        self.count.cost(epsilon, delta)
     }
 }
 
@@ -233,7 +233,6 @@ impl GroupsAccumulator for AvgAccumulator {
         }
         let sums = emit_to.take_needed(&mut self.sums);
         let counts = emit_to.take_needed(&mut self.counts);
-        let keys = self.streams.take(sums.len());
         let AvgNoise {
             sum: sum_noise,
             count: count_noise,
@@ -247,24 +246,21 @@ impl GroupsAccumulator for AvgAccumulator {
             .inverse_cdf(0.5 + confidence / 2.0);
         let (lo, hi) = (sum_noise.lower, sum_noise.upper);
         let n = sums.len();
-        let mut columns: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
-        let mut released_counts = Vec::with_capacity(n);
-        let mut seeded = None;
-        for (g_index, (sum, count)) in sums.iter().zip(&counts).enumerate() {
-            let rng = self.streams.group_rng(keys.as_deref(), g_index, &mut seeded)?;
+        let clamp = &self.clamp;
+        let rows = self.streams.release_groups(n, |g_index, rng| {
             // One draw for the sum, then one for the count, in this order.
             let sum_draw = grid.noise.sample(rng) as i128;
             let count_draw = count_noise.sample(rng);
-            let noisy_sum = sum.checked_add(sum_draw).ok_or_else(|| {
+            let noisy_sum = sums[g_index].checked_add(sum_draw).ok_or_else(|| {
                 exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
             })?;
-            let noisy_count = i64::try_from(*count)
+            let noisy_count = i64::try_from(counts[g_index])
                 .ok()
                 .and_then(|c| c.checked_add(count_draw))
                 .ok_or_else(|| {
                     exec_datafusion_err!("{NAME}: a noisy count left the range of a 64-bit integer")
                 })?;
-            let sum_value = self.clamp.value(noisy_sum);
+            let sum_value = clamp.value(noisy_sum);
             let (estimate, lower, upper) = if noisy_count >= 1 {
                 let c = noisy_count as f64;
                 let estimate = (sum_value / c).clamp(lo, hi);
@@ -273,7 +269,12 @@ impl GroupsAccumulator for AvgAccumulator {
             } else {
                 ((lo + hi) / 2.0, lo, hi)
             };
-            for (column, value) in columns.iter_mut().zip([estimate, lower, upper, sum_value]) {
+            Ok(([estimate, lower, upper, sum_value], noisy_count))
+        })?;
+        let mut columns: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+        let mut released_counts = Vec::with_capacity(n);
+        for (values, noisy_count) in rows {
+            for (column, value) in columns.iter_mut().zip(values) {
                 column.push(value);
             }
             released_counts.push(noisy_count);

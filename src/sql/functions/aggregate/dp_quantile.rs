@@ -149,7 +149,7 @@ struct QuantileNoise {
 
 impl StatisticNoise for QuantileNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.noise.mechanism.cost(epsilon, delta)
+        self.noise.cost(epsilon, delta)
     }
 }
 
@@ -245,17 +245,11 @@ impl GroupsAccumulator for QuantileAccumulator {
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
         let trees = emit_to.take_needed(&mut self.trees);
-        let keys = self.streams.take(trees.len());
         let QuantileNoise { tree, q, noise } = self.noise.clone();
-        let mut seeded = None;
-        let mut out = Vec::with_capacity(trees.len());
-        for (g, counts) in trees.iter().enumerate() {
-            let rng = self.streams.group_rng(keys.as_deref(), g, &mut seeded)?;
-            let value = tree
-                .quantile(counts, q, &mut || noise.sample(rng))
-                .map_err(|e| datafusion::common::exec_datafusion_err!("{NAME}: {e}"))?;
-            out.push(value);
-        }
+        let out = self.streams.release_groups(trees.len(), |g, rng| {
+            tree.quantile(&trees[g], q, &mut || noise.sample(rng))
+                .map_err(|e| datafusion::common::exec_datafusion_err!("{NAME}: {e}"))
+        })?;
         Ok(Arc::new(Float64Array::from(out)))
     }
 

@@ -34,7 +34,7 @@ use super::statistic::{
 };
 use super::{CallPlan, Release};
 use crate::stats::mechanism::short_number;
-use crate::stats::{CountNoise, Mechanism};
+use crate::stats::CountNoise;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array};
 use arrow::array::{Int64Array, PrimitiveArray};
 use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type};
@@ -215,10 +215,7 @@ impl Grid {
     ) -> Result<Self> {
         let rows = call.contribution.rows as i128;
         let options = call.options;
-        let target: f64 = match options.mechanism {
-            Mechanism::Laplace => 2f64.powi(30).min(epsilon * 2f64.powi(39)),
-            Mechanism::Gaussian => 2f64.powi(12).min(epsilon * 2f64.powi(10)),
-        };
+        let target = options.mechanism.law().grid_sensitivity(epsilon);
         let mut exponent = if width > 0.0 {
             ((width / target.max(1.0)).log2().ceil() as i32).clamp(min_exponent, max_exponent)
         } else {
@@ -272,7 +269,7 @@ pub(super) struct SumNoise {
 
 impl StatisticNoise for SumNoise {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.real.noise.mechanism.cost(epsilon, delta)
+        self.real.noise.cost(epsilon, delta)
     }
 }
 
@@ -467,18 +464,14 @@ impl GroupsAccumulator for SumAccumulator {
             ));
         }
         let sums = emit_to.take_needed(&mut self.sums);
-        let keys = self.streams.take(sums.len());
         let grid = self.clamp.grid().clone();
-        let mut seeded = None;
-        let mut noisy = Vec::with_capacity(sums.len());
-        for (g, sum) in sums.iter().enumerate() {
-            let rng = self.streams.group_rng(keys.as_deref(), g, &mut seeded)?;
+        let noisy = self.streams.release_groups(sums.len(), |g, rng| {
             let noise = grid.noise.sample(rng) as i128;
             // Checked: a noisy sum past i128 is an error (a function of the noisy value only).
-            noisy.push(sum.checked_add(noise).ok_or_else(|| {
+            sums[g].checked_add(noise).ok_or_else(|| {
                 exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
-            })?);
-        }
+            })
+        })?;
         match &self.clamp {
             Clamp::Integer { exponent, .. } => {
                 let out = noisy
@@ -707,7 +700,7 @@ mod tests {
                             // (x rows 2), above 2^40 (700 for the Gaussian), or a Gaussian
                             // sigma past its checked range.
                             let per_value = epsilon / 2.0;
-                            let gaussian = options.mechanism == Mechanism::Gaussian;
+                            let gaussian = options.mechanism.law().needs_delta();
                             assert!(
                                 per_value < 2.0 * 2f64.powi(-40)
                                     || epsilon > 2f64.powi(40)

@@ -578,7 +578,7 @@ impl CallPlan {
             | Release::Table {
                 noise: TableNoise { cell: noise, .. },
                 ..
-            } => noise.mechanism.cost(self.epsilon, self.options.delta),
+            } => noise.cost(self.epsilon, self.options.delta),
             Release::LocalRatio { delta, .. } => (self.epsilon, delta.unwrap_or(0.0)),
             Release::Statistic(noise) => noise.0.cost(self.epsilon, self.options.delta),
         };

@@ -11,7 +11,7 @@
 use super::{CallPlan, Release};
 use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{check_count_epsilon, short_number};
-use crate::stats::{Contribution, Mechanism};
+use crate::stats::Contribution;
 use arrow::datatypes::DataType;
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::GroupsAccumulator;
@@ -206,7 +206,7 @@ impl Call<'_> {
                 short_number(self.epsilon)
             )
         })?;
-        if options.mechanism == Mechanism::Gaussian {
+        if options.mechanism.law().needs_delta() {
             if let Some(delta) = self.group_delta.map(|d| d / sides) {
                 if delta.is_nan() || delta < f64::MIN_POSITIVE {
                     return plan_err!(

@@ -1,6 +1,15 @@
-//! Noise mechanisms for counts and their calibration.
+//! Noise mechanisms and their calibration, one type per mechanism (OpenDP's measurement and
+//! privacy map side by side): [`laplace::LaplaceMechanism`] and
+//! [`gaussian::GaussianMechanism`], each implementing [`NoiseMechanism`] in its own file with
+//! its calibration from `(ε, δ, Δ)`, its exact sampler (`stats/sampler.rs`), the variance and
+//! fourth cumulant of the noise it adds, its privacy cost, and the properties callers would
+//! otherwise read off its name (whether it needs `δ`, its largest ε, the sensitivity a grid
+//! should aim for, its law for fast replays). [`Mechanism`] is the user's choice, parsed once
+//! from `mechanism = '...'`; [`Mechanism::law`] maps it to its type, the one `match` on it.
+//! Callers read the law, never test the name.
 //!
-//! Each mechanism is calibrated in exactly one function, [`CountNoise::calibrate`], which every
+//! Each mechanism is calibrated for a count in exactly one function, its
+//! [`NoiseMechanism::calibrate_count`], reached through [`CountNoise::calibrate`], which every
 //! caller (SQL aggregates, simulations, the reproduction of the paper) uses.
 //!
 //! Privacy guarantees (for a count of sensitivity `Δ` under the neighbouring relation stated by
@@ -19,51 +28,114 @@
 //! variance `2q/(1-q)²`, `q = exp(-1/b)`, slightly below the continuous `2b²` (by about 1/6);
 //! the discrete Gaussian's variance is below `σ²` by a relative `O(exp(-2π²σ²))`. Intervals use
 //! the exact variance of the noise added ([`CountNoise::variance`]).
+//!
+//! Adding a mechanism: a file here with a unit type implementing [`NoiseMechanism`], a
+//! [`Mechanism`] variant with its line in [`Mechanism::ALL`] and [`Mechanism::law`], and its
+//! sampler's variant in `Sampler`.
 
-use super::sampler::{discrete_laplace, DiscreteGaussian, Rational};
+pub mod gaussian;
+pub mod laplace;
+
+pub use gaussian::{
+    analytic_gaussian_sigma, classic_gaussian_sigma, discrete_gaussian_delta, gaussian_delta,
+    GaussianMechanism, MAX_GAUSSIAN_EPSILON, MAX_GAUSSIAN_SIGMA,
+};
+pub use laplace::{LaplaceMechanism, RealLaplace};
+
+use crate::stats::sampler::DiscreteGaussian;
 use rand::RngCore;
-use statrs::distribution::{ContinuousCDF, Normal};
 use std::fmt;
 
-/// The noise distribution a user chooses.
+/// The noise distribution a user chooses (`mechanism = '...'`); [`Self::law`] is its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mechanism {
-    /// Discrete Laplace noise: pure `ε`-DP.
+    /// Discrete Laplace noise: pure `ε`-DP ([`LaplaceMechanism`]).
     Laplace,
-    /// Discrete Gaussian noise: `(ε, δ)`-DP.
+    /// Discrete Gaussian noise: `(ε, δ)`-DP ([`GaussianMechanism`]).
     Gaussian,
 }
 
+/// A noise mechanism for integers of sensitivity `Δ`: its calibration, sampler, noise moments
+/// and privacy map together (a measurement and its privacy map, as in OpenDP: Gaboardi, Hay &
+/// Vadhan 2020, "A Programming Framework for OpenDP"). Everything a caller needs to know about
+/// a mechanism is here, so no caller tests a mechanism's name.
+pub trait NoiseMechanism: Sync + fmt::Debug {
+    /// The option value naming it (`mechanism = '<name>'`).
+    fn name(&self) -> &'static str;
+
+    /// The privacy cost `(ε, δ)` of a release calibrated for `(ε, δ)` (its privacy map).
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64);
+
+    /// Whether its calibration needs a `δ` (and so a `δ` per noised value must be checked).
+    fn needs_delta(&self) -> bool;
+
+    /// The largest `ε` per noised value its calibration accepts.
+    fn max_epsilon(&self) -> f64;
+
+    /// Checks `ε` for one count of sensitivity `Δ` beyond the common range of
+    /// [`check_count_epsilon`] (for example, that the noise scale stays sampled exactly).
+    fn check_count_scale(&self, epsilon: f64, sensitivity: u32) -> Result<(), String>;
+
+    /// Calibrates noise for a count of sensitivity `Δ` so that adding it is `(ε, δ)`-DP, with
+    /// the exact variance and fourth cumulant of the integer law sampled. `ε` and `Δ` are
+    /// already checked by [`CountNoise::calibrate`].
+    fn calibrate_count(
+        &self,
+        epsilon: f64,
+        delta: Option<f64>,
+        sensitivity: u32,
+        calibration: GaussianCalibration,
+    ) -> Result<CountNoise, String>;
+
+    /// The integer sensitivity a fixed-point grid (dp_sum's) should aim for at `ε`: as fine as
+    /// possible while the noise, in grid units, stays in the range its exact sampler supports.
+    fn grid_sensitivity(&self, epsilon: f64) -> f64;
+
+    /// For replays from a table of its law (`bootstrap.rs`): the radius `K`, in integers, past
+    /// which the tail is below `2^-53` at the calibrated `scale`.
+    fn replay_radius(&self, scale: f64) -> f64;
+
+    /// The unnormalised probability of the integer `k` at the calibrated `scale`.
+    fn replay_weight(&self, k: f64, scale: f64) -> f64;
+}
+
 impl Mechanism {
-    /// The privacy cost `(ε, δ)` of a release this mechanism calibrated for `(ε, δ)`: the
-    /// discrete Laplace is pure `ε`-DP, so it spends no `δ` whatever was asked (paper, Theorem
-    /// Lap_DP); the discrete Gaussian spends the `δ` it was calibrated for (Canonne, Kamath &
-    /// Steinke 2020, arXiv:2004.00010, Theorem 7). Budget accounting reads this, never the
-    /// mechanism's name (module docs).
-    pub fn cost(self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+    /// Every mechanism, in the order messages list them.
+    pub const ALL: [Mechanism; 2] = [Mechanism::Laplace, Mechanism::Gaussian];
+
+    /// The mechanism's type: its calibration, sampler, variance and cost.
+    pub fn law(self) -> &'static dyn NoiseMechanism {
         match self {
-            Self::Laplace => (epsilon, 0.0),
-            Self::Gaussian => (epsilon, delta.unwrap_or(0.0)),
+            Self::Laplace => &LaplaceMechanism,
+            Self::Gaussian => &GaussianMechanism,
         }
     }
 
+    /// The privacy cost `(ε, δ)` of a release this mechanism calibrated for `(ε, δ)`
+    /// ([`NoiseMechanism::cost`]). Budget accounting reads this, never the mechanism's name.
+    pub fn cost(self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.law().cost(epsilon, delta)
+    }
+
     pub fn parse(name: &str) -> Result<Self, String> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "laplace" => Ok(Self::Laplace),
-            "gaussian" => Ok(Self::Gaussian),
-            other => Err(format!(
-                "unknown mechanism '{other}' (expected 'laplace' or 'gaussian')"
-            )),
+        let wanted = name.trim().to_ascii_lowercase();
+        if let Some(m) = Self::ALL.into_iter().find(|m| m.law().name() == wanted) {
+            return Ok(m);
         }
+        let names: Vec<String> = Self::ALL
+            .iter()
+            .map(|m| format!("'{}'", m.law().name()))
+            .collect();
+        Err(format!(
+            "unknown mechanism '{wanted}' (expected {})",
+            names.join(" or ")
+        ))
     }
 }
 
 impl fmt::Display for Mechanism {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Laplace => "laplace",
-            Self::Gaussian => "gaussian",
-        })
+        f.write_str(self.law().name())
     }
 }
 
@@ -96,10 +168,6 @@ impl fmt::Display for GaussianCalibration {
             Self::Classic => "classic",
         })
     }
-}
-
-fn std_normal() -> Normal {
-    Normal::new(0.0, 1.0).expect("standard normal")
 }
 
 /// The largest noise scale sampled: the discrete Laplace parameter `b = Δ/ε` of any noised
@@ -138,26 +206,17 @@ pub fn short_number(x: f64) -> String {
 }
 
 /// Checks that the epsilon one noised count of sensitivity `Δ` is calibrated for lies in
-/// `[f64::MIN_POSITIVE, MAX_EPSILON]` and, for the discrete Laplace law, that its scale
-/// `Δ/ε` is at most [`MAX_NOISE_SCALE`]. The message starts with what is wrong with that
+/// `[f64::MIN_POSITIVE, MAX_EPSILON]` and passes the mechanism's own check
+/// ([`NoiseMechanism::check_count_scale`]; for the discrete Laplace law, that its scale
+/// `Δ/ε` is at most [`MAX_NOISE_SCALE`]). The message starts with what is wrong with that
 /// epsilon, for the caller to say where it came from.
 pub fn check_count_epsilon(
     mechanism: Mechanism,
     epsilon: f64,
     sensitivity: u32,
 ) -> Result<(), String> {
-    let eps = short_number(epsilon);
     check_epsilon_range(epsilon, " per noised count")?;
-    if mechanism == Mechanism::Laplace {
-        let scale = sensitivity as f64 / epsilon;
-        if scale.is_nan() || scale > MAX_NOISE_SCALE {
-            return Err(format!(
-                "epsilon={eps} per noised count (sensitivity {sensitivity}) gives noise scale {scale:.3e} above the largest supported 2^40 = {MAX_NOISE_SCALE:.3e}; the smallest epsilon per count is {:.3e}",
-                sensitivity as f64 / MAX_NOISE_SCALE
-            ));
-        }
-    }
-    Ok(())
+    mechanism.law().check_count_scale(epsilon, sensitivity)
 }
 
 /// Checks that `epsilon` (the epsilon one noised value is calibrated for, `what` saying so in
@@ -201,193 +260,7 @@ fn check_delta(delta: f64) -> Result<(), String> {
     }
 }
 
-/// The left side of the Balle-Wang condition: the smallest `δ` for which the continuous
-/// Gaussian mechanism with noise `σ` is `(ε, δ)`-DP for sensitivity `Δ` (paper, Theorem
-/// Gaus_mec_balle): `Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ)`.
-pub fn gaussian_delta(sigma: f64, epsilon: f64, sensitivity: f64) -> f64 {
-    let n = std_normal();
-    let a = sensitivity / (2.0 * sigma);
-    let b = epsilon * sigma / sensitivity;
-    n.cdf(a - b) - epsilon.exp() * n.cdf(-a - b)
-}
-
-/// The largest ε per noised value the Gaussian calibration accepts (`e^ε` stays finite).
-pub const MAX_GAUSSIAN_EPSILON: f64 = 700.0;
-
-/// The analytic Gaussian mechanism: the smallest `σ` with `gaussian_delta(σ, ε, Δ) <= δ`
-/// (Balle & Wang 2018, Theorem 8; paper, Theorem Gaus_mec_balle), found by bisection on the
-/// monotone condition to the last bit of an `f64`.
-pub fn analytic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Result<f64, String> {
-    check_epsilon(epsilon)?;
-    check_delta(delta)?;
-    // Past e^709.78 the δ condition's e^ε overflows to infinity and inf·0 is NaN: every
-    // comparison fails and the bisection would return its floor, noise of σ = 1e-6·Δ
-    // (session 14's red team: exact counts for a charge of (ε, 1e-6)).
-    if epsilon > MAX_GAUSSIAN_EPSILON {
-        return Err(format!(
-            "epsilon={epsilon} per noised value is above {MAX_GAUSSIAN_EPSILON}, where the Gaussian \
-             mechanism's calibration overflows; use a smaller epsilon or mechanism=laplace"
-        ));
-    }
-    if !(sensitivity.is_finite() && sensitivity > 0.0) {
-        return Err(format!("sensitivity must be > 0, got {sensitivity}"));
-    }
-    let (mut lo, mut hi) = (sensitivity * 1e-6, sensitivity);
-    while gaussian_delta(hi, epsilon, sensitivity) > delta {
-        lo = hi;
-        hi *= 2.0;
-        if hi > 1e15 {
-            return Err(format!(
-                "no Gaussian noise level reaches epsilon={epsilon}, delta={delta}"
-            ));
-        }
-    }
-    while gaussian_delta(lo, epsilon, sensitivity) <= delta {
-        hi = lo;
-        lo /= 2.0;
-    }
-    // Invariant: delta(lo) > target >= delta(hi). Bisect until the bracket cannot shrink.
-    loop {
-        let mid = lo + (hi - lo) / 2.0;
-        if mid <= lo || mid >= hi {
-            return Ok(hi);
-        }
-        if gaussian_delta(mid, epsilon, sensitivity) > delta {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-}
-
-/// The classic Gaussian mechanism bound `σ = Δ sqrt(2 ln(1.25/δ)) / ε` (paper, Theorem
-/// Gaus_mec_dwork), which is only proven for `ε < 1`.
-pub fn classic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Result<f64, String> {
-    check_epsilon(epsilon)?;
-    check_delta(delta)?;
-    if epsilon >= 1.0 {
-        return Err(format!(
-            "the classic Gaussian bound needs epsilon < 1 per count, got {epsilon}; use the analytic calibration"
-        ));
-    }
-    Ok(sensitivity * (2.0 * (1.25 / delta).ln()).sqrt() / epsilon)
-}
-
-/// Largest Gaussian `σ` whose discrete calibration is checked exactly (two tail sums of `12σ`
-/// terms each); beyond it (only at per-cell ε below ~1e-4) calibration is refused.
-pub const MAX_GAUSSIAN_SIGMA: f64 = 1e5;
-
-/// Weights `exp(-k²/2σ²)` for `k = 0..=limit`, `limit = 40σ` (later terms are below e^-800).
-fn discrete_gaussian_weights(sigma2: f64) -> impl Iterator<Item = (f64, f64)> {
-    let limit = (40.0 * sigma2.sqrt()).ceil() as u64 + 2;
-    (0..=limit).map(move |k| {
-        let k = k as f64;
-        (k, (-k * k / (2.0 * sigma2)).exp())
-    })
-}
-
-/// From `σ² = 1` on, the normalising constant and the variance are read from the dual
-/// (Poisson-summation) series, whose terms `exp(-2π²σ²m²)` fall below e^-19 at `m = 1` and
-/// e^-177 at `m = 3`: exact to double precision in a few terms instead of `40σ`.
-const POISSON_FROM_SIGMA2: f64 = 1.0;
-
-/// `Σ_{m ∈ Z} m^(2p) exp(-2π²σ²m²)` for `p = 0, 1` (the dual sums `S0`, `S1`).
-fn dual_sums(sigma2: f64) -> (f64, f64) {
-    let a = 2.0 * std::f64::consts::PI.powi(2) * sigma2;
-    let (mut s0, mut s1) = (1.0, 0.0);
-    for m in 1..=8 {
-        let m2 = (m * m) as f64;
-        let w = (-a * m2).exp();
-        s0 += 2.0 * w;
-        s1 += 2.0 * m2 * w;
-    }
-    (s0, s1)
-}
-
-/// The normalising constant `Σ_k exp(-k²/2σ²)` over all integers: by the Poisson summation
-/// formula (as Canonne, Kamath & Steinke 2020 use it for the discrete Gaussian) it is
-/// `√(2πσ²)·S0`; directly summed below `σ² = 1`.
-fn discrete_gaussian_total(sigma2: f64) -> f64 {
-    if sigma2 >= POISSON_FROM_SIGMA2 {
-        return (2.0 * std::f64::consts::PI * sigma2).sqrt() * dual_sums(sigma2).0;
-    }
-    summed_total(sigma2)
-}
-
-/// The normalising constant summed term by term over `40σ` terms.
-fn summed_total(sigma2: f64) -> f64 {
-    discrete_gaussian_weights(sigma2)
-        .map(|(k, w)| if k == 0.0 { w } else { 2.0 * w })
-        .sum()
-}
-
-/// The variance `Σ k² P(k)` summed term by term over `40σ` terms.
-fn summed_variance(sigma2: f64) -> f64 {
-    2.0 * discrete_gaussian_weights(sigma2)
-        .map(|(k, w)| k * k * w)
-        .sum::<f64>()
-        / summed_total(sigma2)
-}
-
-/// `P(Y >= k)` for the discrete Gaussian, by direct summation (no allocation) from `k` on,
-/// over `12σ + 2` terms: each later term is below e^-72 times the first.
-fn discrete_gaussian_tail(sigma2: f64, total: f64, k: f64) -> f64 {
-    if k <= 0.0 {
-        // Symmetry: P(Y >= k) = 1 - P(Y >= 1 - k) for k <= 0.
-        return 1.0 - discrete_gaussian_tail(sigma2, total, 1.0 - k);
-    }
-    let sigma = sigma2.sqrt();
-    let terms = (12.0 * sigma).ceil() as u64 + 2;
-    let last = (k + terms as f64).min((40.0 * sigma).ceil() + 2.0);
-    let mut sum = 0.0;
-    let mut j = k;
-    while j <= last {
-        sum += (-j * j / (2.0 * sigma2)).exp();
-        j += 1.0;
-    }
-    sum / total
-}
-
-/// The exact variance `Σ k² P(k)` of the discrete Gaussian: from `σ² = 1` on,
-/// `σ² − 4π²σ⁴·S1/S0`, the derivative `2σ⁴·d ln Z/dσ²` of the Poisson-summation form of the
-/// normalising constant `Z` (at most `σ²`, as Canonne, Kamath & Steinke 2020 show); directly
-/// summed below.
-fn discrete_gaussian_variance(sigma2: f64) -> f64 {
-    if sigma2 >= POISSON_FROM_SIGMA2 {
-        let (s0, s1) = dual_sums(sigma2);
-        return sigma2 - 4.0 * std::f64::consts::PI.powi(2) * sigma2 * sigma2 * s1 / s0;
-    }
-    summed_variance(sigma2)
-}
-
-/// The fourth cumulant `Σ k⁴ P(k) − 3·variance²` of the discrete Gaussian: summed term by term
-/// below `σ² = 1`; from there on 0, the continuous Gaussian's, to within a relative
-/// `O(σ⁴ exp(−2π²σ²))` of `σ⁴` (the dual series of the variance above; 8·10⁻⁶ at `σ² = 1`),
-/// far below what the skewness correction that reads it can resolve.
-fn discrete_gaussian_fourth_cumulant(sigma2: f64) -> f64 {
-    if sigma2 >= POISSON_FROM_SIGMA2 {
-        return 0.0;
-    }
-    let fourth = 2.0
-        * discrete_gaussian_weights(sigma2)
-            .map(|(k, w)| k * k * k * k * w)
-            .sum::<f64>()
-        / summed_total(sigma2);
-    fourth - 3.0 * summed_variance(sigma2).powi(2)
-}
-
-/// The exact `δ(ε)` of the discrete Gaussian mechanism with integer sensitivity `Δ`
-/// (Canonne, Kamath & Steinke 2020, Theorem 7): `P[Y > εσ²/Δ − Δ/2] − e^ε P[Y > εσ²/Δ + Δ/2]`.
-pub fn discrete_gaussian_delta(sigma2: f64, epsilon: f64, sensitivity: u32) -> f64 {
-    let total = discrete_gaussian_total(sigma2);
-    // P(Y > x) = P(Y >= floor(x) + 1) for the integer-valued Y.
-    let greater = |x: f64| discrete_gaussian_tail(sigma2, total, x.floor() + 1.0);
-    let d = sensitivity as f64;
-    let center = epsilon * sigma2 / d;
-    (greater(center - d / 2.0) - epsilon.exp() * greater(center + d / 2.0)).max(0.0)
-}
-
-/// The integer noise distribution actually sampled.
+/// The integer noise law actually sampled, one variant per mechanism.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Sampler {
     /// `P(k) ∝ exp(-|k| s / t)`.
@@ -417,8 +290,8 @@ pub struct CountNoise {
 
 impl CountNoise {
     /// Calibrates `mechanism` so that adding its noise to a count of sensitivity `Δ` is
-    /// `(ε, δ)`-DP (`δ` is ignored and reported as 0 for Laplace). The one place a mechanism
-    /// is calibrated.
+    /// `(ε, δ)`-DP (`δ` is ignored and reported as 0 for Laplace): the common checks, then
+    /// the mechanism's own [`NoiseMechanism::calibrate_count`].
     pub fn calibrate(
         mechanism: Mechanism,
         epsilon: f64,
@@ -431,207 +304,35 @@ impl CountNoise {
             return Err("sensitivity must be at least 1".into());
         }
         check_count_epsilon(mechanism, epsilon, sensitivity)?;
-        match mechanism {
-            Mechanism::Laplace => {
-                // P(k) ∝ exp(-ε|k|/Δ): s/t = ε/Δ exactly.
-                let eps = Rational::from_f64(epsilon).map_err(|e| format!("epsilon: {e}"))?;
-                let t = eps
-                    .den
-                    .checked_mul(sensitivity as u128)
-                    .ok_or_else(|| format!("epsilon {epsilon} is too small"))?;
-                let b = sensitivity as f64 / epsilon;
-                let q = (-1.0 / b).exp();
-                Ok(Self {
-                    mechanism,
-                    epsilon,
-                    delta: 0.0,
-                    sensitivity,
-                    scale: b,
-                    variance: 2.0 * q / (1.0 - q).powi(2),
-                    // G₁ − G₂ with G geometric of ratio q: twice the geometric's κ₄.
-                    fourth_cumulant: 2.0 * q * (1.0 + 4.0 * q + q * q) / (1.0 - q).powi(4),
-                    sampler: Sampler::DiscreteLaplace { s: eps.num, t },
-                })
-            }
-            Mechanism::Gaussian => {
-                let delta = delta.ok_or_else(|| {
-                    "the gaussian mechanism needs delta (set dp.delta or pass delta=...)"
-                        .to_string()
-                })?;
-                let d = sensitivity as f64;
-                let sigma = match calibration {
-                    GaussianCalibration::Analytic => analytic_gaussian_sigma(epsilon, delta, d)?,
-                    GaussianCalibration::Classic => classic_gaussian_sigma(epsilon, delta, d)?,
-                };
-                if sigma > MAX_GAUSSIAN_SIGMA {
-                    return Err(format!(
-                        "epsilon={epsilon}, delta={delta} needs Gaussian noise with sigma {sigma:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism"
-                    ));
-                }
-                // Sample σ² rounded up to a dyadic rational with enough bits to keep the
-                // sampler's integer arithmetic within u128 (see sampler::DiscreteGaussian),
-                // then make sure the exact discrete δ is within target (CKS Theorem 7).
-                let mut sigma2 = dyadic_sigma2(sigma * sigma)?;
-                let mut guard = 0;
-                while discrete_gaussian_delta(sigma2.to_f64(), epsilon, sensitivity) > delta {
-                    sigma2 = dyadic_sigma2(sigma2.to_f64() * (1.0 + 1e-6))?;
-                    guard += 1;
-                    if guard > 100_000 {
-                        return Err("could not calibrate the discrete Gaussian".into());
-                    }
-                }
+        mechanism
+            .law()
+            .calibrate_count(epsilon, delta, sensitivity, calibration)
+    }
 
-                Ok(Self {
-                    mechanism,
-                    epsilon,
-                    delta,
-                    sensitivity,
-                    scale: sigma2.to_f64().sqrt(),
-                    variance: discrete_gaussian_variance(sigma2.to_f64()),
-                    fourth_cumulant: discrete_gaussian_fourth_cumulant(sigma2.to_f64()),
-                    sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
-                })
-            }
-        }
+    /// The mechanism's type ([`Mechanism::law`]).
+    pub fn law(&self) -> &'static dyn NoiseMechanism {
+        self.mechanism.law()
+    }
+
+    /// The privacy cost of this noise's release when the call was charged `(ε, δ)`.
+    pub fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.law().cost(epsilon, delta)
     }
 
     /// One noise draw.
     pub fn sample<R: RngCore + ?Sized>(&self, rng: &mut R) -> i64 {
         match self.sampler {
-            Sampler::DiscreteLaplace { s, t } => discrete_laplace(rng, s, t),
+            Sampler::DiscreteLaplace { s, t } => laplace::sample(rng, s, t),
             Sampler::DiscreteGaussian(gaussian) => gaussian.sample(rng),
         }
     }
 }
 
-/// Laplace noise for a real-valued statistic of sensitivity `Δ`, made floating-point safe the
-/// way OpenDP does: the value is rounded to a power-of-two grid `g = 2^k` and integer noise is
-/// drawn exactly in grid units, so every output is an exact multiple of `g` whose probability
-/// is exactly the discrete Laplace one.
-///
-/// Grid: `k = max(⌈log2(Δ/ε)⌉ − 30, −30)`, about a billionth of the noise scale but never finer
-/// than `2^-30`, so values up to `2^32` fit the integer range; larger inputs are clamped to it
-/// (clamping is 1-Lipschitz, so it does not raise the sensitivity, and no error ever depends on
-/// the data). Rounding the input
-/// to the grid moves two neighbouring values apart by at most one more grid step, so the noise
-/// is calibrated for sensitivity `Δ + g`, and its scale in grid units `(Δ + g)/(ε g)` is rounded
-/// *up* to a dyadic rational. The result is `(ε, 0)`-DP for the statistic (Laplace mechanism,
-/// paper Theorem Lap_DP), up to that slight extra noise.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RealLaplace {
-    pub epsilon: f64,
-    pub sensitivity: f64,
-    /// The grid is `2^grid_exponent`.
-    pub grid_exponent: i32,
-    /// Noise scale in grid units, `P(j) ∝ exp(-|j| / units)`.
-    units: Rational,
-}
-
-impl RealLaplace {
-    /// Calibrates Laplace noise of scale `Δ/ε` on the grid chosen from `Δ`, for a public
-    /// sensitivity `Δ` (the one place this is done).
-    pub fn calibrate(epsilon: f64, sensitivity: f64) -> Result<Self, String> {
-        Self::calibrate_on_public_grid(epsilon, sensitivity, sensitivity)
-    }
-
-    /// [`Self::calibrate`] with the grid chosen from `grid_bound` instead of `Δ`. When `Δ`
-    /// depends on the data (smooth sensitivity), the grid must not: which grid an output lies
-    /// on would tell neighbouring datasets apart, whatever the noise. `grid_bound` must be
-    /// computed from public values only (an upper bound on `Δ` keeps the grid below a
-    /// billionth of the largest noise scale).
-    pub fn calibrate_on_public_grid(
-        epsilon: f64,
-        sensitivity: f64,
-        grid_bound: f64,
-    ) -> Result<Self, String> {
-        check_epsilon(epsilon)?;
-        if !(sensitivity.is_finite() && sensitivity > 0.0) {
-            return Err(format!(
-                "sensitivity must be a finite number > 0, got {sensitivity}"
-            ));
-        }
-        if !(grid_bound.is_finite() && grid_bound > 0.0) {
-            return Err(format!(
-                "the grid bound must be a finite number > 0, got {grid_bound}"
-            ));
-        }
-        // The same range as a count's noise (MAX_NOISE_SCALE), on the scale actually sampled:
-        // the noise is drawn in grid steps and added to the value's grid steps (clamped to
-        // ±2^62), so both its scale in grid steps and its scale `(Δ + g)/ε` (the grid term
-        // dominates below ε ≈ 2^-30) must be at most 2^40. First Δ/ε and the grid bound's, so
-        // that the grid itself is computed from finite numbers.
-        let eps = short_number(epsilon);
-        check_epsilon_range(epsilon, "")?;
-        let too_wide = |scale: f64, what: String| {
-            format!(
-                "epsilon={eps} with {what} gives noise scale {scale:.3e} above the largest supported 2^40 = {MAX_NOISE_SCALE:.3e}"
-            )
-        };
-        for (what, bound) in [("sensitivity", sensitivity), ("grid bound", grid_bound)] {
-            let scale = bound / epsilon;
-            if scale.is_nan() || scale > MAX_NOISE_SCALE {
-                return Err(too_wide(scale, format!("{what} {bound}")));
-            }
-        }
-        let grid_exponent = ((grid_bound / epsilon).log2().ceil() as i32 - 30).max(-30);
-        let grid = 2f64.powi(grid_exponent);
-        let units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
-        let steps = units.to_f64();
-        if !(steps <= MAX_NOISE_SCALE && steps * grid <= MAX_NOISE_SCALE) {
-            return Err(too_wide(
-                steps * grid,
-                format!("sensitivity {sensitivity} on the grid 2^{grid_exponent} ({steps:.3e} grid steps)"),
-            ));
-        }
-        Ok(Self {
-            epsilon,
-            sensitivity,
-            grid_exponent,
-            units,
-        })
-    }
-
-    /// The grid spacing `g`.
-    pub fn grid(&self) -> f64 {
-        2f64.powi(self.grid_exponent)
-    }
-
-    /// The effective continuous scale `b` (slightly above `Δ/ε`).
-    pub fn scale(&self) -> f64 {
-        self.units.to_f64() * self.grid()
-    }
-
-    /// `value` rounded to the grid (clamped to `±2^62` grid steps) plus exact noise; an error
-    /// for NaN, and (checked, never saturated: a saturation would depend on the value) when
-    /// the sum leaves `i64`, which the noise's scale of at most `2^40` grid steps makes a
-    /// probability below `2^-5900` (as for counts, [`MAX_NOISE_SCALE`]).
-    pub fn release<R: RngCore + ?Sized>(&self, value: f64, rng: &mut R) -> Result<f64, String> {
-        if value.is_nan() {
-            return Err("cannot add noise to NaN".to_string());
-        }
-        let limit = 2f64.powi(62);
-        let units = (value / self.grid()).round().clamp(-limit, limit) as i64;
-        // P(j) ∝ exp(-|j| s/t) with t/s = units.num/units.den.
-        let noise = discrete_laplace(rng, self.units.den, self.units.num);
-        let noisy = units
-            .checked_add(noise)
-            .ok_or_else(|| "a noisy value left the range of a 64-bit integer".to_string())?;
-        Ok(noisy as f64 * self.grid())
-    }
-}
-
-/// `σ²` rounded up to `num / 2^k` with `num < 2^55`, the range the exact sampler supports.
-fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
-    if sigma2 >= 2f64.powi(55) {
-        return Err(format!("Gaussian noise sigma^2 = {sigma2} is too large"));
-    }
-    let bits = (55 - (sigma2.log2().ceil() as i32).max(0)).clamp(0, 40) as u32;
-    Rational::ceil_dyadic(sigma2, bits)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::gaussian::*;
     use super::*;
+    use crate::stats::sampler::discrete_laplace;
     use rand::SeedableRng;
 
     #[test]
@@ -639,6 +340,25 @@ mod tests {
         assert_eq!(Mechanism::Laplace.cost(0.5, Some(1e-6)), (0.5, 0.0));
         assert_eq!(Mechanism::Laplace.cost(0.5, None), (0.5, 0.0));
         assert_eq!(Mechanism::Gaussian.cost(0.5, Some(1e-6)), (0.5, 1e-6));
+    }
+
+    #[test]
+    fn each_mechanism_is_parsed_from_its_own_name_and_states_its_properties() {
+        for m in Mechanism::ALL {
+            assert_eq!(Mechanism::parse(m.law().name()), Ok(m));
+            assert_eq!(m.to_string(), m.law().name());
+            let noise = CountNoise::calibrate(m, 1.0, Some(1e-6), 1, Default::default()).unwrap();
+            assert_eq!(noise.mechanism, m);
+            assert_eq!(noise.cost(1.0, Some(1e-6)), m.cost(1.0, Some(1e-6)));
+            // A mechanism that needs no delta spends none.
+            assert_eq!(m.law().needs_delta(), m.cost(1.0, Some(1e-6)).1 > 0.0);
+            assert!(m.law().max_epsilon() <= MAX_EPSILON);
+        }
+        assert_eq!(Mechanism::parse(" Gaussian "), Ok(Mechanism::Gaussian));
+        assert_eq!(
+            Mechanism::parse("x").unwrap_err(),
+            "unknown mechanism 'x' (expected 'laplace' or 'gaussian')"
+        );
     }
 
     fn below(x: f64) -> f64 {
