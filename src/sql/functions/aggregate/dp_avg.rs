@@ -20,7 +20,7 @@
 //! `confidence`, and `seeded` (true when the noise came from `dp.seed`: **not private**).
 
 use super::accumulator::GroupStreams;
-use super::dp_sum::{sum_noise, Clamp, SumNoise};
+use super::dp_sum::{sum_noise, Clamp, GridSums, SumNoise};
 use super::statistic::{
     coerce_by_kind, Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise,
     StatisticRelease,
@@ -135,13 +135,12 @@ impl DpStatistic for DpAvg {
     fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
         let noise = StatisticRelease::noise::<AvgNoise>(&plan, NAME)?;
         Ok(Box::new(AvgAccumulator {
-            sums: Vec::new(),
+            sums: GridSums::default(),
             counts: Vec::new(),
             streams: GroupStreams::new(&plan),
             clamp: Clamp::for_input(&noise.sum, types)?,
             noise: noise.clone(),
             seeded: plan.options.seed.is_some(),
-            overflow: false,
         }))
     }
 }
@@ -163,18 +162,17 @@ impl StatisticNoise for AvgNoise {
 
 /// Exact per-group clamped sums (grid units) and counts; noise once per group in `evaluate`.
 struct AvgAccumulator {
-    sums: Vec<i128>,
+    sums: GridSums,
     counts: Vec<u64>,
     streams: GroupStreams,
     clamp: Clamp,
     noise: AvgNoise,
     seeded: bool,
-    overflow: bool,
 }
 
 impl AvgAccumulator {
     fn resize(&mut self, groups: usize) {
-        self.sums.resize(groups, 0);
+        self.sums.resize(groups);
         self.counts.resize(groups, 0);
         self.streams.resize(groups);
     }
@@ -191,16 +189,11 @@ impl GroupsAccumulator for AvgAccumulator {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
         let (sums, counts) = (&mut self.sums, &mut self.counts);
-        let mut overflow = false;
         self.clamp
             .accumulate(&values[0], group_indices, opt_filter, |group, units| {
                 counts[group] += 1;
-                match sums[group].checked_add(units) {
-                    Some(s) => sums[group] = s,
-                    None => overflow = true,
-                }
+                sums.add(group, units);
             });
-        self.overflow |= overflow;
         Ok(())
     }
 
@@ -216,22 +209,14 @@ impl GroupsAccumulator for AvgAccumulator {
         for ((&group, &units), &count) in group_indices.iter().zip(sums.iter()).zip(counts.iter())
         {
             self.counts[group] += count;
-            match self.sums[group].checked_add(units) {
-                Some(s) => self.sums[group] = s,
-                None => self.overflow = true,
-            }
+            self.sums.add(group, units);
         }
         self.streams.merge_keys(values.get(2), group_indices);
         Ok(())
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        if self.overflow {
-            return Err(exec_datafusion_err!(
-                "{NAME}: a sum left the range of a 128-bit integer"
-            ));
-        }
-        let sums = emit_to.take_needed(&mut self.sums);
+        let sums = self.sums.take(emit_to, NAME)?;
         let counts = emit_to.take_needed(&mut self.counts);
         let AvgNoise {
             sum: sum_noise,
@@ -293,7 +278,7 @@ impl GroupsAccumulator for AvgAccumulator {
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let sums = emit_to.take_needed(&mut self.sums);
+        let sums = self.sums.take(emit_to, NAME)?;
         let counts = emit_to.take_needed(&mut self.counts);
         let keys = self.streams.take(sums.len());
         let sums = PrimitiveArray::<Decimal128Type>::from(sums).with_data_type(SUM_STATE);
@@ -324,7 +309,7 @@ impl GroupsAccumulator for AvgAccumulator {
     }
 
     fn size(&self) -> usize {
-        self.sums.capacity() * size_of::<i128>()
+        self.sums.size()
             + self.counts.capacity() * size_of::<u64>()
             + self.streams.size()
             + size_of::<Self>()
