@@ -189,11 +189,23 @@ impl GroupsAccumulator for AvgAccumulator {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
         let (sums, counts) = (&mut self.sums, &mut self.counts);
-        self.clamp
-            .accumulate(&values[0], group_indices, opt_filter, |group, units| {
-                counts[group] += 1;
-                sums.add(group, units);
-            });
+        let max_units = self.clamp.max_units();
+        match sums.unchecked(group_indices.len(), max_units) {
+            // Proven within i64 (GridSums::unchecked); debug builds check it anyway.
+            Some(narrow) => {
+                self.clamp
+                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                        counts[group] += 1;
+                        narrow[group] += units as i64;
+                    })
+            }
+            None => self
+                .clamp
+                .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                    counts[group] += 1;
+                    sums.add(group, units);
+                }),
+        }
         Ok(())
     }
 

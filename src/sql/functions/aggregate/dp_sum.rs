@@ -320,6 +320,18 @@ impl Clamp {
         mut f: impl FnMut(usize, i128) + Send,
     ) {
         match self {
+            // Grid 1 (integer bounds within 2^30): no rounding.
+            Clamp::Integer {
+                lower,
+                upper,
+                exponent: 0,
+                ..
+            } => accumulate(
+                group_indices,
+                values.as_primitive::<Int64Type>(),
+                opt_filter,
+                |group, v| f(group, i128::from(v.clamp(*lower, *upper))),
+            ),
             Clamp::Integer {
                 lower,
                 upper,
@@ -352,6 +364,13 @@ impl Clamp {
     /// A noisy sum in grid units as a DOUBLE.
     pub(super) fn value(&self, units: i128) -> f64 {
         units as f64 * 2f64.powi(self.grid().exponent)
+    }
+
+    /// The largest magnitude of one row's units: the bounds' ([`Grid::choose`] rounds them as
+    /// the rows are rounded, so no clamped row's units exceed them).
+    pub(super) fn max_units(&self) -> u64 {
+        let grid = self.grid();
+        u64::try_from(grid.lower.unsigned_abs().max(grid.upper.unsigned_abs())).unwrap_or(u64::MAX)
     }
 
     pub(super) fn grid(&self) -> &Grid {
@@ -418,6 +437,8 @@ pub(super) struct GridSums {
     carried: std::collections::HashMap<usize, i128>,
     /// Set when a sum left `i128` (reported by [`GridSums::take`]).
     overflow: bool,
+    /// At least the magnitude of every `narrow` sum: what was added since all were 0.
+    bound: u128,
 }
 
 impl GridSums {
@@ -425,8 +446,22 @@ impl GridSums {
         self.narrow.resize(groups, 0);
     }
 
+    /// The `i64` sums, to add to without a check, when `rows` more rows of at most `max_units`
+    /// each cannot overflow any of them (`bound` plus this batch's worst case within `i64`:
+    /// the first `2^30` rows of units below `2^33`).
+    pub(super) fn unchecked(&mut self, rows: usize, max_units: u64) -> Option<&mut [i64]> {
+        let grown = self
+            .bound
+            .saturating_add(rows as u128 * u128::from(max_units));
+        (grown <= i64::MAX as u128).then(|| {
+            self.bound = grown;
+            &mut self.narrow[..]
+        })
+    }
+
     #[inline]
     pub(super) fn add(&mut self, group: usize, units: i128) {
+        self.bound = self.bound.saturating_add(units.unsigned_abs());
         match i64::try_from(units)
             .ok()
             .and_then(|u| self.narrow[group].checked_add(u))
@@ -464,6 +499,9 @@ impl GridSums {
             .map(i128::from)
             .collect();
         let n = sums.len();
+        if self.narrow.is_empty() {
+            self.bound = 0;
+        }
         for (group, wide) in std::mem::take(&mut self.carried) {
             if group < n {
                 sums[group] = sums[group].checked_add(wide).ok_or_else(overflow)?;
@@ -490,11 +528,23 @@ impl GroupsAccumulator for SumAccumulator {
     ) -> Result<()> {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
-        let sums = &mut self.sums;
-        self.clamp
-            .accumulate(&values[0], group_indices, opt_filter, |group, units| {
-                sums.add(group, units)
-            });
+        let max_units = self.clamp.max_units();
+        match self.sums.unchecked(group_indices.len(), max_units) {
+            // Proven within i64 (GridSums::unchecked); debug builds check it anyway.
+            Some(narrow) => {
+                self.clamp
+                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                        narrow[group] += units as i64
+                    })
+            }
+            None => {
+                let sums = &mut self.sums;
+                self.clamp
+                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                        sums.add(group, units)
+                    })
+            }
+        }
         Ok(())
     }
 
@@ -685,7 +735,14 @@ mod tests {
             sums.take(EmitTo::All, NAME).unwrap(),
             vec![-5 * big + i128::from(i64::MIN) - 1]
         );
+        // Unchecked additions only while every sum provably stays within i64.
         sums.resize(1);
+        assert!(sums.unchecked(1 << 20, 1 << 33).is_some());
+        assert!(sums.unchecked(1 << 29, 1 << 33).is_some()); // bound 2^53 + 2^62
+        assert!(sums.unchecked(1 << 29, 1 << 33).is_none()); // would be past 2^63 - 1
+        assert!(sums.take(EmitTo::All, NAME).unwrap() == vec![0]);
+        sums.resize(1);
+        assert!(sums.unchecked(1 << 29, 1 << 33).is_some()); // bound reset when all emitted
         sums.add(0, i128::MAX);
         sums.add(0, i128::MAX);
         let err = sums.take(EmitTo::All, NAME).unwrap_err().to_string();
