@@ -18,6 +18,34 @@ mod cases;
 
 use cases::{cases, Expect};
 
+/// Honest cases whose bound must also reach 0.9 of what the change can reveal (issue 29), each
+/// in a test of its own below with the derivation of its visible ε and of the tolerance.
+const TIGHT: [&str; 2] = ["avg_grouped_row_removed", "quantile_last_leaf"];
+
+/// Runs the catalogue's case `name` at its CI size: within its charge, and at least 0.9 of
+/// its visible ε.
+async fn tight(name: &str) {
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("a case of the catalogue");
+    let outcome = (case.build)(case.ci).run().await.unwrap();
+    let lower = outcome.report.epsilon_lower;
+    println!(
+        "{name} at {} releases: epsilon_lower {lower:.3}, {:.2} of the visible {}\n  {}",
+        case.ci,
+        lower / case.visible,
+        case.visible,
+        outcome.summary(case.epsilon)
+    );
+    assert!(lower <= case.epsilon, "{lower}");
+    assert!(
+        lower >= 0.9 * case.visible,
+        "{lower} below 0.9 of {}",
+        case.visible
+    );
+}
+
 async fn run(filter: impl Fn(&str) -> bool) {
     let mut failures = Vec::new();
     for case in cases().into_iter().filter(|c| filter(c.name)) {
@@ -50,7 +78,10 @@ async fn run(filter: impl Fn(&str) -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_queries_stay_within_their_charge() {
-    run(|name| !name.starts_with("planted") && !name.starts_with("method")).await;
+    run(|name| {
+        !name.starts_with("planted") && !name.starts_with("method") && !TIGHT.contains(&name)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,35 +173,7 @@ async fn the_driver_refuses_what_it_cannot_audit() {
 /// errors below; the seed is fixed, so the run is deterministic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_quantile_reveals_nearly_all_it_can() {
-    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-    use datafusion_dp::sql::audit::SqlAudit;
-    use std::sync::Arc;
-    let data = |row: Option<i64>| {
-        let mut x: Vec<Option<i64>> = vec![Some(65520); 50];
-        x.push(row);
-        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(x)) as ArrayRef)]).unwrap()
-    };
-    let outcome = SqlAudit::new(
-        "SELECT replicate, dp_quantile(x, 1.0, 0, 65536, 8.0) AS m FROM t GROUP BY replicate",
-        "t",
-        data(Some(65536)),
-        data(None),
-        50_000,
-    )
-    .statement("SET dp.public_groups = 'assert'")
-    .seed(Some(67))
-    .alpha(cases::ALPHA)
-    .run()
-    .await
-    .unwrap();
-    let (lower, visible, charged) = (outcome.report.epsilon_lower, 1.0, 8.0);
-    println!(
-        "quantile_last_leaf: epsilon_lower {lower:.3}, {:.2} of the visible {visible}\n  {}",
-        lower / visible,
-        outcome.summary(charged)
-    );
-    assert!(lower <= charged, "{lower}");
-    assert!(lower >= 0.9 * visible, "{lower} below 0.9 of {visible}");
+    tight("quantile_last_leaf").await;
 }
 
 /// dp_avg's tightness case: the catalogue's `avg_grouped_row_removed` (one row's value 4 in D,
@@ -179,31 +182,13 @@ async fn dp_quantile_reveals_nearly_all_it_can() {
 /// reached together by the event "both noisy values at or above D's exact ones", of
 /// probability about `0.5 · 1/(1 + e^(−1/4)) ≈ 0.28` under D and `e^(−0.5)` times that under
 /// D' (`P(L ≥ k) = q^k/(1 + q)` for the discrete Laplace law; Canonne, Kamath & Steinke
-/// 2020). At the catalogue's CI size (200,000 releases) the Clopper-Pearson bounds at
+/// 2020). At 200,000 releases (the size the catalogue had) the Clopper-Pearson bounds at
 /// `α/2 = 5·10⁻⁴` lose `3.29·(√(0.72/(10⁵·0.28)) + √(0.83/(10⁵·0.17))) ≈ 0.040`, so the bound
-/// sits at 0.9 of the visible (0.895 measured). At 800,000 releases (test halves of 400,000)
-/// the loss halves to 0.020 and the standard error of the estimate is
+/// sits at 0.9 of the visible (0.895 measured). At 800,000 releases, the catalogue's CI size
+/// now (test halves of 400,000), the loss halves to 0.020 and the standard error of the estimate is
 /// `√(0.72/(4·10⁵·0.28) + 0.83/(4·10⁵·0.17)) ≈ 0.0044`: `epsilon_lower ≈ 0.48`, with the bound
 /// 0.45 about 7 standard errors below; the seed is fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_avg_reveals_nearly_all_it_can() {
-    let case = cases::cases()
-        .into_iter()
-        .find(|c| c.name == "avg_grouped_row_removed")
-        .expect("the catalogue's dp_avg case");
-    let outcome = (case.build)(800_000).run().await.unwrap();
-    let lower = outcome.report.epsilon_lower;
-    println!(
-        "{} at 800,000 releases: epsilon_lower {lower:.3}, {:.2} of the visible {}\n  {}",
-        case.name,
-        lower / case.visible,
-        case.visible,
-        outcome.summary(case.epsilon)
-    );
-    assert!(lower <= case.epsilon, "{lower}");
-    assert!(
-        lower >= 0.9 * case.visible,
-        "{lower} below 0.9 of {}",
-        case.visible
-    );
+    tight("avg_grouped_row_removed").await;
 }
