@@ -103,6 +103,26 @@ async fn login_with_retries(
 /// fail, the rest are refused at once with a back-off that names when to retry, without a
 /// password check. Then the honest `alice` gets in within the back-off's cap (2 s here), and
 /// is served. Before the gate, each of the 50 ran an Argon2 check and nothing slowed them.
+/// Sends Flight SQL's `CancelFlightInfo` for `info`; the status the server answers.
+async fn cancel(
+    client: &mut FlightSqlServiceClient<Channel>,
+    info: arrow_flight::FlightInfo,
+) -> i32 {
+    let results: Vec<arrow_flight::Result> = client
+        .do_action(Action::new(
+            "CancelFlightInfo",
+            arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
+        ))
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
+        .unwrap()
+        .status
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_flood_backs_off_and_the_honest_analyst_gets_in() {
     let dir = test_dir("flood");
@@ -701,24 +721,6 @@ async fn cancel_flight_info_stops_a_query_and_frees_its_slot() {
     ));
     let url = server.url();
     let mut alice = login(&url, "alice", "pw").await.unwrap();
-    let cancel = |client: &mut FlightSqlServiceClient<Channel>, info: arrow_flight::FlightInfo| {
-        let mut client = client.clone();
-        async move {
-            let results: Vec<arrow_flight::Result> = client
-                .do_action(Action::new(
-                    "CancelFlightInfo",
-                    arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
-                ))
-                .await
-                .unwrap()
-                .try_collect()
-                .await
-                .unwrap();
-            arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
-                .unwrap()
-                .status
-        }
-    };
     let cancelled = arrow_flight::CancelStatus::Cancelled as i32;
 
     // Unfetched: dropped, its ticket refused, the charge kept.
@@ -910,20 +912,8 @@ async fn a_stopped_query_stops_using_the_cpu() {
     let stream_info = info.clone();
     let stream = tokio::spawn(async move { fetch(&mut streaming, stream_info).await });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let results: Vec<arrow_flight::Result> = alice
-        .do_action(Action::new(
-            "CancelFlightInfo",
-            arrow_flight::CancelFlightInfoRequest::new(info).encode_to_vec(),
-        ))
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
     assert_eq!(
-        arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
-            .unwrap()
-            .status,
+        cancel(&mut alice, info).await,
         arrow_flight::CancelStatus::Cancelled as i32
     );
     let err = stream.await.unwrap().unwrap_err();
