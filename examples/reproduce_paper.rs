@@ -11,8 +11,9 @@ use datafusion_dp::stats::accuracy::{noised_log_accuracy_beta, noisy_counts_accu
 use datafusion_dp::stats::bias::noisy_ratio_expectation;
 use datafusion_dp::stats::methods::{ptr_oracle_accuracy_beta, smooth_accuracy_beta};
 use datafusion_dp::stats::paper::COVERAGE_TABLES;
-use datafusion_dp::stats::ratio::{katz_interval_at_z, two_sided_z};
+use datafusion_dp::stats::relative_risk::katz_interval_at_z;
 use datafusion_dp::stats::simulation::{coverage, Design};
+use datafusion_dp::stats::table::two_sided_z;
 use datafusion_dp::stats::{
     GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioStatistic, ReleasedTable,
     TableNoise, TwoByTwo,

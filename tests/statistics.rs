@@ -724,8 +724,8 @@ fn odds_ratio_score_skewness_matches_the_simulated_one() {
     // covering 0.943), both size modes, and (0.1, 0.9) at ε = 2 (γ ≈ +0.11). Each γ must be at
     // least 0.1 in size, so a γ of 0 fails the comparison. (Where the noise dominates the
     // expansion is rougher: −0.177 against −0.146 at ε = 0.5, (0.1, 0.9); docs/intervals.md.)
-    use datafusion_dp::stats::ratio::ReleasedCounts;
     use datafusion_dp::stats::score::odds_ratio::OddsRatioScore;
+    use datafusion_dp::stats::table::ReleasedCounts;
     const TABLES: usize = 40_000;
     for (c, (epsilon, exposed_risk, unexposed_risk, sizes)) in [
         (8.0, 0.9, 0.1, GroupSizes::Public),

@@ -6,13 +6,14 @@ pub mod audit;
 pub mod bias;
 pub mod bootstrap;
 pub mod contribution;
+pub mod interval;
 pub mod mechanism;
 pub mod methods;
 pub mod odds_ratio;
 pub mod paper;
 pub mod planning;
 pub mod quantile;
-pub mod ratio;
+pub mod relative_risk;
 pub mod risk_difference;
 pub mod rng;
 pub mod sampler;
@@ -21,9 +22,9 @@ pub mod simulation;
 pub mod table;
 
 pub use contribution::Contribution;
+pub use interval::IntervalSpec;
 pub use mechanism::{CountNoise, GaussianCalibration, Mechanism};
 pub use methods::RatioMethod;
-pub use ratio::IntervalSpec;
 pub use table::{
     GroupSizes, IntervalMethod, RatioInterval, RatioStatistic, ReleasedTable, TableNoise, TwoByTwo,
 };

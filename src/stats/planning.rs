@@ -6,13 +6,13 @@
 use super::accuracy::check_positive;
 use super::mechanism::{GaussianCalibration, Mechanism};
 use super::odds_ratio::woolf_log_variance;
-use super::ratio::{
-    relative_risk_interval_at, relative_risk_log_interval_at, two_sided_z, GroupSizes,
-    IntervalMethod, RatioStatistic, ReleasedCounts, TableNoise,
-};
+use super::relative_risk::{relative_risk_interval_at, relative_risk_log_interval_at};
 use super::risk_difference::risk_difference_wald_at;
 use super::score::odds_ratio::odds_ratio_score_interval;
 use super::score::relative_risk_score_interval;
+use super::table::{
+    two_sided_z, GroupSizes, IntervalMethod, RatioStatistic, ReleasedCounts, TableNoise,
+};
 
 /// Smallest `ε` searched by [`epsilon_for_half_width`].
 pub const PLANNING_EPSILON_MIN: f64 = 1e-6;
@@ -166,7 +166,7 @@ pub fn epsilon_for_half_width(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ratio::ReleasedTable;
+    use crate::stats::table::ReleasedTable;
 
     fn rel_close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * a.abs().max(b.abs())

@@ -11,7 +11,7 @@ use std::fmt;
 
 /// An interval a coverage study measures: one of the crate's methods (through
 /// [`TableNoise::interval`], as the SQL functions compute it) or the paper's construction
-/// applied to the statistic ([`super::ratio::ReleasedTable::paper_construction_at_z`]), the
+/// applied to the statistic ([`super::table::ReleasedTable::paper_construction_at_z`]), the
 /// reference widths are compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Construction {

@@ -1,5 +1,5 @@
 //! The private 2x2 table: its cells, the noise plan that releases it, and the released table
-//! that every estimator and interval reads ([`super::ratio`], [`super::odds_ratio`],
+//! that every estimator and interval reads ([`super::relative_risk`], [`super::odds_ratio`],
 //! [`super::risk_difference`], [`super::score`], [`super::bootstrap`]).
 //!
 //! **Neighbouring relation and cost of the table.** Two datasets are neighbours when one row

@@ -5,7 +5,7 @@
 //! `X` = rows with `outcome AND exposed`, `n_x` = rows with `exposed`, `Y` = rows with
 //! `outcome AND NOT exposed`, `n_y` = rows with `NOT exposed`; rows where either argument is
 //! NULL do not count. Privacy: `(ε, δ)`-DP for the whole table under replace-one neighbours
-//! ([`crate::stats::ratio`] has the argument). With `group_sizes=public` the exact group sizes
+//! ([`crate::stats::relative_risk`] has the argument). With `group_sizes=public` the exact group sizes
 //! are used and the result is NULL for a group without exposed or unexposed rows.
 
 use super::{DpAggregate, DpFunction};

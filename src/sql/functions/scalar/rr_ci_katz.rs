@@ -6,7 +6,8 @@
 //! struct `{estimate, lower, upper}`, NULL where a count of cases is 0 or an input is NULL.
 
 use crate::sql::options::parse_confidence;
-use crate::stats::ratio::{katz_interval_at_z, two_sided_z};
+use crate::stats::relative_risk::katz_interval_at_z;
+use crate::stats::table::two_sided_z;
 use arrow::array::{Array, ArrayRef, AsArray, Float64Builder, StructArray};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Float64Type, Int64Type};
