@@ -28,7 +28,7 @@ mod unread_sort;
 pub use codec::{DpLogicalCodec, DpPhysicalCodec};
 pub use locked::LockedCluster;
 
-use crate::cli::EnvObjectStoreRegistry;
+use crate::owner::tables::EnvObjectStoreRegistry;
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::plan::rule::Placement;

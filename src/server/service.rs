@@ -162,7 +162,7 @@ impl DpFlightSqlService {
 
 /// A DataFusion error as a gRPC status carrying the one line `dpsql` prints.
 pub fn status(error: &DataFusionError) -> Status {
-    let message = crate::cli::one_line_error(error);
+    let message = crate::sql::errors::one_line_error(error);
     match error.find_root() {
         _ if message.starts_with("dp budget exceeded") => Status::resource_exhausted(message),
         DataFusionError::Plan(_)
