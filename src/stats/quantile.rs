@@ -177,16 +177,18 @@ impl QuantileTree {
     }
 }
 
-/// Adds `times` values in `leaf`.
-pub fn add(counts: &mut LeafCounts, leaf: u32, times: u64) {
-    let count = counts.entry(leaf).or_insert(0);
-    *count = count.saturating_add(times);
-}
-
-/// Adds `other`'s counts into `counts` (merging partial states of one group).
-pub fn merge(counts: &mut LeafCounts, other: &LeafCounts) {
-    for (&leaf, &times) in other {
-        add(counts, leaf, times);
+/// Adds `times` values in `leaf` (partial states merge by adding each of their leaves);
+/// whether `leaf` was new to `counts`, so a caller can keep its entry count.
+pub fn add(counts: &mut LeafCounts, leaf: u32, times: u64) -> bool {
+    match counts.entry(leaf) {
+        std::collections::btree_map::Entry::Occupied(mut count) => {
+            *count.get_mut() = count.get().saturating_add(times);
+            false
+        }
+        std::collections::btree_map::Entry::Vacant(count) => {
+            count.insert(times);
+            true
+        }
     }
 }
 
@@ -340,7 +342,15 @@ mod tests {
         let tree = QuantileTree::new(0.0, 1.0).unwrap();
         let mut a = counts_of(&tree, [0.1, 0.2]);
         let b = counts_of(&tree, [0.2, 0.9]);
-        merge(&mut a, &b);
+        let new: Vec<bool> = b
+            .iter()
+            .map(|(&leaf, &times)| add(&mut a, leaf, times))
+            .collect();
         assert_eq!(a, counts_of(&tree, [0.1, 0.2, 0.2, 0.9]));
+        assert_eq!(
+            new,
+            [false, true],
+            "the 0.2 leaf existed, the 0.9 leaf is new"
+        );
     }
 }

@@ -133,6 +133,7 @@ impl DpStatistic for DpQuantile {
         let noise = StatisticRelease::noise::<QuantileNoise>(&plan, NAME)?;
         Ok(Box::new(QuantileAccumulator {
             trees: Vec::new(),
+            entries: 0,
             streams: GroupStreams::new(&plan),
             noise: noise.clone(),
         }))
@@ -156,17 +157,50 @@ impl StatisticNoise for QuantileNoise {
 /// Exact leaf counts per group; the tree's noise once per group in `evaluate`.
 struct QuantileAccumulator {
     trees: Vec<LeafCounts>,
+    /// The leaf entries of all `trees`, kept as they change: `size` is asked after every
+    /// batch and must not walk every group's tree.
+    entries: usize,
     streams: GroupStreams,
     noise: QuantileNoise,
 }
 
 impl QuantileAccumulator {
+    /// The trees of the groups `emit_to` names, removed, their entries uncounted.
+    fn take(&mut self, emit_to: EmitTo) -> Vec<LeafCounts> {
+        let trees = emit_to.take_needed(&mut self.trees);
+        self.entries -= trees.iter().map(|t| t.len()).sum::<usize>();
+        trees
+    }
+
     fn resize(&mut self, groups: usize) {
         if self.trees.len() < groups {
             self.trees.resize_with(groups, LeafCounts::new);
         }
         self.streams.resize(groups);
     }
+}
+
+/// Adds each counted value of `values` (non-NULL, in the domain, the filter holds) to the
+/// tree of its group; the number of leaf entries this created.
+fn add_values(
+    tree: QuantileTree,
+    trees: &mut [LeafCounts],
+    values: &ArrayRef,
+    group_indices: &[usize],
+    opt_filter: Option<&BooleanArray>,
+) -> usize {
+    let mut created = 0;
+    accumulate(
+        group_indices,
+        values.as_primitive::<Float64Type>(),
+        opt_filter,
+        |group, v| {
+            if let Some(leaf) = tree.leaf(v) {
+                created += usize::from(quantile::add(&mut trees[group], leaf, 1));
+            }
+        },
+    );
+    created
 }
 
 /// Leaf lists and count lists, one entry per group (the partial state).
@@ -200,17 +234,12 @@ impl GroupsAccumulator for QuantileAccumulator {
     ) -> Result<()> {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
-        let tree = self.noise.tree;
-        let trees = &mut self.trees;
-        accumulate(
+        self.entries += add_values(
+            self.noise.tree,
+            &mut self.trees,
+            &values[0],
             group_indices,
-            values[0].as_primitive::<Float64Type>(),
             opt_filter,
-            |group, v| {
-                if let Some(leaf) = tree.leaf(v) {
-                    quantile::add(&mut trees[group], leaf, 1);
-                }
-            },
         );
         Ok(())
     }
@@ -236,7 +265,7 @@ impl GroupsAccumulator for QuantileAccumulator {
                 if *leaf >= QuantileTree::leaves() {
                     return internal_err!("{NAME}: a partial state names leaf {leaf}");
                 }
-                quantile::add(&mut self.trees[group], *leaf, *count);
+                self.entries += usize::from(quantile::add(&mut self.trees[group], *leaf, *count));
             }
         }
         self.streams.merge_keys(values.get(2), group_indices);
@@ -244,7 +273,7 @@ impl GroupsAccumulator for QuantileAccumulator {
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let trees = emit_to.take_needed(&mut self.trees);
+        let trees = self.take(emit_to);
         let QuantileNoise { tree, q, noise } = self.noise.clone();
         let out = self.streams.release_groups(trees.len(), |g, rng| {
             tree.quantile(&trees[g], q, &mut || noise.sample(rng))
@@ -254,7 +283,7 @@ impl GroupsAccumulator for QuantileAccumulator {
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let trees = emit_to.take_needed(&mut self.trees);
+        let trees = self.take(emit_to);
         let keys = self.streams.take(trees.len());
         let (leaves, counts) = state_arrays(&trees);
         let mut state = vec![leaves, counts];
@@ -270,16 +299,12 @@ impl GroupsAccumulator for QuantileAccumulator {
         let rows = values[0].len();
         let mut trees = vec![LeafCounts::new(); rows];
         let group_indices: Vec<usize> = (0..rows).collect();
-        let tree = self.noise.tree;
-        accumulate(
+        add_values(
+            self.noise.tree,
+            &mut trees,
+            &values[0],
             &group_indices,
-            values[0].as_primitive::<Float64Type>(),
             opt_filter,
-            |row, v| {
-                if let Some(leaf) = tree.leaf(v) {
-                    quantile::add(&mut trees[row], leaf, 1);
-                }
-            },
         );
         let (leaves, counts) = state_arrays(&trees);
         let mut state = vec![leaves, counts];
@@ -289,9 +314,8 @@ impl GroupsAccumulator for QuantileAccumulator {
 
     fn size(&self) -> usize {
         // A BTreeMap entry (12 bytes of key and value) with its share of the node: about 48.
-        let entries: usize = self.trees.iter().map(|t| t.len()).sum();
         self.trees.capacity() * size_of::<LeafCounts>()
-            + entries * 48
+            + self.entries * 48
             + self.streams.size()
             + size_of::<Self>()
     }
