@@ -9,7 +9,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Float64Type, Int32Type};
 use datafusion::error::Result;
 use datafusion::prelude::*;
-use datafusion_dp::{analyst_sql, lock, protect, Protection};
+use datafusion_dp::{analyst_sql, lock};
 
 /// Groups of the accuracy test, and values per group.
 const REPLICATES: usize = 400;
@@ -21,21 +21,11 @@ const PER_GROUP: usize = 2000;
 async fn session(rows: usize, setup: &[&str]) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(config(4, false));
     datafusion_dp::register(&ctx)?;
-    for table in ["t", "truth"] {
-        let sql = format!(
-            "CREATE TABLE {table} AS SELECT CAST(value AS INT) AS id,
-               CAST(value % {REPLICATES} AS INT) AS r,
-               CAST(value / {REPLICATES} AS DOUBLE) / 20 AS x
-             FROM generate_series(0, {})",
-            rows - 1
-        );
-        ctx.sql(&sql).await?.collect().await?;
-    }
-    for sql in setup {
-        ctx.sql(sql).await?.collect().await?;
-    }
-    protect(&ctx, "t", Protection::Rows)?;
-    protect(&ctx, "truth", Protection::Public)?;
+    let columns = format!(
+        "CAST(value AS INT) AS id, CAST(value % {REPLICATES} AS INT) AS r,
+         CAST(value / {REPLICATES} AS DOUBLE) / 20 AS x"
+    );
+    common::twin_tables(&ctx, &columns, rows, setup).await?;
     Ok(ctx)
 }
 

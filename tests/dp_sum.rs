@@ -10,7 +10,7 @@ use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Float64Type, Int64Type};
 use datafusion::error::Result;
 use datafusion::prelude::*;
-use datafusion_dp::{analyst_sql, lock, protect, Protection};
+use datafusion_dp::{analyst_sql, lock};
 
 /// Replicates of the accuracy test: one released sum per replicate.
 const REPLICATES: usize = 2000;
@@ -27,21 +27,11 @@ async fn session_with(
     let ctx = SessionContext::new_with_config(config(4, skip_partial));
     datafusion_dp::register(&ctx)?;
     let x = format!("CASE WHEN value = 1 THEN {outlier} ELSE (value * 7919) % 13 END");
-    for table in ["t", "truth"] {
-        let sql = format!(
-            "CREATE TABLE {table} AS SELECT CAST(value AS INT) AS id,
-               CAST(value % {REPLICATES} AS INT) AS r, CAST({x} AS BIGINT) AS x,
-               CAST((value * 7919) % 13 AS DOUBLE) / 2 + 0.3 AS y
-             FROM generate_series(0, {}) ",
-            rows - 1
-        );
-        ctx.sql(&sql).await?.collect().await?;
-    }
-    for sql in setup {
-        ctx.sql(sql).await?.collect().await?;
-    }
-    protect(&ctx, "t", Protection::Rows)?;
-    protect(&ctx, "truth", Protection::Public)?;
+    let columns = format!(
+        "CAST(value AS INT) AS id, CAST(value % {REPLICATES} AS INT) AS r,
+         CAST({x} AS BIGINT) AS x, CAST((value * 7919) % 13 AS DOUBLE) / 2 + 0.3 AS y"
+    );
+    common::twin_tables(&ctx, &columns, rows, setup).await?;
     Ok(ctx)
 }
 

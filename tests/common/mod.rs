@@ -33,6 +33,31 @@ pub fn config(partitions: usize, skip_partial: bool) -> SessionConfig {
     config
 }
 
+/// Tables `t` (protected row by row) and `truth` (public, for the exact answer) in `ctx`, with
+/// the same rows: `columns` selected from `generate_series(0, rows - 1)` (its column `value`),
+/// after the statements `setup`.
+pub async fn twin_tables(
+    ctx: &datafusion::prelude::SessionContext,
+    columns: &str,
+    rows: usize,
+    setup: &[&str],
+) -> datafusion::error::Result<()> {
+    use datafusion_dp::{protect, Protection};
+    for table in ["t", "truth"] {
+        let sql = format!(
+            "CREATE TABLE {table} AS SELECT {columns} FROM generate_series(0, {})",
+            rows - 1
+        );
+        ctx.sql(&sql).await?.collect().await?;
+    }
+    for sql in setup {
+        ctx.sql(sql).await?.collect().await?;
+    }
+    protect(ctx, "t", Protection::Rows)?;
+    protect(ctx, "truth", Protection::Public)?;
+    Ok(())
+}
+
 /// Sample mean, sample variance, and the standard errors of both (`sqrt(σ²/n)` and
 /// `sqrt((μ4 − σ⁴)/n)`, from the sample's own moments).
 pub fn moments(xs: &[f64]) -> (f64, f64, f64, f64) {
