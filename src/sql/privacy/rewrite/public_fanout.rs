@@ -96,6 +96,7 @@ impl OptimizerRule for BoundPublicFanout {
         let mut bounder = Bounder {
             analysis: PlanAnalysis::new(&session.protections, &options, None),
             seed: session.seed,
+            buckets: bounding::buckets(&options),
             allowance: u64::from(session.max_public_fanout),
             changed: false,
         };
@@ -145,6 +146,8 @@ fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64, allowance: u64) 
 struct Bounder<'a> {
     analysis: PlanAnalysis<'a>,
     seed: Option<u64>,
+    /// The sampling window's partitions ([`bounding::buckets`]).
+    buckets: u64,
     /// Rows one protected row may meet in all (the owner's `dp.max_public_fanout`).
     allowance: u64,
     changed: bool,
@@ -326,6 +329,7 @@ impl Bounder<'_> {
             unit,
             rows,
             self.seed,
+            self.buckets,
         )?))
     }
 

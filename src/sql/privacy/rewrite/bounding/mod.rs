@@ -24,16 +24,19 @@
 //! rows and the salt, so the bounds hold whatever the data. The calibration then uses
 //! sensitivity `max_rows_per_unit` and `ε/max_groups_per_unit` per group
 //! ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The window is partitioned by a
-//! bucket of the unit (a hash of it modulo 1024), not by the unit: every unit stays in one
-//! partition, so partitions run in parallel (and on Ballista executors), while DataFusion's
-//! per-partition work is done 1024 times instead of once per unit, which made the former
-//! `PARTITION BY unit` windows cost 10-15 s for 1M units in 2M rows, and it has no `ORDER BY`,
-//! so DataFusion sorts by the bucket only (BENCHMARKS.md, "Contribution bounding").
+//! bucket of the unit (a hash of it modulo [`buckets`]: 16 per target partition, at most
+//! 1024), not by the unit: every unit stays in one partition, so partitions run in parallel
+//! (and on Ballista executors), while DataFusion's per-partition work is done once per bucket
+//! instead of once per unit, which made the former `PARTITION BY unit` windows cost 10-15 s
+//! for 1M units in 2M rows, and it has no `ORDER BY`, so DataFusion sorts by the bucket only
+//! (BENCHMARKS.md, "Contribution bounding"). The count of buckets is the session's
+//! configuration, never the data's.
 
 pub mod keyed_hash;
 pub mod unit_sample;
 
 use crate::stats::rng::{secure_rng, seeded_rng};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{plan_datafusion_err, Result, ScalarValue};
 use datafusion::logical_expr::{col, lit, Expr, ExprFunctionExt, LogicalPlan, LogicalPlanBuilder};
 use keyed_hash::keyed_hash;
@@ -44,9 +47,22 @@ const BUCKET: &str = "__dp_unit_bucket";
 const GROUP_ORDER: &str = "__dp_group_order";
 const KEEP: &str = "__dp_unit_sample";
 const ROW_ORDER: &str = "__dp_row_order";
-/// Buckets of units, the window's partitions: many more than any cluster's partitions (so
-/// they balance), few enough that DataFusion's per-partition cost is negligible.
-const BUCKETS: u64 = 1024;
+/// Buckets of units per target partition: enough that the hash repartitioning by bucket
+/// balances the partitions.
+const BUCKETS_PER_PARTITION: u64 = 16;
+/// The most buckets: DataFusion's per-bucket work (a few microseconds, with the window's
+/// argument arrays built again for each) stays far below a query's.
+const MAX_BUCKETS: u64 = 1024;
+
+/// Buckets of units, the bounding window's partitions, under `config`: 16 per target
+/// partition, at most 1024. A fixed 1024 spent about 40% of a small query (4,000 rows) in
+/// DataFusion's per-partition work (BENCHMARKS.md, "Session 20").
+pub fn buckets(config: &ConfigOptions) -> u64 {
+    let partitions = u64::try_from(config.execution.target_partitions).unwrap_or(u64::MAX);
+    partitions
+        .saturating_mul(BUCKETS_PER_PARTITION)
+        .clamp(BUCKETS_PER_PARTITION, MAX_BUCKETS)
+}
 
 /// The rewrite's scalar function named `name` (`dp_keyed_hash`), for a codec decoding a plan
 /// on another node: these functions are inserted by the rewrite and never registered in a
@@ -65,17 +81,19 @@ pub fn internal_udwf(name: &str) -> Option<Arc<datafusion::logical_expr::WindowU
     }
 }
 
-/// `input` with every privacy unit's contribution bounded (see the module docs). `seed` (the
-/// non-private `dp.seed`) makes the choice of groups and of rows reproducible.
+/// `input` with every privacy unit's contribution bounded (see the module docs), in
+/// `buckets` window partitions ([`buckets`]). `seed` (the non-private `dp.seed`) makes the
+/// choice of groups and of rows reproducible.
 pub fn bound_contributions(
     input: Arc<LogicalPlan>,
     unit_column: Expr,
     keys: &[Expr],
-    max_rows: u32,
-    max_groups: u32,
+    (max_rows, max_groups): (u32, u32),
     seed: Option<u64>,
+    buckets: u64,
 ) -> Result<Arc<LogicalPlan>> {
-    sample_per_unit(input, unit_column, keys, max_rows, max_groups, seed, KEEP)
+    let bounds = (max_rows, max_groups);
+    sample_per_unit(input, unit_column, keys, bounds, seed, buckets, KEEP)
 }
 
 /// The window column that marks the rows [`sample_rows_per_unit`] keeps.
@@ -92,8 +110,18 @@ pub fn sample_rows_per_unit(
     unit_column: Expr,
     max_rows: u32,
     seed: Option<u64>,
+    buckets: u64,
 ) -> Result<Arc<LogicalPlan>> {
-    sample_per_unit(input, unit_column, &[], max_rows, 1, seed, OWN_ROWS_KEEP)
+    let bounds = (max_rows, 1);
+    sample_per_unit(
+        input,
+        unit_column,
+        &[],
+        bounds,
+        seed,
+        buckets,
+        OWN_ROWS_KEEP,
+    )
 }
 
 /// The cap [`sample_rows_per_unit`] placed on `plan`, seen through the nodes the optimiser
@@ -128,9 +156,9 @@ fn sample_per_unit(
     input: Arc<LogicalPlan>,
     unit_column: Expr,
     keys: &[Expr],
-    max_rows: u32,
-    max_groups: u32,
+    (max_rows, max_groups): (u32, u32),
     seed: Option<u64>,
+    buckets: u64,
     keep_column: &str,
 ) -> Result<Arc<LogicalPlan>> {
     let schema = input.schema().clone();
@@ -150,7 +178,7 @@ fn sample_per_unit(
     unit_and_keys.extend(keys.iter().cloned());
     let mut with_order = original.clone();
     with_order.push(
-        (keyed_hash(salt, [unit_column.clone()]) % lit(ScalarValue::UInt64(Some(BUCKETS))))
+        (keyed_hash(salt, [unit_column.clone()]) % lit(ScalarValue::UInt64(Some(buckets.max(1)))))
             .alias(BUCKET),
     );
     // Without GROUP BY every row is in the one group: the rows are sampled per unit.
@@ -187,4 +215,25 @@ fn sample_per_unit(
         .project(original)?
         .build()?;
     Ok(Arc::new(plan))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 16 buckets per target partition, at least 16 and at most 1024, whatever the setting.
+    #[test]
+    fn buckets_follow_the_target_partitions_within_bounds() {
+        let with = |partitions: usize| {
+            let mut config = ConfigOptions::new();
+            config.execution.target_partitions = partitions;
+            buckets(&config)
+        };
+        assert_eq!(with(0), 16);
+        assert_eq!(with(1), 16);
+        assert_eq!(with(2), 32);
+        assert_eq!(with(64), 1024);
+        assert_eq!(with(65), 1024);
+        assert_eq!(with(usize::MAX), 1024);
+    }
 }
