@@ -309,7 +309,9 @@ pub struct QueryDeadline(pub std::time::Duration);
 
 /// The deadline of `ctx`'s queries, if the owner set one.
 pub fn query_deadline(ctx: &datafusion::prelude::SessionContext) -> Option<std::time::Duration> {
-    ctx.state()
+    // Read in place: `ctx.state()` would copy the whole state (every function's name).
+    ctx.state_ref()
+        .read()
         .config()
         .get_extension::<QueryDeadline>()
         .map(|d| d.0)

@@ -35,7 +35,7 @@ use crate::sql::privacy::session::limits;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{plan_datafusion_err, plan_err, Result};
 use datafusion::dataframe::DataFrame;
-use datafusion::execution::context::{SQLOptions, SessionContext};
+use datafusion::execution::context::{SQLOptions, SessionContext, SessionState};
 use datafusion::logical_expr::{LogicalPlan, Statement};
 
 fn with_options<T>(
@@ -124,18 +124,24 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
 /// a prepared statement's schemas come from this plan). Call it on a thread with a large
 /// stack ([`limits::on_planning_stack`]), as [`analyst_sql`] does.
 pub(crate) async fn limited_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan> {
+    Ok(limited_plan_in(ctx, sql).await?.1)
+}
+
+/// [`limited_plan`], with the copy of the session's state it was planned in.
+async fn limited_plan_in(ctx: &SessionContext, sql: &str) -> Result<(SessionState, LogicalPlan)> {
     limits::check_statement_size(sql)?;
     let state = ctx.state();
     let dialect = state.config().options().sql_parser.dialect;
     let statement = state.sql_to_statement(sql, &dialect)?;
     limits::check_nesting_depth(&statement)?;
-    state.statement_to_plan(statement).await
+    let plan = state.statement_to_plan(statement).await?;
+    Ok((state, plan))
 }
 
 /// [`analyst_sql`] on the planning thread: parse, limits, plan, refusals.
 async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     explain_logical_plan_only(ctx);
-    let plan = limited_plan(ctx, sql).await?;
+    let (state, plan) = limited_plan_in(ctx, sql).await?;
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
     refuse_physical_explain(&plan)?;
@@ -148,7 +154,13 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
         .map_err(|e| {
             plan_datafusion_err!("{e} (this session is locked: the data owner manages tables)")
         })?;
-    ctx.execute_logical_plan(plan).await
+    match plan {
+        // What `execute_logical_plan` does itself (SET, PREPARE, EXECUTE, ...).
+        LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => ctx.execute_logical_plan(plan).await,
+        // A query, in the copy of the state it was planned in, as `execute_logical_plan` would
+        // run it in a new copy: each copies every registered function's name and option.
+        plan => Ok(DataFrame::new(state, plan)),
+    }
 }
 
 /// Refuses `EXPLAIN VERBOSE`: it prints the plan's statistics, which for Parquet are the exact
