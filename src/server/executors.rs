@@ -158,36 +158,10 @@ impl Drop for AbortTask {
     }
 }
 
-/// `plan` with the output of every join (every operator of two inputs or more) and unnest
-/// wrapped in a [`CooperativeExec`], which spends the task's tokio budget on each batch.
-///
-/// A query's tasks are stopped (its stream dropped, its tasks aborted) only when they next
-/// yield to the runtime. DataFusion's `EnsureCooperative` rule makes only leaves and exchanges
-/// yield, and a join emits many batches per batch it reads (a cross join, a probe batch's rows
-/// against the whole build side): an aggregation pulling from it never reaches a leaf, so its
-/// task never yields, and a stopped query kept its analyst's threads busy for ever. With
-/// the wrapper, every 128 batches of a join's output the task yields, and a stopped query ends.
-pub fn cooperative(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    use datafusion::physical_plan::coop::CooperativeExec;
-    use datafusion::physical_plan::unnest::UnnestExec;
-    plan.transform_up(|node| {
-        let multiplies = node.children().len() >= 2 || node.downcast_ref::<UnnestExec>().is_some();
-        if multiplies {
-            Ok(Transformed::yes(
-                Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>
-            ))
-        } else {
-            Ok(Transformed::no(node))
-        }
-    })
-    .map(|t| t.data)
-}
-
 /// Executes `plan` on `executor`'s runtime (DataFusion spawns the plan's tasks on the runtime
 /// that executes it) and returns its batches, to be read on any runtime through a channel of
 /// one batch. Dropping the stream stops the execution, within a few batches of any operator
-/// ([`cooperative`]); a panic of the execution ends the stream with an error, never with a
+/// (the session's plans yield from every join: [`crate::sql::cooperative`]); a panic of the execution ends the stream with an error, never with a
 /// silently short result.
 pub fn execute_on(
     executor: Arc<Executor>,
@@ -199,7 +173,7 @@ pub fn execute_on(
     let pool = Arc::clone(task.memory_pool());
     let (mut sender, receiver) = futures::channel::mpsc::channel::<Result<RecordBatch>>(1);
     let driver = executor.handle().spawn(async move {
-        let mut batches = match cooperative(plan).and_then(|plan| execute_stream(plan, task)) {
+        let mut batches = match execute_stream(plan, task) {
             Ok(batches) => batches,
             Err(e) => {
                 let _ = sender.send(Err(e)).await;
@@ -228,55 +202,4 @@ pub fn execute_on(
         batch.map_err(|e| crate::server::memory::name_the_limit(e, &pool))
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    use datafusion::physical_plan::coop::CooperativeExec;
-    use datafusion::prelude::SessionContext;
-
-    /// Every join's output is wrapped, other operators are left as they are (DataFusion's own
-    /// rule wraps the leaves), and the result is the same.
-    #[tokio::test]
-    async fn wraps_every_join() {
-        let ctx = SessionContext::new();
-        let plan = ctx
-            .sql(
-                "SELECT count(*) AS n FROM range(10) a CROSS JOIN range(10) b \
-                 JOIN range(5) c ON b.value = c.value",
-            )
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let wrapped = cooperative(Arc::clone(&plan)).unwrap();
-        let (mut joins, mut covered) = (0, 0);
-        wrapped
-            .apply(|node| {
-                if node.children().len() >= 2 {
-                    joins += 1;
-                }
-                if let Some(coop) = node.downcast_ref::<CooperativeExec>() {
-                    if coop.input().children().len() >= 2 {
-                        covered += 1;
-                    }
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-            .unwrap();
-        assert_eq!((joins, covered), (2, 2));
-        let batches = datafusion::physical_plan::collect(wrapped, ctx.task_ctx())
-            .await
-            .unwrap();
-        let n = batches[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .unwrap()
-            .value(0);
-        assert_eq!(n, 50);
-    }
 }
