@@ -657,6 +657,33 @@ async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
     assert_eq!(rows(&query(&mut bob, "SELECT 1").await.unwrap()), 1);
 }
 
+/// A charged query that fails in the planning after its charge keeps its charge, and its
+/// error says so. DataFusion's SQL planner accepts a `LIMIT` (or `OFFSET`) that is not a
+/// constant, and only its physical planner refuses it ("Unsupported LIMIT expression"), after
+/// the analyzer bound and charged the DP call. The same `LIMIT` without DP aggregates is
+/// refused without a word of a charge; the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charged_query_failing_in_physical_planning_keeps_its_charge_and_says_so() {
+    let dir = test_dir("charge-kept-planning");
+    let server = Server::start(&config(&dir, ""));
+    let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
+    let limit = "LIMIT CAST(random() + 1 AS BIGINT)";
+    let err = query(&mut alice, &format!("{DP_QUERY} {limit}"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+    assert!(err.contains("the query's charge is kept"), "{err}");
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    let err = query(&mut alice, &format!("SELECT 1 {limit}"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+    assert!(!err.contains("charge"), "not charged: {err}");
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
 /// With `max_connections_per_address = 4`, a fifth connection from the same address is closed
 /// as soon as it is accepted (a stranger holding connections cannot use up the server's file
 /// descriptors); once the held ones close, connections are accepted again.
