@@ -6,6 +6,7 @@
 use common::server::{login, query, Server};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 mod common;
 
@@ -185,6 +186,10 @@ async fn dp_server_refuses_deep_statements_and_keeps_serving() {
             .to_string();
         assert!(err.contains("max_nesting_depth"), "prepared {kind}: {err}");
     }
+    // A chain of joins within the nesting limit, each join's output yielding
+    // (`datafusion_dp::sql::cooperative`), is executed on a query thread.
+    let joins = query(&mut client, &statement("joins", 250)).await.unwrap();
+    assert_eq!(joins.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
     let batches = query(&mut client, HONEST).await.unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
     // A new login works too: the process is up.
@@ -272,4 +277,140 @@ async fn query_deadline_stops_a_slow_stream_and_the_server_keeps_serving() {
     assert!(started.elapsed().as_secs() < 6, "{:?}", started.elapsed());
     let batches = query(&mut client, HONEST).await.unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}
+
+/// A locked session over `data/visits.csv` (protected by `patient_id`), from the public API.
+async fn locked_session() -> datafusion::prelude::SessionContext {
+    use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    datafusion_dp::register(&ctx).unwrap();
+    ctx.register_csv("visits", VISITS, CsvReadOptions::new())
+        .await
+        .unwrap();
+    datafusion_dp::protect(
+        &ctx,
+        "visits",
+        datafusion_dp::Protection::Unit("patient_id".into()),
+    )
+    .unwrap();
+    ctx.sql("SET dp.epsilon_budget = 10").await.unwrap();
+    datafusion_dp::lock(&ctx).unwrap();
+    ctx
+}
+
+/// The joins of `plan` (operators of two inputs or more), each with whether its output is
+/// wrapped in a `YieldExec` and whether an aggregation is above it.
+fn joins(
+    plan: &std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    wrapped: bool,
+    under_aggregate: bool,
+    found: &mut Vec<(String, bool, bool)>,
+) {
+    use datafusion::physical_plan::aggregates::AggregateExec;
+    use datafusion_dp::sql::cooperative::YieldExec;
+    if plan.children().len() >= 2 {
+        found.push((plan.name().to_string(), wrapped, under_aggregate));
+    }
+    let wraps = plan.downcast_ref::<YieldExec>().is_some();
+    let aggregate = under_aggregate || plan.downcast_ref::<AggregateExec>().is_some();
+    for child in plan.children() {
+        joins(child, wraps, aggregate, found);
+    }
+}
+
+/// Every physical plan of a locked session yields to the runtime from every join, so that a
+/// query stopped by its deadline, a cancel or Ctrl-C stops (`datafusion_dp::sql::cooperative`):
+/// a cross join under an aggregation, public or joined with a protected table, is wrapped in
+/// a `YieldExec`. DataFusion's own `EnsureCooperative` wraps only scans and exchanges,
+/// and before the rule was the session's (it was applied by `dp-server` alone) these joins
+/// were bare in the session's plans (`dpsql --config`, a locked Ballista scheduler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_session_s_joins_yield_to_the_runtime() {
+    let ctx = locked_session().await;
+    for sql in [
+        "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b",
+        "SELECT dp_count(visits.region, 1.0) FROM visits CROSS JOIN range(100000)",
+    ] {
+        let plan = datafusion_dp::analyst_sql(&ctx, sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut found = Vec::new();
+        joins(&plan, false, false, &mut found);
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true);
+        assert_eq!(found.len(), 1, "{sql}\n{shown}");
+        assert!(
+            found
+                .iter()
+                .all(|(_, wrapped, aggregated)| *wrapped && *aggregated),
+            "{sql}: {found:?}\n{shown}"
+        );
+    }
+}
+
+/// A locked session's cross join under an aggregation, executed on a runtime of one thread
+/// and stopped by a timeout of half a second, stops: the timeout fires only when the query's
+/// task yields. Before every join yielded, the task yielded only when the join next read its
+/// probe side's scan (after 1,000,000 batches of the join's output): the timeout fired after
+/// 7.4 s (debug build); now within a few batches of the join, at about 0.5 s.
+#[test]
+fn a_locked_session_s_cross_join_stops_at_a_timeout() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(async {
+            let ctx = locked_session().await;
+            let sql = "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b";
+            let frame = datafusion_dp::analyst_sql(&ctx, sql).await.unwrap();
+            let started = std::time::Instant::now();
+            let run = tokio::time::timeout(Duration::from_millis(500), frame.collect()).await;
+            (run.is_err(), started.elapsed())
+        });
+        let _ = sender.send(outcome);
+    });
+    let (timed_out, took) = receiver
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the query stopped at its timeout");
+    assert!(timed_out, "the query ended before its timeout");
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+}
+
+/// A chain of 150 cross joins of one row each is answered at once in a locked session. When
+/// each join was wrapped in DataFusion's `CooperativeExec`, which spends the task's tokio
+/// budget of 128 before it polls its input, more than 128 nested in one task never reached
+/// the leaves: the query ran until its deadline (600 s; 130 joins: more than 60 s, 100
+/// joins: 0.1 s). Planned and run on a thread with a large stack, as `dp-server` and `dpsql`
+/// plan.
+#[test]
+fn a_locked_session_s_long_join_chain_is_answered() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let rows = runtime.block_on(async {
+                let ctx = locked_session().await;
+                let tables: Vec<String> = (0..150)
+                    .map(|i| format!("(SELECT 1 AS x{i}) t{i}"))
+                    .collect();
+                let sql = format!("SELECT 1 AS one FROM {}", tables.join(" CROSS JOIN "));
+                let frame = datafusion_dp::analyst_sql(&ctx, &sql).await.unwrap();
+                let batches = frame.collect().await.unwrap();
+                batches.iter().map(|b| b.num_rows()).sum::<usize>()
+            });
+            let _ = sender.send(rows);
+        })
+        .unwrap();
+    let rows = receiver
+        .recv_timeout(Duration::from_secs(60))
+        .expect("answered within 60 s");
+    assert_eq!(rows, 1);
 }

@@ -657,6 +657,33 @@ async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
     assert_eq!(rows(&query(&mut bob, "SELECT 1").await.unwrap()), 1);
 }
 
+/// A charged query that fails in the planning after its charge keeps its charge, and its
+/// error says so. DataFusion's SQL planner accepts a `LIMIT` (or `OFFSET`) that is not a
+/// constant, and only its physical planner refuses it ("Unsupported LIMIT expression"), after
+/// the analyzer bound and charged the DP call. The same `LIMIT` without DP aggregates is
+/// refused without a word of a charge; the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charged_query_failing_in_physical_planning_keeps_its_charge_and_says_so() {
+    let dir = test_dir("charge-kept-planning");
+    let server = Server::start(&config(&dir, ""));
+    let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
+    let limit = "LIMIT CAST(random() + 1 AS BIGINT)";
+    let err = query(&mut alice, &format!("{DP_QUERY} {limit}"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+    assert!(err.contains("the query's charge is kept"), "{err}");
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    let err = query(&mut alice, &format!("SELECT 1 {limit}"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+    assert!(!err.contains("charge"), "not charged: {err}");
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
 /// With `max_connections_per_address = 4`, a fifth connection from the same address is closed
 /// as soon as it is accepted (a stranger holding connections cannot use up the server's file
 /// descriptors); once the held ones close, connections are accepted again.
@@ -852,6 +879,54 @@ async fn one_analysts_cpu_bound_queries_do_not_starve_another() {
     assert_eq!(charges(&dir.join("bob.ledger")), 0);
 }
 
+/// `[server] max_query_threads` equal to `threads_per_analyst`: one runtime for all analysts.
+/// While bob's two CPU-bound queries run on it, alice, who has no runtime and finds none free,
+/// shares bob's: her DP queries are answered while his still run (every join yields, so her
+/// tasks get their turns), and neither is refused. Bob's queries are stopped by his client
+/// going away; the server lives and answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analysts_beyond_max_query_threads_share_a_runtime() {
+    let dir = test_dir("shared-runtime");
+    let server = Server::start(&config(
+        &dir,
+        "threads_per_analyst = 1
+max_query_threads = 1
+
+[limits]
+query_timeout_seconds = 120",
+    ));
+    let url = server.url();
+    let hog = "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b";
+    let mut hogs = Vec::new();
+    for _ in 0..2 {
+        let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+        let info = bob.execute(hog.to_string(), None).await.unwrap();
+        hogs.push(tokio::spawn(async move {
+            fetch(&mut bob, info).await.map(|b| rows(&b))
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    for _ in 0..2 {
+        let answered =
+            tokio::time::timeout(Duration::from_secs(100), honest_query(&mut alice)).await;
+        assert!(answered.is_ok(), "alice's query not answered in 100 s");
+        assert!(
+            hogs.iter().all(|h| !h.is_finished()),
+            "alice is answered while bob's queries run, not after they stopped"
+        );
+    }
+    for hog in hogs {
+        hog.abort();
+        let _ = hog.await;
+    }
+    let mut server = server;
+    assert!(server.alive());
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 3);
+    assert_eq!(charges(&dir.join("bob.ledger")), 0);
+}
+
 /// The CPU seconds the server uses in [`CPU_WINDOW`], starting [`CPU_SETTLE`] after a query
 /// was stopped.
 async fn cpu_after_stop(server: &Server) -> f64 {
@@ -862,7 +937,7 @@ async fn cpu_after_stop(server: &Server) -> f64 {
 }
 
 /// A stopped query's tasks end at their next yield to the runtime: with every join's output
-/// yielding (`executors.rs`), within a few milliseconds; one second is ample.
+/// yielding (`src/sql/cooperative.rs`), within a few milliseconds; one second is ample.
 const CPU_SETTLE: Duration = Duration::from_secs(1);
 const CPU_WINDOW: Duration = Duration::from_secs(4);
 /// CPU the server may use in [`CPU_WINDOW`] with no query running: an idle server wakes for

@@ -12,6 +12,7 @@
 //! leave without a partition ([`super::unread_sort`], a Ballista and DataFusion workaround).
 
 use crate::distributed::unread_sort::without_unread_sorts;
+use crate::sql::cooperative::YieldExec;
 use crate::sql::functions::aggregate::{statistic_named, DpAggregate};
 use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::exec::release::ReleaseOnceExec;
@@ -39,6 +40,8 @@ use std::sync::Arc;
 const RELEASE_ONCE: &[u8] = b"datafusion-dp/release-once/1";
 /// A [`ProtectedScanExec`] (a locked cluster's scan of a protected table) likewise.
 const PROTECTED_SCAN: &[u8] = b"datafusion-dp/protected-scan/1";
+/// A [`YieldExec`] (above every join: [`crate::sql::cooperative`]) likewise.
+const YIELD: &[u8] = b"datafusion-dp/yield/1";
 
 /// A [`TryBinary`] travels as this marker and its operator's name; a [`TryFunction`] as its
 /// marker, the wrapped function's name, a newline and that function's own definition (empty
@@ -321,6 +324,12 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
             };
             return Ok(Arc::new(ProtectedScanExec::new(Arc::clone(input))));
         }
+        if buf == YIELD {
+            let [input] = inputs else {
+                return plan_err!("YieldExec takes one input, got {}", inputs.len());
+            };
+            return Ok(Arc::new(YieldExec::new(Arc::clone(input))));
+        }
         if buf == RELEASE_ONCE {
             let [input] = inputs else {
                 return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());
@@ -342,6 +351,10 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         }
         if node.downcast_ref::<ProtectedScanExec>().is_some() {
             buf.extend_from_slice(PROTECTED_SCAN);
+            return Ok(());
+        }
+        if node.downcast_ref::<YieldExec>().is_some() {
+            buf.extend_from_slice(YIELD);
             return Ok(());
         }
         self.inner.try_encode(node, buf, proto_converter)

@@ -155,6 +155,11 @@ pub struct ServerConfig {
     /// Worker threads of each analyst's query runtime (and statements planned at once per
     /// analyst), 1 to [`MAX_THREADS_PER_ANALYST`]; default the number of cores.
     pub threads_per_analyst: usize,
+    /// Worker threads of all analysts' query runtimes together, `threads_per_analyst` to
+    /// [`MAX_QUERY_THREADS`]; default [`default_max_query_threads`]. Beyond
+    /// `max_query_threads / threads_per_analyst` analysts querying at once, analysts share
+    /// runtimes (`src/server/executors.rs`).
+    pub max_query_threads: usize,
 }
 
 /// The default of `[server] session_idle_seconds`: 1 hour.
@@ -202,6 +207,17 @@ pub fn default_threads_per_analyst() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The most `[server] max_query_threads` may be.
+pub const MAX_QUERY_THREADS: usize = 4096;
+
+/// The default of `[server] max_query_threads`: four times the cores this process may use
+/// (four analysts' runtimes at once with the default `threads_per_analyst`), and at least
+/// `threads_per_analyst` (one runtime).
+pub fn default_max_query_threads(threads_per_analyst: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (4 * cores).clamp(threads_per_analyst, MAX_QUERY_THREADS)
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -226,6 +242,7 @@ impl Default for ServerConfig {
             query_queue_seconds: DEFAULT_QUERY_QUEUE_SECONDS,
             scheduler: None,
             threads_per_analyst: default_threads_per_analyst(),
+            max_query_threads: default_max_query_threads(default_threads_per_analyst()),
         }
     }
 }
@@ -398,6 +415,7 @@ struct RawServer {
     query_queue_seconds: Option<u64>,
     scheduler: Option<String>,
     threads_per_analyst: Option<u64>,
+    max_query_threads: Option<u64>,
 }
 
 /// Options an analyst's budget sets (per analyst, never in `[options]`).
@@ -731,6 +749,30 @@ impl OwnerConfig {
                     Some(n) => u32::try_from(n)
                         .map_err(|_| error(format!("[server] {key}: {n} is too large"))),
                 };
+                let threads_per_analyst = match s.threads_per_analyst {
+                    None => d.threads_per_analyst,
+                    Some(n) if (1..=MAX_THREADS_PER_ANALYST as u64).contains(&n) => n as usize,
+                    Some(n) => {
+                        return Err(error(format!(
+                            "[server] threads_per_analyst must be between 1 and \
+                             {MAX_THREADS_PER_ANALYST}, got {n}"
+                        )))
+                    }
+                };
+                let max_query_threads = match s.max_query_threads {
+                    None => default_max_query_threads(threads_per_analyst),
+                    Some(n)
+                        if (threads_per_analyst as u64..=MAX_QUERY_THREADS as u64).contains(&n) =>
+                    {
+                        n as usize
+                    }
+                    Some(n) => {
+                        return Err(error(format!(
+                            "[server] max_query_threads must be between threads_per_analyst \
+                             ({threads_per_analyst}) and {MAX_QUERY_THREADS}, got {n}"
+                        )))
+                    }
+                };
                 ServerConfig {
                     listen: s.listen,
                     tls_cert: s.tls_cert.map(|p| PathBuf::from(resolve(&p))),
@@ -812,16 +854,8 @@ impl OwnerConfig {
                         d.query_queue_seconds,
                     )?,
                     scheduler: s.scheduler,
-                    threads_per_analyst: match s.threads_per_analyst {
-                        None => d.threads_per_analyst,
-                        Some(n) if (1..=MAX_THREADS_PER_ANALYST as u64).contains(&n) => n as usize,
-                        Some(n) => {
-                            return Err(error(format!(
-                                "[server] threads_per_analyst must be between 1 and \
-                                 {MAX_THREADS_PER_ANALYST}, got {n}"
-                            )))
-                        }
-                    },
+                    threads_per_analyst,
+                    max_query_threads,
                 }
             }
         };
@@ -1161,6 +1195,33 @@ mod tests {
             );
         }
         assert!(err("[server]\nthreads_per_analyst = -1").contains("threads_per_analyst"));
+        // max_query_threads: four times the cores by default, at least threads_per_analyst;
+        // threads_per_analyst to 4096.
+        let cores = default_threads_per_analyst();
+        assert_eq!(d.max_query_threads, 4 * cores);
+        assert_eq!(threads("256").max_query_threads, (4 * cores).max(256));
+        let max = |text: &str| server(&format!("[server]\n{text}")).max_query_threads;
+        assert_eq!(max("threads_per_analyst = 2\nmax_query_threads = 2"), 2);
+        assert_eq!(
+            max("threads_per_analyst = 2\nmax_query_threads = 4096"),
+            4096
+        );
+        for (text, low) in [
+            ("threads_per_analyst = 2\nmax_query_threads = 1", 2),
+            ("threads_per_analyst = 8\nmax_query_threads = 7", 8),
+            ("threads_per_analyst = 1\nmax_query_threads = 0", 1),
+            ("threads_per_analyst = 1\nmax_query_threads = 4097", 1),
+        ] {
+            let e = err(&format!("[server]\n{text}"));
+            assert!(
+                e.contains(&format!(
+                    "[server] max_query_threads must be between threads_per_analyst ({low}) \
+                     and 4096"
+                )),
+                "{e}"
+            );
+        }
+        assert!(err("[server]\nmax_query_threads = -1").contains("max_query_threads"));
         assert!(
             err("[server]\nmax_session = 1").contains("max_session"),
             "unknown keys"

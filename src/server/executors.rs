@@ -15,7 +15,14 @@
 //! The planning of an analyst's statements is shared out the same way: as many at once per
 //! analyst as the runtime has threads ([`Executor::planning_permit`]).
 //!
-//! Which runtime a query runs on depends only on who sent it, never on the data.
+//! The runtimes' threads together are bounded by `[server] max_query_threads`: beyond
+//! `max_query_threads / threads_per_analyst` analysts querying at once, an analyst takes the
+//! place of one whose runtime runs no query, or shares a runtime ([`Executors`]).
+//!
+//! Which runtime a query runs on depends only on who sent it and, once `max_query_threads`
+//! is reached, on which analysts have queries running (how long those run can depend on their
+//! data, as their share of the cores always did). A stopped query's tasks end at their next yield: every join of a session's
+//! plans yields ([`crate::sql::cooperative`]).
 
 use arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
@@ -29,13 +36,31 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
-/// One analyst's query runtime; shut down in the background when dropped (a runtime dropped
-/// in an async context would otherwise block, which tokio refuses with a panic).
-pub struct Executor {
+/// A query runtime of `[server] threads_per_analyst` worker threads; shut down in the
+/// background when dropped (a runtime dropped in an async context would otherwise block, which
+/// tokio refuses with a panic).
+struct Lane {
     runtime: Option<tokio::runtime::Runtime>,
+    /// The order the runtimes were started in.
+    started: u64,
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// One analyst's executor: the runtime their queries run on (their own, or shared while
+/// every runtime the process may start is running queries: [`Executors`]) and their own
+/// planning permits.
+pub struct Executor {
+    lane: Arc<Lane>,
     /// As many of the analyst's statements are planned at once as the runtime has threads:
     /// each plans on a thread of its own (`on_planning_stack`), and a long statement's
-    /// planning is CPU-bound too.
+    /// planning is CPU-bound too. The analyst's own, even on a shared runtime.
     planning: Arc<Semaphore>,
     last_used: Mutex<Instant>,
     /// `[limits] query_memory_limit`: the memory pool of each query run here.
@@ -60,27 +85,46 @@ impl Executor {
 
     /// The handle to spawn a query's execution on.
     pub fn handle(&self) -> &tokio::runtime::Handle {
-        self.runtime
+        self.lane
+            .runtime
             .as_ref()
-            .expect("the runtime is only taken when the executor is dropped")
+            .expect("the runtime is only taken when the lane is dropped")
             .handle()
     }
 }
 
-impl Drop for Executor {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 /// The query runtimes of the analysts that ran queries recently, by analyst name (configured
-/// analysts only, so the map is as small as the configuration).
+/// analysts only, so the map is as small as the configuration), at most `[server]
+/// max_query_threads` threads in all.
+///
+/// While at most `max_query_threads / threads_per_analyst` analysts query at once, each has a
+/// runtime of their own. An analyst without one starts one while the bound allows, else takes
+/// the place of the runtime that no query holds and was used least recently (it is shut down,
+/// and its analysts' next queries take a runtime anew). Only when every runtime is running
+/// queries does the analyst share one: the runtime the fewest analysts share (ties: the one
+/// started first), until no query of theirs holds it; their next query then takes a runtime
+/// as if they had none. The runtimes still share the cores equally, and each analyst keeps
+/// their own planning permits, so a busy analyst slows only those on their runtime, and only
+/// while more analysts query at once than there are runtimes. Which runtime a query runs on
+/// depends on who sent it and which analysts have queries running.
 pub struct Executors {
     threads: usize,
+    /// `max_query_threads / threads` (at least one): the runtimes that may run at once.
+    max_lanes: usize,
     query_memory_limit: usize,
     by_analyst: Mutex<HashMap<String, Arc<Executor>>>,
+    started: std::sync::atomic::AtomicU64,
+}
+
+/// A runtime in use, as [`Executors::lanes`] finds it.
+struct LaneUse {
+    lane: Arc<Lane>,
+    /// The analysts whose executor runs on it.
+    analysts: Vec<String>,
+    /// Whether a query holds one of their executors.
+    held: bool,
+    /// The latest use of one of their executors.
+    last_used: Instant,
 }
 
 /// A runtime no query has used for this long is shut down (its threads end); the analyst's
@@ -90,25 +134,59 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Blocking threads per analyst's runtime (DataFusion reads local files on them).
 const MAX_BLOCKING_THREADS: usize = 4;
 
+/// Whether a query holds `executor` (the map holds one reference).
+fn held(executor: &Arc<Executor>) -> bool {
+    Arc::strong_count(executor) > 1
+}
+
+fn last_used(executor: &Executor) -> Instant {
+    *executor.last_used.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Executors {
     /// Runtimes of `threads` worker threads each (at least one; `[server]
-    /// threads_per_analyst`), whose queries may hold `query_memory_limit` bytes each.
-    pub fn new(threads: usize, query_memory_limit: usize) -> Self {
+    /// threads_per_analyst`), at most `max_threads` in all (`[server] max_query_threads`; at
+    /// least one runtime), whose queries may hold `query_memory_limit` bytes each.
+    pub fn new(threads: usize, max_threads: usize, query_memory_limit: usize) -> Self {
+        let threads = threads.max(1);
         Self {
-            threads: threads.max(1),
+            threads,
+            max_lanes: (max_threads / threads).max(1),
             query_memory_limit,
             by_analyst: Mutex::new(HashMap::new()),
+            started: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// `analyst`'s runtime, started if needed. Held by a query while it executes.
-    #[allow(clippy::result_large_err)]
-    pub fn of(&self, analyst: &str) -> Result<Arc<Executor>, Status> {
-        let mut map = self.by_analyst.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(executor) = map.get(analyst) {
-            *executor.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-            return Ok(Arc::clone(executor));
+    /// The distinct runtimes of `map`, in the order they were started.
+    fn lanes(map: &HashMap<String, Arc<Executor>>) -> Vec<LaneUse> {
+        let mut lanes: Vec<LaneUse> = Vec::new();
+        for (name, executor) in map {
+            let i = match lanes
+                .iter()
+                .position(|l| Arc::ptr_eq(&l.lane, &executor.lane))
+            {
+                Some(i) => i,
+                None => {
+                    lanes.push(LaneUse {
+                        lane: Arc::clone(&executor.lane),
+                        analysts: Vec::new(),
+                        held: false,
+                        last_used: last_used(executor),
+                    });
+                    lanes.len() - 1
+                }
+            };
+            let lane = &mut lanes[i];
+            lane.analysts.push(name.clone());
+            lane.held |= held(executor);
+            lane.last_used = lane.last_used.max(last_used(executor));
         }
+        lanes.sort_by_key(|l| l.lane.started);
+        lanes
+    }
+
+    fn start_lane(&self) -> Result<Arc<Lane>, Status> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(self.threads)
             .max_blocking_threads(MAX_BLOCKING_THREADS)
@@ -116,14 +194,76 @@ impl Executors {
             .enable_all()
             .build()
             .map_err(|e| Status::unavailable(format!("cannot start query threads: {e}")))?;
-        let executor = Arc::new(Executor {
+        Ok(Arc::new(Lane {
             runtime: Some(runtime),
+            started: self
+                .started
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+
+    fn executor(&self, lane: Arc<Lane>) -> Arc<Executor> {
+        Arc::new(Executor {
+            lane,
             planning: Arc::new(Semaphore::new(self.threads)),
             last_used: Mutex::new(Instant::now()),
             query_memory_limit: self.query_memory_limit,
-        });
+        })
+    }
+
+    /// `analyst`'s runtime, started, taken from an analyst not querying or shared as the type's
+    /// docs say. Held by a query while it plans and executes.
+    #[allow(clippy::result_large_err)]
+    pub fn of(&self, analyst: &str) -> Result<Arc<Executor>, Status> {
+        // Executors replaced here are dropped after the lock (their runtimes shut down in the
+        // background).
+        let mut dropped: Vec<Arc<Executor>> = Vec::new();
+        let mut map = self.by_analyst.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(executor) = map.get(analyst) {
+            // A shared runtime is left once no query of the analyst holds it: the analyst
+            // takes a runtime as if they had none (their own if one is free).
+            let shared = Arc::strong_count(&executor.lane) > 1;
+            if !shared || held(executor) {
+                *executor.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                return Ok(Arc::clone(executor));
+            }
+            dropped.extend(map.remove(analyst));
+        }
+        let lanes = Self::lanes(&map);
+        // The runtime no query holds that was used least recently (the first started of
+        // those) is shut down, and its analysts' next queries take a runtime anew.
+        let idle = lanes
+            .iter()
+            .filter(|l| !l.held)
+            .min_by_key(|l| l.last_used)
+            .filter(|_| lanes.len() >= self.max_lanes);
+        let lane = if lanes.len() < self.max_lanes {
+            self.start_lane()?
+        } else if let Some(idle) = idle {
+            dropped.extend(idle.analysts.iter().filter_map(|name| map.remove(name)));
+            self.start_lane()?
+        } else {
+            // Every runtime runs queries: the one the fewest analysts share (the first started
+            // of those).
+            lanes
+                .iter()
+                .min_by_key(|l| l.analysts.len())
+                .map(|l| Arc::clone(&l.lane))
+                .expect("max_lanes is at least one, and the map has them all")
+        };
+        drop(lanes);
+        let executor = self.executor(lane);
         map.insert(analyst.to_string(), Arc::clone(&executor));
+        drop(map);
+        drop(dropped);
         Ok(executor)
+    }
+
+    /// The worker threads of the runtimes started.
+    #[cfg(test)]
+    fn threads(&self) -> usize {
+        let map = self.by_analyst.lock().unwrap_or_else(|p| p.into_inner());
+        Self::lanes(&map).len() * self.threads
     }
 
     /// Shuts down the runtimes that no query holds and that were not used for [`IDLE`].
@@ -132,14 +272,7 @@ impl Executors {
             let mut map = self.by_analyst.lock().unwrap_or_else(|p| p.into_inner());
             let names: Vec<String> = map
                 .iter()
-                .filter(|(_, e)| {
-                    Arc::strong_count(e) == 1
-                        && e.last_used
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .elapsed()
-                            >= IDLE
-                })
+                .filter(|(_, e)| !held(e) && last_used(e).elapsed() >= IDLE)
                 .map(|(name, _)| name.clone())
                 .collect();
             names.iter().filter_map(|n| map.remove(n)).collect()
@@ -158,36 +291,10 @@ impl Drop for AbortTask {
     }
 }
 
-/// `plan` with the output of every join (every operator of two inputs or more) and unnest
-/// wrapped in a [`CooperativeExec`], which spends the task's tokio budget on each batch.
-///
-/// A query's tasks are stopped (its stream dropped, its tasks aborted) only when they next
-/// yield to the runtime. DataFusion's `EnsureCooperative` rule makes only leaves and exchanges
-/// yield, and a join emits many batches per batch it reads (a cross join, a probe batch's rows
-/// against the whole build side): an aggregation pulling from it never reaches a leaf, so its
-/// task never yields, and a stopped query kept its analyst's threads busy for ever. With
-/// the wrapper, every 128 batches of a join's output the task yields, and a stopped query ends.
-pub fn cooperative(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    use datafusion::physical_plan::coop::CooperativeExec;
-    use datafusion::physical_plan::unnest::UnnestExec;
-    plan.transform_up(|node| {
-        let multiplies = node.children().len() >= 2 || node.downcast_ref::<UnnestExec>().is_some();
-        if multiplies {
-            Ok(Transformed::yes(
-                Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>
-            ))
-        } else {
-            Ok(Transformed::no(node))
-        }
-    })
-    .map(|t| t.data)
-}
-
 /// Executes `plan` on `executor`'s runtime (DataFusion spawns the plan's tasks on the runtime
 /// that executes it) and returns its batches, to be read on any runtime through a channel of
 /// one batch. Dropping the stream stops the execution, within a few batches of any operator
-/// ([`cooperative`]); a panic of the execution ends the stream with an error, never with a
+/// (the session's plans yield from every join: [`crate::sql::cooperative`]); a panic of the execution ends the stream with an error, never with a
 /// silently short result.
 pub fn execute_on(
     executor: Arc<Executor>,
@@ -199,7 +306,7 @@ pub fn execute_on(
     let pool = Arc::clone(task.memory_pool());
     let (mut sender, receiver) = futures::channel::mpsc::channel::<Result<RecordBatch>>(1);
     let driver = executor.handle().spawn(async move {
-        let mut batches = match cooperative(plan).and_then(|plan| execute_stream(plan, task)) {
+        let mut batches = match execute_stream(plan, task) {
             Ok(batches) => batches,
             Err(e) => {
                 let _ = sender.send(Err(e)).await;
@@ -233,50 +340,72 @@ pub fn execute_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    use datafusion::physical_plan::coop::CooperativeExec;
-    use datafusion::prelude::SessionContext;
 
-    /// Every join's output is wrapped, other operators are left as they are (DataFusion's own
-    /// rule wraps the leaves), and the result is the same.
+    fn same(a: &Executor, b: &Executor) -> bool {
+        Arc::ptr_eq(&a.lane, &b.lane)
+    }
+
+    /// Runtimes of two threads, at most four threads: two analysts querying at once have a
+    /// runtime each; a third and a fourth, while both run queries, share them, one each
+    /// (ties: the runtime started first), so the threads stay at four.
     #[tokio::test]
-    async fn wraps_every_join() {
-        let ctx = SessionContext::new();
-        let plan = ctx
-            .sql(
-                "SELECT count(*) AS n FROM range(10) a CROSS JOIN range(10) b \
-                 JOIN range(5) c ON b.value = c.value",
-            )
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let wrapped = cooperative(Arc::clone(&plan)).unwrap();
-        let (mut joins, mut covered) = (0, 0);
-        wrapped
-            .apply(|node| {
-                if node.children().len() >= 2 {
-                    joins += 1;
-                }
-                if let Some(coop) = node.downcast_ref::<CooperativeExec>() {
-                    if coop.input().children().len() >= 2 {
-                        covered += 1;
-                    }
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-            .unwrap();
-        assert_eq!((joins, covered), (2, 2));
-        let batches = datafusion::physical_plan::collect(wrapped, ctx.task_ctx())
-            .await
-            .unwrap();
-        let n = batches[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .unwrap()
-            .value(0);
-        assert_eq!(n, 50);
+    async fn threads_stay_within_the_bound() {
+        let executors = Executors::new(2, 4, 1 << 20);
+        let a = executors.of("a").unwrap();
+        let b = executors.of("b").unwrap();
+        assert!(!same(&a, &b));
+        assert_eq!(executors.threads(), 4);
+        assert_eq!(a.handle().metrics().num_workers(), 2);
+        let c = executors.of("c").unwrap();
+        let d = executors.of("d").unwrap();
+        assert!(same(&c, &a), "the first started of the least shared");
+        assert!(same(&d, &b), "the least shared");
+        assert_eq!(executors.threads(), 4);
+        // Held executors are returned again.
+        assert!(Arc::ptr_eq(&executors.of("a").unwrap(), &a));
+        // Queries run on a shared runtime.
+        let answer = c.handle().spawn(async { 6 * 7 }).await.unwrap();
+        assert_eq!(answer, 42);
+    }
+
+    /// An analyst without a runtime takes the place of the analysts whose runtime no query
+    /// holds (it is shut down), before sharing one that runs queries; an analyst sharing a
+    /// runtime takes one of their own at their next query, once one is free.
+    #[tokio::test]
+    async fn an_idle_runtime_makes_way_and_sharing_ends() {
+        let executors = Executors::new(1, 2, 1 << 20);
+        let a = executors.of("a").unwrap();
+        let b = executors.of("b").unwrap();
+        let c = executors.of("c").unwrap();
+        assert!(same(&c, &a));
+        // b stops querying: the next new analyst takes b's place, not a share.
+        drop(b);
+        let d = executors.of("d").unwrap();
+        assert!(!same(&d, &a));
+        assert_eq!(executors.threads(), 2);
+        // c stops querying, and so does d: c's next query leaves a's runtime for d's place.
+        drop((c, d));
+        let c = executors.of("c").unwrap();
+        assert!(!same(&c, &a));
+        assert_eq!(executors.threads(), 2);
+        // d comes back while a and c run queries: d shares, with a (the first started).
+        let d = executors.of("d").unwrap();
+        assert!(same(&d, &a));
+        assert_eq!(executors.threads(), 2);
+    }
+
+    /// An analyst sharing a runtime keeps their own planning permits: another analyst's
+    /// statements being planned do not hold up theirs.
+    #[tokio::test]
+    async fn a_shared_runtime_keeps_each_analyst_s_planning() {
+        let executors = Executors::new(1, 1, 1 << 20);
+        let a = executors.of("a").unwrap();
+        let b = executors.of("b").unwrap();
+        assert!(same(&a, &b));
+        let _planning = a.planning_permit().await.unwrap();
+        let other = tokio::time::timeout(Duration::from_secs(5), b.planning_permit()).await;
+        assert!(other.is_ok(), "b waited for a's permit");
+        let again = tokio::time::timeout(Duration::from_millis(50), a.planning_permit()).await;
+        assert!(again.is_err(), "a's own statements wait for a's permit");
     }
 }

@@ -81,6 +81,7 @@ pub async fn serve(
     let sessions = Arc::new(Sessions::new(&server_config));
     let executors = Arc::new(executors::Executors::new(
         server_config.threads_per_analyst,
+        server_config.max_query_threads,
         owner.config().limits.query_memory_limit,
     ));
     // Ended sessions and unfetched results are dropped every few seconds, not only when

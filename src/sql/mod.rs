@@ -7,10 +7,12 @@
 //!
 //! [`options`] holds the `dp.*` session options every part reads; [`audit`] runs a DP query on
 //! neighbouring datasets and bounds the ε its outputs reveal ([`crate::stats::audit`]);
-//! [`errors`] writes errors as one line.
+//! [`errors`] writes errors as one line; [`cooperative`] makes every join yield to the runtime,
+//! so a stopped query stops.
 
 pub mod accounting;
 pub mod audit;
+pub mod cooperative;
 pub mod errors;
 pub mod functions;
 pub mod options;
@@ -81,8 +83,11 @@ pub fn register_placed(
         let rules = privacy::rewrite::public_fanout::with_public_build_side(
             state.physical_optimizers().to_vec(),
         );
+        // After DataFusion's own rules, every join yields to the runtime, so that a stopped
+        // query (deadline, cancel, Ctrl-C) stops: `cooperative`.
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
             .with_physical_optimizer_rules(rules)
+            .with_physical_optimizer_rule(Arc::new(cooperative::YieldFromJoins))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::release::ReleaseOnce))
             .build();
         *state = rebuilt;

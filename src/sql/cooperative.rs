@@ -1,0 +1,251 @@
+//! Every operator that multiplies its input yields to the runtime: [`YieldFromJoins`], a
+//! physical optimizer rule registered by [`crate::register`] after DataFusion's own rules, so
+//! every plan of a session with the DP functions gets it: `dp-server`'s, `dpsql --config`'s
+//! and a locked Ballista scheduler's (whose stages carry it to the executors).
+//!
+//! A query's tasks are stopped (its stream dropped, its tasks aborted: a deadline,
+//! `CancelFlightInfo`, a client gone, Ctrl-C in the shell) only when they next yield to the
+//! tokio runtime. DataFusion's own `EnsureCooperative` rule (55) wraps only leaves and
+//! exchanges in a `CooperativeExec`. A join emits many batches per batch it reads (a cross
+//! join, a probe batch's rows against the whole build side), and an aggregation pulling from
+//! it never reaches a leaf: its task never yielded, and a stopped query kept its threads busy
+//! for ever (in `dp-server`, its analyst's runtime; in the shell, the process's). With every
+//! join's (every operator of two inputs or more) and unnest's output in a [`YieldExec`], the
+//! task yields every [`YIELD_EVERY`] batches of that output, and a stopped query ends within
+//! about a second (`tests/server_limits.rs`, `a_stopped_query_stops_using_the_cpu`;
+//! `tests/limits.rs`, `a_locked_session_s_cross_join_stops_at_a_timeout`).
+//!
+//! [`YieldExec`] counts its own batches. DataFusion's `CooperativeExec` spends the task's
+//! tokio budget (128 units) before it polls its input, and gives it back if the input is not
+//! ready: nested more than 128 deep in one task (a chain of 130 cross joins, each wrapped),
+//! a poll ran out of budget before reaching the leaves, every time, and the query never
+//! ended (`tests/limits.rs`, `a_locked_session_s_long_join_chain_is_answered`). DataFusion's
+//! rule avoids nesting its wrappers for this reason; a count per stream cannot run out.
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{exec_err, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::unnest::UnnestExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::{Stream, StreamExt};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// The rule (see the module docs). Idempotent: a plan optimised twice gets one wrapper per
+/// operator.
+#[derive(Debug, Default)]
+pub struct YieldFromJoins;
+
+pub const COOPERATIVE_RULE_NAME: &str = "datafusion_dp_yield_from_joins";
+
+/// Batches of a wrapped operator's output between two yields.
+pub const YIELD_EVERY: usize = 128;
+
+/// Whether `node` can emit many batches for each it reads without reaching a leaf.
+fn multiplies(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.children().len() >= 2 || node.downcast_ref::<UnnestExec>().is_some()
+}
+
+impl PhysicalOptimizerRule for YieldFromJoins {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            if multiplies(&node) {
+                return Ok(Transformed::yes(
+                    Arc::new(YieldExec::new(node)) as Arc<dyn ExecutionPlan>
+                ));
+            }
+            // A wrapper directly above one just added (the plan was optimised before): one
+            // is enough.
+            if let Some(outer) = node.downcast_ref::<YieldExec>() {
+                if outer.input().downcast_ref::<YieldExec>().is_some() {
+                    return Ok(Transformed::yes(Arc::clone(outer.input())));
+                }
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        COOPERATIVE_RULE_NAME
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Its input's output, unchanged, yielding to the runtime after every [`YIELD_EVERY`]
+/// batches (see the module docs).
+#[derive(Debug)]
+pub struct YieldExec {
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl YieldExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        Self { input }
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+}
+
+impl DisplayAs for YieldExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "YieldExec: every {YIELD_EVERY} batches")
+    }
+}
+
+impl ExecutionPlan for YieldExec {
+    fn name(&self) -> &str {
+        "YieldExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return exec_err!("YieldExec takes one input");
+        }
+        Ok(Arc::new(YieldExec::new(children.swap_remove(0))))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            Yielding {
+                input,
+                since_yield: 0,
+            },
+        )))
+    }
+}
+
+/// A stream that returns `Pending` (waking its task at once) after every [`YIELD_EVERY`]
+/// items, so the task goes back to the runtime, which ends it there if it was aborted.
+struct Yielding {
+    input: SendableRecordBatchStream,
+    since_yield: usize,
+}
+
+impl Stream for Yielding {
+    type Item = <SendableRecordBatchStream as Stream>::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.since_yield >= YIELD_EVERY {
+            self.since_yield = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let next = self.input.poll_next_unpin(cx);
+        if next.is_ready() {
+            self.since_yield += 1;
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    /// (operators of two inputs or more, those directly under a `YieldExec`, `YieldExec`s
+    /// directly under another).
+    fn count(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize, usize) {
+        let (mut joins, mut covered, mut doubled) = (0, 0, 0);
+        plan.apply(|node| {
+            if node.children().len() >= 2 {
+                joins += 1;
+            }
+            if let Some(wrapper) = node.downcast_ref::<YieldExec>() {
+                if wrapper.input().children().len() >= 2 {
+                    covered += 1;
+                }
+                if wrapper.input().downcast_ref::<YieldExec>().is_some() {
+                    doubled += 1;
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        (joins, covered, doubled)
+    }
+
+    /// Every join's output is wrapped once, even when the rule runs twice, other operators
+    /// are left as they are (DataFusion's own rule wraps the leaves), and the result is the
+    /// same.
+    #[tokio::test]
+    async fn wraps_every_join_once() {
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .sql(
+                "SELECT count(*) AS n FROM range(10) a CROSS JOIN range(10) b \
+                 JOIN range(5) c ON b.value = c.value",
+            )
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert_eq!(count(&plan), (2, 0, 0), "DataFusion's own rules");
+        let config = ConfigOptions::default();
+        let wrapped = YieldFromJoins.optimize(plan, &config).unwrap();
+        assert_eq!(count(&wrapped), (2, 2, 0));
+        let twice = YieldFromJoins
+            .optimize(Arc::clone(&wrapped), &config)
+            .unwrap();
+        assert_eq!(count(&twice), (2, 2, 0));
+        let batches = datafusion::physical_plan::collect(twice, ctx.task_ctx())
+            .await
+            .unwrap();
+        let n = batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(n, 50);
+    }
+}
