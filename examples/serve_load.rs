@@ -20,8 +20,11 @@
 //! stop logged-in analysts, only new logins from that address.
 //!
 //! ```text
-//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB]
+//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB] [--in-memory]
 //! ```
+//!
+//! `--in-memory` declares the table `in_memory = true` (read once, served from memory); by
+//! default each query reads the CSV file.
 //!
 //! Exits with status 1 when an honest query failed or a ledger does not match.
 
@@ -446,11 +449,16 @@ async fn main() {
     let mut analysts = 8usize;
     let mut seconds = 20u64;
     let mut hostile = false;
+    let mut in_memory = false;
     let mut memory_limit = "1GiB".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--hostile" {
             hostile = true;
+            continue;
+        }
+        if arg == "--in-memory" {
+            in_memory = true;
             continue;
         }
         let value = args.next().expect("a value");
@@ -468,7 +476,7 @@ async fn main() {
     let visits = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
     let mut config =
         format!("[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\
-                 columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n");
+                 columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\nin_memory = {in_memory}\n\n");
     let phases: &[&str] = if hostile {
         &["quiet", "hostile"]
     } else {

@@ -957,3 +957,31 @@ async fn a_locked_cluster_needs_its_analysts_credential() {
         .to_string();
     assert!(err.contains("no password or password_hash"), "{err}");
 }
+
+/// A locked cluster refuses `in_memory` tables: its executors read the files (a copy in the
+/// scheduler's memory would travel in every plan).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_cluster_refuses_in_memory_tables() {
+    let dir = dir().join("in-memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\
+             in_memory = true\n\n\
+             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data("regions.csv"),
+            dir.join("team.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let err = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("table 'regions'") && err.contains("in_memory"),
+        "{err}"
+    );
+}

@@ -315,3 +315,34 @@ async fn parquet_files_with_different_schemas_need_declared_columns() {
     );
     assert!(!shown.contains("diagnosis"), "{shown}");
 }
+
+/// `in_memory = true`: the rows are read once when the tables are opened, with the declared
+/// schema; the analyst sees the same schema and the same rows as from the file, and a file
+/// changed afterwards is not seen (the documented behaviour). A value that does not parse fails
+/// the owner's start instead of an analyst's query.
+#[tokio::test]
+async fn an_in_memory_table_is_read_once_with_the_declared_schema() {
+    let dir = dir_with("in-memory", &[("t.csv", CSV)]);
+    let table = "location = \"t.csv\"\nunit = \"patient_id\"\n\
+                 columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]";
+    let in_memory = format!("{table}\nin_memory = true");
+    assert_eq!(
+        shown_schema(&dir, table).await,
+        shown_schema(&dir, &in_memory).await
+    );
+    // epsilon 1e9: the noise is far below one row, so the counts are the rows'.
+    let count = "SELECT dp_count(patient_id, 1e9) AS n FROM t";
+    let from_file = session(&dir, table).await;
+    let from_memory = session(&dir, &in_memory).await;
+    let rows = run(&from_file, count).await.unwrap();
+    assert!(rows.contains("| 3 "), "{rows}");
+    assert_eq!(rows, run(&from_memory, count).await.unwrap());
+
+    std::fs::write(dir.join("t.csv"), format!("{CSV}4,south,7\n")).unwrap();
+    assert!(run(&from_file, count).await.unwrap().contains("| 4 "));
+    assert_eq!(rows, run(&from_memory, count).await.unwrap(), "read once");
+
+    std::fs::write(dir.join("t.csv"), format!("{CSV}4,south,abc\n")).unwrap();
+    let error = refused(&dir, &in_memory).await;
+    assert!(error.contains("table 't'"), "{error}");
+}

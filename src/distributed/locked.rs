@@ -112,6 +112,15 @@ impl LockedCluster {
             .map_err(DataFusionError::Configuration)?
             .clone();
         let budget = analyst.budget();
+        // Executors read the files themselves: a copy in the scheduler's memory would be
+        // shipped in every plan.
+        if let Some(table) = config.tables.iter().find(|t| t.in_memory) {
+            return Err(DataFusionError::Configuration(format!(
+                "table '{}': in_memory tables are for dp-server and dpsql; on a cluster the \
+                 executors read the files (remove in_memory = true)",
+                table.name
+            )));
+        }
         let owner = Arc::new(Owner::open(config).await?);
         let door =
             Door::new(Arc::clone(&owner), &analyst).map_err(DataFusionError::Configuration)?;

@@ -11,6 +11,7 @@
 //! columns = ["visit_id BIGINT", "patient_id BIGINT", "region VARCHAR", "month VARCHAR",
 //!            "exposed BOOLEAN", "outcome BOOLEAN"]   # SQL types; a CSV's in its column order
 //! # partition_columns = ["year INT"]   # a hive layout's key=value directories, outermost first
+//! # in_memory = true             # read once at start, served from memory (small tables)
 //!
 //! [[table]]
 //! name = "regions"
@@ -72,6 +73,9 @@ pub struct TableConfig {
     /// A hive layout's partition columns (`partition_columns = ["name TYPE", ...]`), outermost
     /// directory first; they follow `columns` in the table's schema.
     pub partition_columns: Vec<Field>,
+    /// `in_memory = true`: the rows are read once when the tables are opened and every query
+    /// scans that copy (files changed later are not seen); `dp-server` and `dpsql` only.
+    pub in_memory: bool,
 }
 
 /// One `[[analyst]]` entry.
@@ -378,6 +382,7 @@ struct RawTable {
     unit: Option<String>,
     columns: Option<Vec<String>>,
     partition_columns: Option<Vec<String>>,
+    in_memory: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -612,6 +617,7 @@ impl OwnerConfig {
                 protection,
                 columns,
                 partition_columns,
+                in_memory: t.in_memory.unwrap_or(false),
             });
         }
 
@@ -1001,6 +1007,20 @@ mod tests {
             config.server.scheduler.as_deref(),
             Some("df://127.0.0.1:50050")
         );
+    }
+
+    #[test]
+    fn in_memory_is_off_unless_declared() {
+        let table = |extra: &str| {
+            parse(&format!(
+                "[[table]]\nname = \"t\"\nlocation = \"t.parquet\"\n{extra}"
+            ))
+            .map(|c| c.tables[0].in_memory)
+        };
+        assert!(!table("").unwrap());
+        assert!(table("in_memory = true").unwrap());
+        assert!(!table("in_memory = false").unwrap());
+        assert!(table("in_memory = \"yes\"").is_err());
     }
 
     #[test]

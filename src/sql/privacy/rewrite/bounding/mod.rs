@@ -55,8 +55,9 @@ const BUCKETS_PER_PARTITION: u64 = 16;
 const MAX_BUCKETS: u64 = 1024;
 
 /// Buckets of units, the bounding window's partitions, under `config`: 16 per target
-/// partition, at most 1024. A fixed 1024 spent about 40% of a small query (4,000 rows) in
-/// DataFusion's per-partition work (BENCHMARKS.md, "Session 20").
+/// partition, at most 1024. With a fixed 1024, the window was about 40% of dp-server's CPU
+/// over a 4,000-row table, most of it DataFusion's per-partition work (BENCHMARKS.md,
+/// "Session 20").
 pub fn buckets(config: &ConfigOptions) -> u64 {
     let partitions = u64::try_from(config.execution.target_partitions).unwrap_or(u64::MAX);
     partitions
