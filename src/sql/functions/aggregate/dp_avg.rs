@@ -141,6 +141,7 @@ impl DpStatistic for DpAvg {
             clamp: Clamp::for_input(&noise.sum, types)?,
             noise: noise.clone(),
             seeded: plan.options.seed.is_some(),
+            units: Vec::new(),
         }))
     }
 }
@@ -168,6 +169,8 @@ struct AvgAccumulator {
     clamp: Clamp,
     noise: AvgNoise,
     seeded: bool,
+    /// The current batch's units ([`Clamp::batch_units`]), reused from batch to batch.
+    units: Vec<i64>,
 }
 
 impl AvgAccumulator {
@@ -188,23 +191,33 @@ impl GroupsAccumulator for AvgAccumulator {
     ) -> Result<()> {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
-        let (sums, counts) = (&mut self.sums, &mut self.counts);
         let max_units = self.clamp.max_units();
+        let Self {
+            sums,
+            counts,
+            clamp,
+            units,
+            ..
+        } = self;
         match sums.unchecked(group_indices.len(), max_units) {
             // Proven within i64 (GridSums::unchecked); debug builds check it anyway.
-            Some(narrow) => {
-                self.clamp
-                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+            Some(narrow) => match clamp.batch_units(&values[0], opt_filter, units) {
+                // Every row counts (no NULL, no filter, no NaN): DataFusion's `avg` loop.
+                Some(0) => {
+                    for (&group, &u) in group_indices.iter().zip(units.iter()) {
                         counts[group] += 1;
-                        narrow[group] += units as i64;
-                    })
-            }
-            None => self
-                .clamp
-                .accumulate(&values[0], group_indices, opt_filter, |group, units| {
+                        narrow[group] += u;
+                    }
+                }
+                _ => clamp.accumulate(&values[0], group_indices, opt_filter, |group, u| {
                     counts[group] += 1;
-                    sums.add(group, units);
+                    narrow[group] += u;
                 }),
+            },
+            None => clamp.accumulate(&values[0], group_indices, opt_filter, |group, u| {
+                counts[group] += 1;
+                sums.add(group, i128::from(u));
+            }),
         }
         Ok(())
     }
@@ -310,7 +323,7 @@ impl GroupsAccumulator for AvgAccumulator {
         let rows_as_groups: Vec<usize> = (0..rows).collect();
         self.clamp
             .accumulate(&values[0], &rows_as_groups, opt_filter, |row, units| {
-                sums[row] = units;
+                sums[row] = i128::from(units);
                 counts[row] = 1;
             });
         let sums: Decimal128Array =
@@ -323,6 +336,7 @@ impl GroupsAccumulator for AvgAccumulator {
     fn size(&self) -> usize {
         self.sums.size()
             + self.counts.capacity() * size_of::<u64>()
+            + self.units.capacity() * size_of::<i64>()
             + self.streams.size()
             + size_of::<Self>()
     }

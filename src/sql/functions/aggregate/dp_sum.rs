@@ -121,6 +121,7 @@ impl DpStatistic for DpSum {
             sums: GridSums::default(),
             streams: GroupStreams::new(&plan),
             clamp,
+            units: Vec::new(),
         }))
     }
 }
@@ -317,7 +318,7 @@ impl Clamp {
         values: &ArrayRef,
         group_indices: &[usize],
         opt_filter: Option<&BooleanArray>,
-        mut f: impl FnMut(usize, i128) + Send,
+        mut f: impl FnMut(usize, i64) + Send,
     ) {
         match self {
             // Grid 1 (integer bounds within 2^30): no rounding.
@@ -330,7 +331,7 @@ impl Clamp {
                 group_indices,
                 values.as_primitive::<Int64Type>(),
                 opt_filter,
-                |group, v| f(group, i128::from(v.clamp(*lower, *upper))),
+                |group, v| f(group, v.clamp(*lower, *upper)),
             ),
             Clamp::Integer {
                 lower,
@@ -361,6 +362,47 @@ impl Clamp {
         }
     }
 
+    /// Every row's units into `units` (NaN: 0) in one branch-free pass that the compiler
+    /// vectorises, so that the add by group is DataFusion's `sum` loop; returns the number of
+    /// NaN rows. `None` (nothing written) when the batch has NULLs or a filter: then
+    /// [`Clamp::accumulate`] goes row by row.
+    pub(super) fn batch_units(
+        &self,
+        values: &ArrayRef,
+        opt_filter: Option<&BooleanArray>,
+        units: &mut Vec<i64>,
+    ) -> Option<usize> {
+        if values.null_count() > 0 || opt_filter.is_some() {
+            return None;
+        }
+        Some(match self {
+            Clamp::Integer {
+                lower,
+                upper,
+                exponent,
+                ..
+            } => {
+                let values = values.as_primitive::<Int64Type>().values();
+                units.clear();
+                if *exponent == 0 {
+                    units.extend(values.iter().map(|v| v.clamp(lower, upper)));
+                } else {
+                    units.extend(values.iter().map(|&v| int_units(v, *lower, *upper, *exponent)));
+                }
+                0
+            }
+            Clamp::Real {
+                lower,
+                upper,
+                inverse_grid,
+                ..
+            } => {
+                let values = values.as_primitive::<Float64Type>().values();
+                real_units_into(values, *lower, *upper, *inverse_grid, units)
+            }
+        })
+    }
+
     /// A noisy sum in grid units as a DOUBLE.
     pub(super) fn value(&self, units: i128) -> f64 {
         units as f64 * 2f64.powi(self.grid().exponent)
@@ -385,6 +427,8 @@ struct SumAccumulator {
     sums: GridSums,
     streams: GroupStreams,
     clamp: Clamp,
+    /// The current batch's units ([`Clamp::batch_units`]), reused from batch to batch.
+    units: Vec<i64>,
 }
 
 impl SumAccumulator {
@@ -394,9 +438,9 @@ impl SumAccumulator {
     }
 
     /// Each counted row's value in grid units (`None`: NULL, NaN or filtered out).
-    fn units(&self, values: &ArrayRef, opt_filter: Option<&BooleanArray>) -> Vec<Option<i128>> {
+    fn units(&self, values: &ArrayRef, opt_filter: Option<&BooleanArray>) -> Vec<Option<i64>> {
         let rows = values.len();
-        let mut out: Vec<Option<i128>> = vec![None; rows];
+        let mut out: Vec<Option<i64>> = vec![None; rows];
         let rows_as_groups: Vec<usize> = (0..rows).collect();
         self.clamp
             .accumulate(values, &rows_as_groups, opt_filter, |row, u| out[row] = Some(u));
@@ -404,27 +448,78 @@ impl SumAccumulator {
     }
 }
 
-fn int_units(v: i64, lower: i64, upper: i64, exponent: u32) -> i128 {
-    round_shift(v.clamp(lower, upper) as i128, exponent as i32)
+fn int_units(v: i64, lower: i64, upper: i64, exponent: u32) -> i64 {
+    // Within the bounds' units, below 2^33 in magnitude (`Grid::choose`).
+    round_shift(v.clamp(lower, upper) as i128, exponent as i32) as i64
 }
 
-fn real_units(v: f64, lower: f64, upper: f64, inverse_grid: f64) -> Option<i128> {
+fn real_units(v: f64, lower: f64, upper: f64, inverse_grid: f64) -> Option<i64> {
     // NaN does not count; ±∞ clamp to the bounds. Scaling by a power of two and rounding are
     // monotone, so the units stay within the bounds' units.
     (!v.is_nan()).then(|| round_to_units(v.clamp(lower, upper) * inverse_grid))
 }
 
-/// `x.round() as i128` (halves away from zero) for `|x| < 2^63`, without the library calls
-/// `round` and `__fixdfti` (f64 to i128) that were a tenth of `dp_avg`'s time (BENCHMARKS.md):
-/// truncation to `i64`, then the exact fractional part decides. Units of the clamped value
-/// are within the bounds' units, below `2^32` (`Grid::choose`).
-#[inline]
-fn round_to_units(x: f64) -> i128 {
-    let whole = x as i64;
-    // Exact: x and its truncation share their exponent's ulp, below 1 when |x| < 2^52 (and
-    // x is whole above that, so the fraction is 0).
-    let fraction = x - whole as f64;
-    (whole + i64::from(fraction >= 0.5) - i64::from(fraction <= -0.5)) as i128
+/// `1.5·2^52`: adding it to `|x| < 2^51` leaves `round(x)` (ties to even) in the low bits.
+const ROUNDING: f64 = 6_755_399_441_055_744.0;
+
+/// `x.round() as i64` (halves away from zero) for `|x| < 2^51` (units of a clamped value are
+/// below `2^33`, `Grid::choose`), in float and integer operations only, so a loop of it is
+/// vectorised: no libm `round` and no f64-to-integer instruction, which SSE2 has only scalar.
+#[inline(always)]
+fn round_to_units(x: f64) -> i64 {
+    let magnitude = x.abs();
+    let shifted = magnitude + ROUNDING; // exact rounding to an integer, ties to even
+    let even = (shifted.to_bits() as i64).wrapping_sub(ROUNDING.to_bits() as i64);
+    // Exact: both below 2^51 and within 1/2 of each other. A tie rounded down goes up.
+    let up = i64::from(magnitude - (shifted - ROUNDING) == 0.5);
+    let negative = -i64::from(x < 0.0);
+    ((even + up) ^ negative) - negative
+}
+
+/// Every row's units into `units` (0 for NaN), in branch-free loops the compiler vectorises;
+/// returns the number of NaNs. A first pass rounds halves to even (two float operations a
+/// row); only a batch with a NaN or a value exactly halfway between two units takes the
+/// second pass, [`round_to_units`] and a NaN mask.
+fn real_units_into(
+    values: &[f64],
+    lower: f64,
+    upper: f64,
+    inverse_grid: f64,
+    units: &mut Vec<i64>,
+) -> usize {
+    // Resized only when the batch size changes: no fill per batch.
+    if units.len() != values.len() {
+        units.resize(values.len(), 0);
+    }
+    let clamp = |v: f64| {
+        // Comparisons, not f64::clamp: NaN passes through (to be caught).
+        let clamped = if v < lower { lower } else { v };
+        if clamped > upper {
+            upper
+        } else {
+            clamped
+        }
+    };
+    let mut halves_or_nans = false;
+    for (u, &v) in units.iter_mut().zip(values) {
+        let x = clamp(v) * inverse_grid;
+        let shifted = x + ROUNDING;
+        *u = (shifted.to_bits() as i64).wrapping_sub(ROUNDING.to_bits() as i64);
+        // A half (rounded to even, maybe not away from 0) or NaN.
+        let off = (x - (shifted - ROUNDING)).abs();
+        halves_or_nans |= (off >= 0.5) | off.is_nan();
+    }
+    if !halves_or_nans {
+        return 0;
+    }
+    let mut nans = 0;
+    for (u, &v) in units.iter_mut().zip(values) {
+        let nan = v.is_nan();
+        nans += usize::from(nan);
+        let rounded = round_to_units(clamp(v) * inverse_grid);
+        *u = if nan { 0 } else { rounded };
+    }
+    nans
 }
 
 /// Exact per-group sums in grid units, added as `i64`: half the memory traffic of `i128` in
@@ -529,21 +624,25 @@ impl GroupsAccumulator for SumAccumulator {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
         let max_units = self.clamp.max_units();
-        match self.sums.unchecked(group_indices.len(), max_units) {
+        let Self {
+            sums, clamp, units, ..
+        } = self;
+        match sums.unchecked(group_indices.len(), max_units) {
             // Proven within i64 (GridSums::unchecked); debug builds check it anyway.
-            Some(narrow) => {
-                self.clamp
-                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
-                        narrow[group] += units as i64
-                    })
-            }
-            None => {
-                let sums = &mut self.sums;
-                self.clamp
-                    .accumulate(&values[0], group_indices, opt_filter, |group, units| {
-                        sums.add(group, units)
-                    })
-            }
+            Some(narrow) => match clamp.batch_units(&values[0], opt_filter, units) {
+                // A NaN's units are 0: adding them is skipping the row.
+                Some(_) => {
+                    for (&group, &u) in group_indices.iter().zip(units.iter()) {
+                        narrow[group] += u;
+                    }
+                }
+                None => clamp.accumulate(&values[0], group_indices, opt_filter, |group, u| {
+                    narrow[group] += u
+                }),
+            },
+            None => clamp.accumulate(&values[0], group_indices, opt_filter, |group, u| {
+                sums.add(group, i128::from(u))
+            }),
         }
         Ok(())
     }
@@ -617,7 +716,7 @@ impl GroupsAccumulator for SumAccumulator {
         let units: Decimal128Array = self
             .units(&values[0], opt_filter)
             .into_iter()
-            .map(|u| Some(u.unwrap_or(0)))
+            .map(|u| Some(i128::from(u.unwrap_or(0))))
             .collect::<Decimal128Array>()
             .with_data_type(STATE);
         let mut state: Vec<ArrayRef> = vec![Arc::new(units)];
@@ -626,7 +725,10 @@ impl GroupsAccumulator for SumAccumulator {
     }
 
     fn size(&self) -> usize {
-        self.sums.size() + self.streams.size() + size_of::<Self>()
+        self.sums.size()
+            + self.units.capacity() * size_of::<i64>()
+            + self.streams.size()
+            + size_of::<Self>()
     }
 }
 
@@ -751,6 +853,7 @@ mod tests {
 
     #[test]
     fn units_round_as_f64_round_does() {
+        let below_2_51 = (1u64 << 51) as f64;
         let edges = [
             0.0,
             -0.0,
@@ -759,15 +862,17 @@ mod tests {
             1.5,
             -1.5,
             2.5,
+            -2.5,
             0.49999999999999994,
             -0.49999999999999994,
-            4503599627370495.5,
-            -4503599627370495.5,
-            4503599627370497.0,
+            below_2_51 - 0.5,
+            -below_2_51 + 0.5,
+            below_2_51 - 1.5,
+            below_2_51 - 1.0,
             (1u64 << 33) as f64 - 0.5,
             -((1u64 << 33) as f64) + 0.5,
-            1e18,
-            -1e18,
+            f64::MIN_POSITIVE,
+            -f64::MIN_POSITIVE,
         ];
         let mut x = 0x9e37_79b9_7f4a_7c15_u64;
         let random = (0..100_000).map(|_| {
@@ -778,7 +883,78 @@ mod tests {
             (x as i64 >> 23) as f64 / 1024.0
         });
         for v in edges.into_iter().chain(random) {
-            assert_eq!(round_to_units(v), v.round() as i128, "{v}");
+            assert_eq!(round_to_units(v), v.round() as i64, "{v}");
+        }
+    }
+
+    /// The vectorised pass gives every row the units the row-by-row path gives it (NaN: 0),
+    /// for each kind of clamp, and leaves batches with NULLs or a filter to that path.
+    #[test]
+    fn batch_units_are_the_row_by_row_units() {
+        let grid = |exponent| Grid {
+            exponent,
+            lower: 0,
+            upper: 0,
+            noise: CountNoise::calibrate(
+                crate::stats::mechanism::Mechanism::Laplace,
+                1.0,
+                None,
+                1,
+                Default::default(),
+            )
+            .unwrap(),
+        };
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let ints: Vec<i64> = (0..5000)
+            .map(|_| (next() as i64) >> (next() % 64))
+            .chain([i64::MIN, i64::MAX, 0, -1])
+            .collect();
+        let mut reals: Vec<f64> = (0..5000)
+            .map(|_| (next() as i64 >> 11) as f64 / 2f64.powi((next() % 80) as i32))
+            .collect();
+        reals.extend([f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.5, -2.5]);
+        // Whole units at 2^-10 and no NaN: the first pass alone.
+        let eighths: Vec<f64> = (0..5000).map(|r| (r % 1000) as f64 / 8.0 - 7.0).collect();
+        let ints: ArrayRef = Arc::new(Int64Array::from(ints));
+        let reals: ArrayRef = Arc::new(Float64Array::from(reals));
+        let eighths: ArrayRef = Arc::new(Float64Array::from(eighths));
+        let real = |lower: f64, upper: f64, exponent: i32| Clamp::Real {
+            lower,
+            upper,
+            inverse_grid: 2f64.powi(-exponent),
+            grid: grid(exponent),
+        };
+        let clamps = [
+            (Clamp::Integer { lower: -3, upper: 1 << 40, exponent: 0, grid: grid(0) }, &ints, 0),
+            (Clamp::Integer { lower: -(1 << 45), upper: 1 << 50, exponent: 20, grid: grid(20) }, &ints, 0),
+            (real(-2.5, 1e6, -10), &reals, 1),
+            (real(1.0, 3e9, 1), &reals, 1),
+            (real(-2.5, 1e6, -10), &eighths, 0),
+            (real(-2.5, 100.0, 1), &eighths, 0), // halves: the second pass
+        ];
+        for (clamp, values, want_nans) in clamps {
+            let rows = values.len();
+            let mut want = vec![0i64; rows];
+            let rows_as_groups: Vec<usize> = (0..rows).collect();
+            clamp.accumulate(values, &rows_as_groups, None, |row, u| want[row] = u);
+            let mut units = vec![7; 3]; // a previous batch's, of another size
+            let nans = clamp.batch_units(values, None, &mut units);
+            assert_eq!(units, want);
+            assert_eq!(nans, Some(want_nans));
+            let filter = BooleanArray::from(vec![true; rows]);
+            assert_eq!(clamp.batch_units(values, Some(&filter), &mut units), None);
+            let with_null = arrow::compute::kernels::nullif::nullif(
+                values,
+                &BooleanArray::from((0..rows).map(|r| r == 0).collect::<Vec<_>>()),
+            )
+            .unwrap();
+            assert_eq!(clamp.batch_units(&with_null, None, &mut units), None);
         }
     }
 
