@@ -938,23 +938,7 @@ async fn failed_logins_back_off_as_on_dp_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_locked_cluster_needs_its_analysts_credential() {
-    let dir = dir().join("no-credential");
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("owner.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [[analyst]]\nname = \"team\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
-            data("regions.csv"),
-            dir.join("team.ledger").display(),
-        ),
-    )
-    .unwrap();
-    let err = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = refused_cluster("no-credential", "", "").await;
     assert!(err.contains("no password or password_hash"), "{err}");
 }
 
@@ -962,26 +946,32 @@ async fn a_locked_cluster_needs_its_analysts_credential() {
 /// scheduler's memory would travel in every plan).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_locked_cluster_refuses_in_memory_tables() {
-    let dir = dir().join("in-memory");
+    let password = format!("password = \"{PASSWORD}\"\n");
+    let err = refused_cluster("in-memory", "in_memory = true\n", &password).await;
+    assert!(
+        err.contains("table 'regions'") && err.contains("in_memory"),
+        "{err}"
+    );
+}
+
+/// The error of opening a locked cluster over the public `regions` table (`table` added to
+/// its section) and analyst `team` (`analyst` added to hers), in a directory named `name`.
+async fn refused_cluster(name: &str, table: &str, analyst: &str) -> String {
+    let dir = dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("owner.toml");
     std::fs::write(
         &config,
         format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\
-             in_memory = true\n\n\
-             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n{table}\n\
+             [[analyst]]\nname = \"team\"\n{analyst}epsilon_budget = 1.0\nledger = \"{}\"\n",
             data("regions.csv"),
             dir.join("team.ledger").display(),
         ),
     )
     .unwrap();
-    let err = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+    LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
         .await
         .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("table 'regions'") && err.contains("in_memory"),
-        "{err}"
-    );
+        .to_string()
 }
