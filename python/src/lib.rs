@@ -363,6 +363,8 @@ impl Session {
                 },
                 columns,
                 partition_columns,
+                // A session's table is read where it lies, at each query.
+                in_memory: false,
             };
             let provider = tables::open_table(&ctx, &config).await.map_err(|source| {
                 DataFusionError::External(Box::new(datafusion_dp::cli::TableError {

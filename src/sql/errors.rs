@@ -28,6 +28,27 @@ impl std::error::Error for TableError {
     }
 }
 
+/// The hint for an object store refusing its credentials.
+#[cfg(feature = "cli")]
+fn credentials_hint(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    match e.downcast_ref::<object_store::Error>() {
+        Some(
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. },
+        ) => Some(
+            " (check the credentials, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and \
+             their permissions)",
+        ),
+        _ => None,
+    }
+}
+
+/// Without the `cli` feature no object store is opened by this crate.
+#[cfg(not(feature = "cli"))]
+fn credentials_hint(_: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    None
+}
+
 /// An error as one line for a data engineer: the innermost DataFusion message, without
 /// DataFusion's generic prefixes or backtrace, with a server's XML error document reduced to
 /// its code and message, every line joined, and the table and location it concerns in front.
@@ -39,14 +60,7 @@ pub fn one_line_error(error: &DataFusionError) -> String {
         if let Some(table) = e.downcast_ref::<TableError>() {
             prefix.push_str(&format!("table {} ({}): ", table.table, table.location));
         }
-        if let Some(
-            object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. },
-        ) = e.downcast_ref::<object_store::Error>()
-        {
-            hint = " (check the credentials, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
-                    and their permissions)";
-        }
+        hint = credentials_hint(e).unwrap_or(hint);
         level = e.source();
     }
     let text = match error.find_root() {

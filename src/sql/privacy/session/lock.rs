@@ -123,6 +123,7 @@ pub async fn analyst_sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
 /// limit, refuses it over the nesting limit, and plans it (nothing analysed, charged or run:
 /// a prepared statement's schemas come from this plan). Call it on a thread with a large
 /// stack ([`limits::on_planning_stack`]), as [`analyst_sql`] does.
+#[cfg(feature = "server")]
 pub(crate) async fn limited_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan> {
     Ok(limited_plan_in(ctx, sql).await?.1)
 }
