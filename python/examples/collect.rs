@@ -27,6 +27,7 @@ async fn main() -> Result<()> {
         protection: Protection::Rows,
         columns: None,
         partition_columns: Vec::new(),
+        in_memory: false,
     };
     let provider = tables::open_table(&ctx, &table).await?;
     ctx.register_table("t", provider)?;
