@@ -88,6 +88,7 @@ pub fn register_placed(
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
             .with_physical_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(cooperative::YieldFromJoins))
+            .with_physical_optimizer_rule(Arc::new(privacy::exec::constant_args::DropConstantArgs))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::release::ReleaseOnce))
             .build();
         *state = rebuilt;

@@ -25,8 +25,10 @@ use std::sync::Arc;
 pub struct GroupStreams {
     /// Seeded (non-private) mode only: the key digest of each group, `None` until seen.
     keys: Option<Vec<Option<u64>>>,
-    /// Where the group-key arguments start (after the user's arguments).
-    key_start: usize,
+    /// How many group-key arguments end the call's arguments (seeded mode). Counted from the
+    /// end: the physical plan drops the constant arguments before them
+    /// ([`crate::sql::privacy::exec::constant_args`]).
+    key_args: usize,
     /// Whether the state carries a group-key column.
     key_column: bool,
     /// The secure stream, opened on first use.
@@ -42,7 +44,7 @@ impl GroupStreams {
         let keys = (plan.options.seed.is_some() && plan.key_args > 0).then(Vec::new);
         Self {
             keys,
-            key_start: plan.user_args,
+            key_args: plan.key_args,
             key_column: plan.key_args > 0,
             seeded_base: plan.options.seed.map(|seed| seeded_rng(seed, &plan.stream)),
             rng: None,
@@ -61,7 +63,7 @@ impl GroupStreams {
         let Some(keys) = &mut self.keys else {
             return Ok(());
         };
-        let key_values = &values[self.key_start..];
+        let key_values = &values[values.len().saturating_sub(self.key_args)..];
         for (row, &group) in group_indices.iter().enumerate() {
             if keys[group].is_none() {
                 keys[group] = Some(row_key_digest(key_values, row)?);
@@ -107,7 +109,7 @@ impl GroupStreams {
         if !self.key_column {
             return Ok(None);
         }
-        let key_values = &values[self.key_start..];
+        let key_values = &values[values.len().saturating_sub(self.key_args)..];
         let keys = (0..rows)
             .map(|row| row_key_digest(key_values, row).map(Some))
             .collect::<Result<UInt64Array>>()?;

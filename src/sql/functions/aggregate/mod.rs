@@ -57,8 +57,8 @@ use crate::stats::{
     TableNoise,
 };
 use accumulator::{CellCounts, SingleGroup};
-use arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
+use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::expr::AggregateFunctionParams;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::udaf_default_display_name;
@@ -66,6 +66,7 @@ use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
 };
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::Literal;
 use statistic::{Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticRelease};
 use std::hash::{Hash, Hasher};
@@ -695,6 +696,68 @@ impl DpAggregate {
             .collect()
     }
 
+    /// A bound call's physical expression without its constant arguments (the statistic's
+    /// constants, ε and the options string), which its [`CallPlan`] already holds: an
+    /// aggregation evaluates every argument into a batch-sized array, so each constant would
+    /// be copied once per row. Keeps the arguments up to the statistic's last data argument and
+    /// the group keys (seeded mode), and the expression's name and display, so `EXPLAIN` and
+    /// the output schema do not change. `None` when there is nothing to drop, the call is not
+    /// bound, or a dropped argument is not a literal.
+    pub fn without_constant_args(
+        expr: &AggregateFunctionExpr,
+        input_schema: &SchemaRef,
+    ) -> Result<Option<AggregateFunctionExpr>> {
+        let Some(dp) = expr.fun().inner().downcast_ref::<DpAggregate>() else {
+            return Ok(None);
+        };
+        let Some(plan) = &dp.plan else {
+            return Ok(None);
+        };
+        let args = expr.expressions();
+        // Up to the last argument that is not a constant: the accumulators read their data
+        // columns by position.
+        let data = dp
+            .function
+            .args()
+            .iter()
+            .rposition(|a| a.kind != ArgKind::Constant)
+            .map_or(0, |last| last + 1);
+        let keys = args.len().saturating_sub(plan.key_args);
+        if data == 0 || keys <= data {
+            return Ok(None);
+        }
+        if !args[data..keys]
+            .iter()
+            .all(|a| a.downcast_ref::<Literal>().is_some())
+        {
+            return Ok(None);
+        }
+        let kept: Vec<_> = args[..data].iter().chain(&args[keys..]).cloned().collect();
+        let mut builder = AggregateExprBuilder::new(Arc::new(expr.fun().clone()), kept)
+            .schema(Arc::clone(input_schema))
+            .alias(expr.name())
+            .order_by(expr.order_bys().to_vec())
+            .with_ignore_nulls(expr.ignore_nulls())
+            .with_distinct(expr.is_distinct())
+            .with_reversed(expr.is_reversed());
+        if let Some(display) = expr.human_display() {
+            builder = builder.human_display(display);
+        }
+        if let Some(alias) = expr.human_display_alias() {
+            builder = builder.human_display_alias(alias);
+        }
+        let trimmed = builder.build()?;
+        if trimmed.field() != expr.field() {
+            return internal_err!(
+                "{}: the call without its constant arguments returns {}, not {}",
+                dp.function.name(),
+                trimmed.field(),
+                expr.field()
+            );
+        }
+        Ok(Some(trimmed))
+    }
+
     /// Wraps this implementation as a DataFusion `AggregateUDF`.
     pub fn udaf(function: &'static dyn DpStatistic) -> Arc<AggregateUDF> {
         Arc::new(AggregateUDF::new_from_impl(Self::new(function)))
@@ -759,8 +822,15 @@ impl AggregateUDFImpl for DpAggregate {
         Ok(coerced)
     }
 
+    /// From the statistic's own arguments' types (the constants may have been dropped:
+    /// [`DpAggregate::without_constant_args`]; the group keys come last).
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        let data = self.function.args().len().min(arg_types.len());
+        let key_args = self.plan.as_ref().map_or(0, |p| p.key_args);
+        let data = self
+            .function
+            .args()
+            .len()
+            .min(arg_types.len().saturating_sub(key_args));
         self.function.return_type(&arg_types[..data])
     }
 

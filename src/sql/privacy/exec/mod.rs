@@ -1,4 +1,5 @@
 //! Physical operators and physical optimiser rules of the privacy layer.
 
+pub mod constant_args;
 pub mod protected_scan;
 pub mod release;
