@@ -256,8 +256,12 @@ impl GroupsAccumulator for AvgAccumulator {
             .inverse_cdf(0.5 + confidence / 2.0);
         let (lo, hi) = (sum_noise.lower, sum_noise.upper);
         let n = sums.len();
-        let clamp = &self.clamp;
-        let rows = self.streams.release_groups(n, |g_index, rng| {
+        let value = self.clamp.to_value();
+        // The released columns, filled one group at a time.
+        let [mut estimates, mut lowers, mut uppers, mut released_sums] =
+            std::array::from_fn(|_| Vec::<f64>::with_capacity(n));
+        let mut released_counts = Vec::with_capacity(n);
+        self.streams.release_groups(n, |g_index, rng| {
             // One draw for the sum, then one for the count, in this order.
             let sum_draw = grid.noise.sample(rng) as i128;
             let count_draw = count_noise.sample(rng);
@@ -270,7 +274,7 @@ impl GroupsAccumulator for AvgAccumulator {
                 .ok_or_else(|| {
                     exec_datafusion_err!("{NAME}: a noisy count left the range of a 64-bit integer")
                 })?;
-            let sum_value = clamp.value(noisy_sum);
+            let sum_value = value(noisy_sum);
             let (estimate, lower, upper) = if noisy_count >= 1 {
                 let c = noisy_count as f64;
                 let estimate = (sum_value / c).clamp(lo, hi);
@@ -279,22 +283,18 @@ impl GroupsAccumulator for AvgAccumulator {
             } else {
                 ((lo + hi) / 2.0, lo, hi)
             };
-            Ok(([estimate, lower, upper, sum_value], noisy_count))
-        })?;
-        let mut columns: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
-        let mut released_counts = Vec::with_capacity(n);
-        for (values, noisy_count) in rows {
-            for (column, value) in columns.iter_mut().zip(values) {
-                column.push(value);
-            }
+            estimates.push(estimate);
+            lowers.push(lower);
+            uppers.push(upper);
+            released_sums.push(sum_value);
             released_counts.push(noisy_count);
-        }
-        let [estimate, lower, upper, sum] = columns;
+            Ok(())
+        })?;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(Float64Array::from(estimate)),
-            Arc::new(Float64Array::from(lower)),
-            Arc::new(Float64Array::from(upper)),
-            Arc::new(Float64Array::from(sum)),
+            Arc::new(Float64Array::from(estimates)),
+            Arc::new(Float64Array::from(lowers)),
+            Arc::new(Float64Array::from(uppers)),
+            Arc::new(Float64Array::from(released_sums)),
             Arc::new(Int64Array::from(released_counts)),
             Arc::new(Float64Array::from(vec![confidence; n])),
             Arc::new(BooleanArray::from(vec![self.seeded; n])),
