@@ -343,12 +343,10 @@ async fn in_memory(
     // The scan itself, not a query: the owner's loading session plans queries as an analyst's
     // (a table is protected row by row until declared otherwise).
     let state = ctx.state();
+    // Partition by partition, as the scan read them: queries over the copy scan in parallel.
     let scan = provider.scan(&state, None, &[], None).await?;
-    let batches = datafusion::physical_plan::collect(scan, ctx.task_ctx()).await?;
-    Ok(Arc::new(MemTable::try_new(
-        provider.schema(),
-        vec![batches],
-    )?))
+    let partitions = datafusion::physical_plan::collect_partitioned(scan, ctx.task_ctx()).await?;
+    Ok(Arc::new(MemTable::try_new(provider.schema(), partitions)?))
 }
 
 /// The column names in the header line of CSV `file` (its first 64 KiB), split as the
