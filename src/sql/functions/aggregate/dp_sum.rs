@@ -453,7 +453,19 @@ fn int_units(v: i64, lower: i64, upper: i64, exponent: u32) -> i64 {
 fn real_units(v: f64, lower: f64, upper: f64, inverse_grid: f64) -> Option<i64> {
     // NaN does not count; ±∞ clamp to the bounds. Scaling by a power of two and rounding are
     // monotone, so the units stay within the bounds' units.
-    (!v.is_nan()).then(|| round_to_units(v.clamp(lower, upper) * inverse_grid))
+    (!v.is_nan()).then(|| round_to_units(clamp_real(v, lower, upper) * inverse_grid))
+}
+
+/// `v` clamped to `[lower, upper]` by comparisons (branch-free, vectorised in a loop), NaN
+/// passed through, where `f64::clamp` would also check its bounds on every call.
+#[inline(always)]
+fn clamp_real(v: f64, lower: f64, upper: f64) -> f64 {
+    let clamped = if v < lower { lower } else { v };
+    if clamped > upper {
+        upper
+    } else {
+        clamped
+    }
 }
 
 /// `1.5·2^52`: adding it to `|x| < 2^51` leaves `round(x)` (ties to even) in the low bits.
@@ -488,15 +500,8 @@ fn real_units_into(
     if units.len() != values.len() {
         units.resize(values.len(), 0);
     }
-    let clamp = |v: f64| {
-        // Comparisons, not f64::clamp: NaN passes through (to be caught).
-        let clamped = if v < lower { lower } else { v };
-        if clamped > upper {
-            upper
-        } else {
-            clamped
-        }
-    };
+    // NaN passes through the clamp, to be caught.
+    let clamp = |v: f64| clamp_real(v, lower, upper);
     let mut halves_or_nans = false;
     for (u, &v) in units.iter_mut().zip(values) {
         let x = clamp(v) * inverse_grid;
