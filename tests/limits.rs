@@ -77,6 +77,32 @@ fn statement(kind: &str, n: usize) -> String {
             "SELECT dp_count(outcome, 0.01) FROM visits WHERE {} >= 0",
             list("visit_id", " + ")
         ),
+        // DP over a chain of CTEs, a union and a chain of joins of the protected table: the
+        // privacy analysis and the rewrites walk each level.
+        "dp_cte" => {
+            let chain: Vec<String> = (1..n)
+                .map(|i| format!("c{i} AS (SELECT * FROM c{})", i - 1))
+                .collect();
+            let with = match chain.is_empty() {
+                true => String::new(),
+                false => format!(", {}", chain.join(", ")),
+            };
+            format!(
+                "WITH c0 AS (SELECT * FROM visits){with} SELECT dp_count(outcome, 0.01) FROM c{}",
+                n - 1
+            )
+        }
+        "dp_union" => format!(
+            "SELECT dp_count(outcome, 0.01) FROM ({}) u",
+            list("SELECT patient_id, outcome FROM visits", " UNION ALL ")
+        ),
+        "dp_join" => {
+            let tables: Vec<String> = (0..n).map(|i| format!("(SELECT 1 AS x{i}) t{i}")).collect();
+            format!(
+                "SELECT dp_count(outcome, 0.01) FROM visits CROSS JOIN {}",
+                tables.join(" CROSS JOIN ")
+            )
+        }
         other => panic!("unknown family {other}"),
     }
 }
@@ -92,6 +118,9 @@ const FAMILIES: &[&str] = &[
     "parentheses",
     "joins",
     "dp_where",
+    "dp_cte",
+    "dp_union",
+    "dp_join",
 ];
 
 /// Every family, from small to several thousand: answered, or refused with one line naming a
@@ -134,6 +163,89 @@ fn long_and_deep_statements_are_refused_or_answered() {
             "{kind} 3000 not refused: {refused:?}"
         );
     }
+}
+
+/// The Rust API, as an embedding application calls it (`analyst_sql(..)` then `collect()` on
+/// its own thread), answers every family at 250 levels, within the nesting limit, on a thread
+/// of 2 MiB (a tokio worker's stack), or refuses it by a limit: never a crash. Before the
+/// crate's plan walks grew their stack on demand (`#[recursive]`, as DataFusion's own do),
+/// `cte` and `joins` at 120 and `union` at 250 overflowed it (debug build) in the privacy
+/// analysis (`PlanAnalysis::relation`) or the join bound (`Bounder::bound`), and a stack
+/// overflow aborts the embedding process. Run in a child process (this test binary again), so
+/// that an overflow is a failed assertion.
+#[test]
+fn the_rust_api_answers_statements_within_the_limits_on_a_small_stack() {
+    const CHILD: &str = "DP_LIMITS_EMBEDDED_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return embedded_families();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_rust_api_answers_statements_within_the_limits_on_a_small_stack",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    for kind in FAMILIES {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{kind} 250: ")))
+            .unwrap_or_else(|| panic!("no line for {kind}: {stdout}"));
+        match *kind {
+            // sqlparser's own recursion limit (50) refuses nested subqueries and parentheses.
+            "subqueries" | "parentheses" => {
+                assert!(line.contains("RecursionLimitExceeded"), "{line}")
+            }
+            _ => assert!(
+                line.ends_with(": answered, 1 row") || line.ends_with(": answered, 250 rows"),
+                "{line}"
+            ),
+        }
+    }
+}
+
+/// The child of [`the_rust_api_answers_statements_within_the_limits_on_a_small_stack`]: each
+/// family at 250 levels through `analyst_sql` and `collect`, on a 2 MiB thread running a
+/// current-thread runtime (planning and execution on that thread), one line each.
+fn embedded_families() {
+    std::thread::Builder::new()
+        .name("embedded-2mib".to_string())
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let ctx = locked_session().await;
+                for kind in FAMILIES {
+                    let sql = statement(kind, 250);
+                    let answer = match datafusion_dp::analyst_sql(&ctx, &sql).await {
+                        Ok(frame) => frame.collect().await,
+                        Err(e) => Err(e),
+                    };
+                    match answer {
+                        Ok(batches) => {
+                            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                            let s = if rows == 1 { "" } else { "s" };
+                            println!("{kind} 250: answered, {rows} row{s}");
+                        }
+                        Err(e) => {
+                            println!("{kind} 250: refused: {}", e.to_string().replace('\n', " "))
+                        }
+                    }
+                }
+            });
+        })
+        .unwrap()
+        .join()
+        .unwrap();
 }
 
 /// The message names the limit and its value.

@@ -76,6 +76,7 @@ pub enum Origin {
 /// The origin of output column `index` of `plan`, traced through projections (plain column
 /// references and aliases), sorts, filters, limits, subquery aliases and window nodes down to
 /// the aggregate (or scalar function call) that produced it.
+#[recursive::recursive]
 pub fn column_origin(plan: &LogicalPlan, index: usize) -> Origin {
     fn strip(mut expr: &Expr) -> &Expr {
         while let Expr::Alias(alias) = expr {

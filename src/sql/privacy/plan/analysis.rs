@@ -185,6 +185,7 @@ pub struct PlanAnalysis<'a> {
     scanned: RefCell<BTreeSet<String>>,
 }
 
+#[recursive::recursive]
 fn is_dp_call(expr: &Expr) -> bool {
     match expr {
         Expr::Alias(alias) => is_dp_call(&alias.expr),
@@ -195,6 +196,7 @@ fn is_dp_call(expr: &Expr) -> bool {
 
 /// The column `expr` reads unchanged (through aliases and casts that keep every value
 /// distinct are *not* accepted: only a plain column, possibly renamed).
+#[recursive::recursive]
 fn plain_column(expr: &Expr) -> Option<&Column> {
     match expr {
         Expr::Alias(alias) => plain_column(&alias.expr),
@@ -254,6 +256,7 @@ impl<'a> PlanAnalysis<'a> {
 
     /// Refuses a plan whose output is not public: a query may output only DP releases and
     /// what does not depend on protected rows.
+    #[recursive::recursive]
     pub fn check_output(&self, plan: &LogicalPlan) -> Result<()> {
         match plan {
             LogicalPlan::Explain(explain) => return self.check_output(&explain.plan),
@@ -323,6 +326,7 @@ impl<'a> PlanAnalysis<'a> {
     }
 
     /// The relation `plan` outputs (see the module docs for each operator).
+    #[recursive::recursive]
     pub fn relation(&self, plan: &LogicalPlan) -> Result<Relation> {
         self.check_subqueries(plan)?;
         let one = |input: &LogicalPlan| self.relation(input);
@@ -732,6 +736,7 @@ impl<'a> PlanAnalysis<'a> {
 /// Whether `scan` reads the work table of a recursive CTE.
 /// Whether column `i` of `plan`'s output is a NULL constant (possibly cast or aliased).
 fn null_column(plan: &LogicalPlan, i: usize) -> bool {
+    #[recursive::recursive]
     fn is_null(expr: &Expr) -> bool {
         match expr {
             Expr::Literal(value, _) => value.is_null(),

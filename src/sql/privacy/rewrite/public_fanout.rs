@@ -157,6 +157,7 @@ impl Bounder<'_> {
     /// `plan` with every operator that repeats protected rows capped (module docs), and what
     /// its output carries of protected rows (`None`: nothing, a public relation or a DP
     /// release).
+    #[recursive::recursive]
     fn bound(&mut self, plan: LogicalPlan) -> Result<(LogicalPlan, Fanout)> {
         let plan = plan
             .map_subqueries(|subquery| Ok(Transformed::yes(self.bound(subquery)?.0)))?
@@ -436,6 +437,7 @@ fn cap_per_key(public: LogicalPlan, keys: &[Expr], cap: u64) -> Result<LogicalPl
 
 /// The cap already placed on `public` by an earlier pass of the optimiser, seen through the
 /// nodes the optimiser may leave above it.
+#[recursive::recursive]
 fn capped(public: &LogicalPlan) -> Option<u64> {
     match public {
         LogicalPlan::Projection(p) => capped(&p.input),

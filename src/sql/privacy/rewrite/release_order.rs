@@ -88,6 +88,7 @@ pub(crate) fn with_tie_breakers(mut expr: Vec<SortExpr>, schema: &DFSchema) -> V
 
 /// Whether `plan`'s rows come out in the order of a `Sort` (seen through the nodes that keep
 /// their input's order).
+#[recursive::recursive]
 fn ends_ordered(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::Sort(_) => true,

@@ -551,6 +551,7 @@ fn operator_needs_types(op: Operator) -> bool {
 /// level of a chain of `n` operators cost `O(n^3)` (400 terms of `+` or `||` planned for
 /// 6.7 s, issue 28). Operators and the total forms' functions are typed from their operands
 /// here, each level in time linear in its size; other expressions ask DataFusion.
+#[recursive::recursive]
 fn type_of(expr: &Expr, schema: &DFSchemaRef) -> Option<DataType> {
     match expr {
         Expr::Alias(alias) => type_of(&alias.expr, schema),

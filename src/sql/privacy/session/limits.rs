@@ -14,6 +14,15 @@
 //! 3. plans it on a thread with a [`PLANNING_STACK_BYTES`] stack ([`on_planning_stack`]), far
 //!    more than a statement within the limits needs, so that what passes the limits cannot
 //!    overflow either.
+//!
+//! The DataFrame it returns is analysed, optimised and physically planned later, where the
+//! caller runs it (`collect()` in an embedding application: any thread, a tokio worker's
+//! 2 MiB stack included). DataFusion's own plan walks grow the stack on demand there
+//! (`recursive_protection`), and so do the crate's (`#[recursive::recursive]` on the privacy
+//! analysis, the rewrites' plan and expression walks): a `cte` or `joins` chain of 120
+//! levels overflowed 2 MiB in `PlanAnalysis::relation` before (tests/limits.rs,
+//! `the_rust_api_answers_statements_within_the_limits_on_a_small_stack`). A new function
+//! that recurses once per level of a plan or expression takes the attribute too.
 
 use datafusion::common::{plan_datafusion_err, plan_err, DataFusionError, Result};
 use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};

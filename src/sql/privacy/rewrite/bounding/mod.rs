@@ -127,6 +127,7 @@ pub fn sample_rows_per_unit(
 
 /// The cap [`sample_rows_per_unit`] placed on `plan`, seen through the nodes the optimiser
 /// may leave above it.
+#[recursive::recursive]
 pub fn rows_per_unit_sampled(plan: &LogicalPlan) -> Option<u64> {
     match plan {
         LogicalPlan::Projection(p) => rows_per_unit_sampled(&p.input),
