@@ -7,8 +7,9 @@
 //! region no one else has, a far date, NULLs, a long free-text note in a column NULL for
 //! everyone else, a score of 1e300 among integers), person 3 removed, person 3 replaced by the
 //! extreme person. Each is stored as CSV, NDJSON, Parquet, Parquet with `visits`
-//! hive-partitioned by `region`, and Parquet whose columns are NOT NULL where no row is NULL
-//! (as some writers do), with an owner configuration file, and opened with
+//! hive-partitioned by `region`, Parquet whose columns are NOT NULL where no row is NULL
+//! (as some writers do), and Parquet read into memory when opened (`in_memory = true`, a
+//! `MemTable` with exact statistics), with an owner configuration file, and opened with
 //! `datafusion_dp::owner` exactly as `dpsql --config` and `dp-server` build analysts' locked
 //! sessions (a fresh session, and a fresh ledger, per run).
 //!

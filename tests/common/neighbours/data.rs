@@ -181,14 +181,18 @@ pub enum Layout {
     /// NULL (as arrow-rs `RecordBatch::try_from_iter` does): the file's schema then depends
     /// on the rows.
     ParquetDataNullability,
+    /// Parquet read once when the tables are opened and served from memory
+    /// (`in_memory = true`): a `MemTable`, whose statistics are exact.
+    InMemory,
 }
 
-pub const LAYOUTS: [Layout; 5] = [
+pub const LAYOUTS: [Layout; 6] = [
     Layout::Csv,
     Layout::Ndjson,
     Layout::Parquet,
     Layout::HiveParquet,
     Layout::ParquetDataNullability,
+    Layout::InMemory,
 ];
 
 impl Layout {
@@ -199,6 +203,7 @@ impl Layout {
             Layout::Parquet => "parquet",
             Layout::HiveParquet => "hive-parquet",
             Layout::ParquetDataNullability => "parquet-data-nullability",
+            Layout::InMemory => "in-memory",
         }
     }
 
@@ -207,7 +212,7 @@ impl Layout {
     fn options(self) -> &'static str {
         match self {
             Layout::Ndjson | Layout::HiveParquet => "public_groups = \"regions\"\n",
-            Layout::Csv | Layout::Parquet | Layout::ParquetDataNullability => {
+            Layout::Csv | Layout::Parquet | Layout::ParquetDataNullability | Layout::InMemory => {
                 "selection_epsilon = 1.0\nselection_delta = 1e-3\n"
             }
         }
@@ -472,7 +477,7 @@ pub fn write_dataset(people: &[Person], layout: Layout, dir: &Path) -> PathBuf {
                 write_ndjson(batch, &path);
                 path
             }
-            Layout::Parquet => {
+            Layout::Parquet | Layout::InMemory => {
                 let path = dir.join(format!("{name}.parquet"));
                 write_parquet(batch, &path);
                 path
@@ -501,6 +506,7 @@ pub fn write_dataset(people: &[Person], layout: Layout, dir: &Path) -> PathBuf {
                 "{}partition_columns = [\"region VARCHAR\"]\n",
                 columns_line(batch, &["region"])
             ),
+            Layout::InMemory => format!("{}in_memory = true\n", columns_line(batch, &[])),
             _ => columns_line(batch, &[]),
         };
         config.push_str(&format!(
