@@ -177,6 +177,8 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("INSERT INTO sink SELECT x FROM t", Refused("")),
     ("CREATE EXTERNAL TABLE again STORED AS CSV LOCATION 'data/visits.csv'", Refused("")),
     ("PREPARE q(INT) AS SELECT x FROM t WHERE x > $1", Answered),
+    // A LIMIT that is not a constant fails in the physical planner: refused before the charge.
+    ("SELECT dp_count(x, 1.0) FROM t LIMIT CAST(random() + 1 AS BIGINT)", Refused("Unsupported LIMIT expression")),
     // The owner's declarations are locked.
     ("SET dp.public_tables = '*'", Refused("public_tables is set by the data owner")),
     ("SET dp.protected_tables = ''", Refused("protected_tables is set by the data owner")),

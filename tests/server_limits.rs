@@ -658,27 +658,32 @@ async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
 }
 
 /// A charged query that fails in the planning after its charge keeps its charge, and its
-/// error says so. DataFusion's SQL planner accepts a `LIMIT` (or `OFFSET`) that is not a
-/// constant, and only its physical planner refuses it ("Unsupported LIMIT expression"), after
-/// the analyzer bound and charged the DP call. The same `LIMIT` without DP aggregates is
-/// refused without a word of a charge; the server keeps serving.
+/// error says so. DataFusion's optimiser cannot decorrelate an `EXISTS` whose subquery has a
+/// `LIMIT`, and only its physical planner refuses the query ("Physical plan does not support
+/// logical expression Exists"), after the analyzer bound and charged the DP call. A `LIMIT`
+/// that is not a constant, which DataFusion also refused only in its physical planner, is now
+/// refused before the charge (`refuse_unplannable_limits`): no charge, no word of one. The
+/// server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charged_query_failing_in_physical_planning_keeps_its_charge_and_says_so() {
     let dir = test_dir("charge-kept-planning");
     let server = Server::start(&config(&dir, ""));
     let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
     let limit = "LIMIT CAST(random() + 1 AS BIGINT)";
-    let err = query(&mut alice, &format!("{DP_QUERY} {limit}"))
-        .await
-        .unwrap_err();
-    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+    for sql in [format!("{DP_QUERY} {limit}"), format!("SELECT 1 {limit}")] {
+        let err = query(&mut alice, &sql).await.unwrap_err();
+        assert!(err.contains("Unsupported LIMIT expression"), "{err}");
+        assert!(!err.contains("charge"), "not charged: {err}");
+        assert_eq!(charges(&dir.join("alice.ledger")), 0, "{sql}");
+    }
+    let exists = "SELECT dp_count(v.outcome, 0.1) AS n FROM visits v WHERE EXISTS \
+                  (SELECT 1 FROM (VALUES (1)) t(x) WHERE t.x > length(v.region) LIMIT 1)";
+    let err = query(&mut alice, exists).await.unwrap_err();
+    assert!(
+        err.contains("does not support logical expression Exists"),
+        "{err}"
+    );
     assert!(err.contains("the query's charge is kept"), "{err}");
-    assert_eq!(charges(&dir.join("alice.ledger")), 1);
-    let err = query(&mut alice, &format!("SELECT 1 {limit}"))
-        .await
-        .unwrap_err();
-    assert!(err.contains("Unsupported LIMIT expression"), "{err}");
-    assert!(!err.contains("charge"), "not charged: {err}");
     assert_eq!(charges(&dir.join("alice.ledger")), 1);
     honest_query(&mut alice).await;
     assert_eq!(charges(&dir.join("alice.ledger")), 2);

@@ -45,11 +45,11 @@ use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Result, ScalarValue, TableReference};
-use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{
-    Aggregate, AggregateUDF, Expr, LogicalPlan, LogicalPlanBuilder, WindowFunctionDefinition,
+    lit, Aggregate, AggregateUDF, Expr, FetchType, Limit, LogicalPlan, LogicalPlanBuilder,
+    SkipType, WindowFunctionDefinition,
 };
 use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
@@ -132,6 +132,7 @@ impl AnalyzerRule for DpPlannerRule {
             _ => plan,
         };
         refuse_dp_in_recursion(&plan)?;
+        refuse_unplannable_limits(&plan)?;
         // Only a plan with calls not yet bound (so not yet charged) is charged: re-analysing a
         // bound plan must not charge twice.
         let charge = budget::has_unbound_calls(&plan)?;
@@ -243,6 +244,44 @@ fn refuse_dp_in_recursion(plan: &LogicalPlan) -> Result<()> {
                     recursive.name
                 );
             }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+/// Refuses a `LIMIT` or `OFFSET` that does not fold to a constant, or folds to a negative one:
+/// DataFusion's SQL planner accepts `LIMIT CAST(random() + 1 AS BIGINT)`, and only its physical
+/// planner refuses it, after this rule has charged the query. Refused here, with DataFusion's
+/// words, before the charge. A placeholder (`LIMIT $1`) is left to its binding.
+fn refuse_unplannable_limits(plan: &LogicalPlan) -> Result<()> {
+    plan.apply_with_subqueries(|node| {
+        let LogicalPlan::Limit(limit) = node else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        let fold = |expr: &Option<Box<Expr>>, what: &str| -> Result<Option<Box<Expr>>> {
+            let Some(expr) = expr else { return Ok(None) };
+            if expr.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))? {
+                return Ok(Some(Box::new(lit(ScalarValue::Int64(Some(0))))));
+            }
+            match constant_value(expr) {
+                Some(value) => Ok(Some(Box::new(lit(value)))),
+                None => plan_err!(
+                    "Unsupported {what} expression: {expr} ({what} takes a constant, not a \
+                     value computed per query)"
+                ),
+            }
+        };
+        let folded = Limit {
+            skip: fold(&limit.skip, "OFFSET")?,
+            fetch: fold(&limit.fetch, "LIMIT")?,
+            input: Arc::clone(&limit.input),
+        };
+        if matches!(folded.get_skip_type()?, SkipType::UnsupportedExpr) {
+            return plan_err!("Unsupported OFFSET expression: {}", folded.skip.unwrap());
+        }
+        if matches!(folded.get_fetch_type()?, FetchType::UnsupportedExpr) {
+            return plan_err!("Unsupported LIMIT expression: {}", folded.fetch.unwrap());
         }
         Ok(TreeNodeRecursion::Continue)
     })
@@ -392,10 +431,7 @@ fn constant_value(expr: &Expr) -> Option<ScalarValue> {
     if !expr.column_refs().is_empty() {
         return None;
     }
-    let props = ExecutionProps::new();
-    let context = SimplifyContext::default();
-    let _ = &props;
-    match ExprSimplifier::new(context).simplify(expr.clone()) {
+    match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()) {
         Ok(Expr::Literal(value, _)) => Some(value),
         _ => None,
     }
