@@ -51,58 +51,47 @@ fn dpsql(config: &Path, file: &Path) -> Output {
 /// A statement of family `kind` with `n` terms, operands, CTEs or levels.
 fn statement(kind: &str, n: usize) -> String {
     let list = |item: &str, separator: &str| vec![item; n].join(separator);
+    // `WITH c0 AS (first), c1 AS (SELECT columns FROM c0), ...`: n CTEs, each reading the last.
+    let ctes = |first: &str, columns: &str| {
+        let chain: Vec<String> = (1..n)
+            .map(|i| format!(", c{i} AS (SELECT {columns} FROM c{})", i - 1))
+            .collect();
+        format!("WITH c0 AS ({first}){}", chain.concat())
+    };
+    // n one-row tables, cross joined.
+    let joined = || {
+        let tables: Vec<String> = (0..n).map(|i| format!("(SELECT 1 AS x{i}) t{i}")).collect();
+        tables.join(" CROSS JOIN ")
+    };
     match kind {
         "sum" => format!("SELECT {}", list("1", "+")),
         "or" => format!("SELECT 1 WHERE {}", list("1 = 1", " OR ")),
         "and" => format!("SELECT 1 WHERE {}", list("1 = 1", " AND ")),
         "concat" => format!("SELECT {}", list("'a'", " || ")),
         "union" => list("SELECT 1", " UNION ALL "),
-        "cte" => {
-            let chain: Vec<String> = (1..n)
-                .map(|i| format!("c{i} AS (SELECT x FROM c{})", i - 1))
-                .collect();
-            let with = match chain.is_empty() {
-                true => String::new(),
-                false => format!(", {}", chain.join(", ")),
-            };
-            format!("WITH c0 AS (SELECT 1 AS x){with} SELECT x FROM c{}", n - 1)
-        }
+        "cte" => format!("{} SELECT x FROM c{}", ctes("SELECT 1 AS x", "x"), n - 1),
         "subqueries" => format!("SELECT {}1{}", "(SELECT ".repeat(n), ")".repeat(n)),
         "parentheses" => format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n)),
-        "joins" => {
-            let tables: Vec<String> = (0..n).map(|i| format!("(SELECT 1 AS x{i}) t{i}")).collect();
-            format!("SELECT 1 FROM {}", tables.join(" CROSS JOIN "))
-        }
+        "joins" => format!("SELECT 1 FROM {}", joined()),
         "dp_where" => format!(
             "SELECT dp_count(outcome, 0.01) FROM visits WHERE {} >= 0",
             list("visit_id", " + ")
         ),
         // DP over a chain of CTEs, a union and a chain of joins of the protected table: the
         // privacy analysis and the rewrites walk each level.
-        "dp_cte" => {
-            let chain: Vec<String> = (1..n)
-                .map(|i| format!("c{i} AS (SELECT * FROM c{})", i - 1))
-                .collect();
-            let with = match chain.is_empty() {
-                true => String::new(),
-                false => format!(", {}", chain.join(", ")),
-            };
-            format!(
-                "WITH c0 AS (SELECT * FROM visits){with} SELECT dp_count(outcome, 0.01) FROM c{}",
-                n - 1
-            )
-        }
+        "dp_cte" => format!(
+            "{} SELECT dp_count(outcome, 0.01) FROM c{}",
+            ctes("SELECT * FROM visits", "*"),
+            n - 1
+        ),
         "dp_union" => format!(
             "SELECT dp_count(outcome, 0.01) FROM ({}) u",
             list("SELECT patient_id, outcome FROM visits", " UNION ALL ")
         ),
-        "dp_join" => {
-            let tables: Vec<String> = (0..n).map(|i| format!("(SELECT 1 AS x{i}) t{i}")).collect();
-            format!(
-                "SELECT dp_count(outcome, 0.01) FROM visits CROSS JOIN {}",
-                tables.join(" CROSS JOIN ")
-            )
-        }
+        "dp_join" => format!(
+            "SELECT dp_count(outcome, 0.01) FROM visits CROSS JOIN {}",
+            joined()
+        ),
         other => panic!("unknown family {other}"),
     }
 }
