@@ -373,7 +373,10 @@ async fn dataframe_plans_are_analysed_like_sql() -> Result<()> {
 }
 
 /// The prepared statement of the attack list, executed: the analysis runs on the plan with
-/// its parameters.
+/// its parameters, at each `EXECUTE`, and each `EXECUTE` is charged. Over `visits` (protected
+/// by `patient_id`) every `EXECUTE` of a DP query was refused before the session kept its own
+/// copy of the statement: DataFusion stores a prepared statement optimised, and its scan no
+/// longer read the unit column ("the scan does not read the unit column").
 #[tokio::test]
 async fn prepared_statements_are_analysed_when_executed() -> Result<()> {
     let ctx = session(true).await?;
@@ -383,6 +386,61 @@ async fn prepared_statements_are_analysed_when_executed() -> Result<()> {
     run(&ctx, "PREPARE d(DOUBLE) AS SELECT dp_count(x, $1) FROM t").await?;
     let released = run(&ctx, "EXECUTE d(1.0)").await;
     assert!(released.is_ok(), "{released:?}");
+    let spent = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        let line = text
+            .lines()
+            .find(|l| l.contains("| spent"))
+            .unwrap()
+            .to_string();
+        line.split('|')
+            .nth(2)
+            .unwrap()
+            .trim()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let before = spent(run(&ctx, "SELECT * FROM dp_budget()").await?);
+    run(
+        &ctx,
+        "PREPARE u(DOUBLE, VARCHAR) AS SELECT dp_count(region, $1) AS n FROM visits WHERE region <> $2",
+    )
+    .await?;
+    for _ in 0..2 {
+        let released = run(&ctx, "EXECUTE u(0.5, 'east')").await?;
+        assert_eq!(released.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    }
+    let after = spent(run(&ctx, "SELECT * FROM dp_budget()").await?);
+    assert!((after - before - 1.0).abs() < 1e-9, "{before} -> {after}");
+    // A parameter of the wrong count, and a statement dropped.
+    let err = run(&ctx, "EXECUTE u(0.5)").await.unwrap_err().to_string();
+    assert!(
+        err.contains("expects 2 parameters, but 1 provided"),
+        "{err}"
+    );
+    run(&ctx, "DEALLOCATE u").await?;
+    let err = run(&ctx, "EXECUTE u(0.5, 'east')")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not exist"), "{err}");
+    // At most 256 statements prepared at once: `q` and `d`, then 254 more.
+    for i in 0..254 {
+        run(
+            &ctx,
+            &format!("PREPARE p{i} AS SELECT dp_count(x, 1.0) FROM t"),
+        )
+        .await?;
+    }
+    let err = run(&ctx, "PREPARE one_more AS SELECT 1")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("256 prepared statements, the limit"), "{err}");
+    run(&ctx, "DEALLOCATE p0").await?;
+    run(&ctx, "PREPARE one_more AS SELECT 1").await?;
     Ok(())
 }
 

@@ -765,7 +765,15 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
                 unit: Unit::Column(j),
                 ..p
             },
-            None => p.lost("the scan does not read the unit column".into()),
+            // A scan is pruned of columns only by the optimiser, which runs after this
+            // analysis except on a statement DataFusion prepared (`PREPARE`, which
+            // `analyst_sql` plans from its own copy).
+            None => p.lost(
+                "the scan does not read the unit column (pruned by the optimiser: a statement \
+                 prepared with SQL PREPARE in a session that is not locked is optimised before \
+                 this analysis; run the query itself)"
+                    .into(),
+            ),
         },
         _ => p,
     }

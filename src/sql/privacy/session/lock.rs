@@ -32,11 +32,16 @@
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::plan::protection::Protection;
 use crate::sql::privacy::session::limits;
+use datafusion::common::metadata::ScalarAndMetadata;
 use datafusion::common::tree_node::TreeNode;
+use datafusion::common::ParamValues;
 use datafusion::common::{plan_datafusion_err, plan_err, Result};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::{SQLOptions, SessionContext, SessionState};
-use datafusion::logical_expr::{LogicalPlan, Statement};
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{Execute, Expr, LogicalPlan, Prepare, Statement};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use std::sync::Arc;
 
 fn with_options<T>(
     ctx: &SessionContext,
@@ -156,12 +161,134 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
             plan_datafusion_err!("{e} (this session is locked: the data owner manages tables)")
         })?;
     match plan {
-        // What `execute_logical_plan` does itself (SET, PREPARE, EXECUTE, ...).
+        LogicalPlan::Statement(Statement::Prepare(prepare)) => {
+            let prepared = prepared_statements(ctx);
+            if prepared.count() >= MAX_PREPARED_STATEMENTS {
+                return plan_err!(
+                    "PREPARE '{}': this session holds {MAX_PREPARED_STATEMENTS} prepared \
+                     statements, the limit; DEALLOCATE one first",
+                    prepare.name
+                );
+            }
+            // DataFusion checks and stores it (a name in use is refused there); EXECUTE reads
+            // the copy kept here.
+            let frame = ctx
+                .execute_logical_plan(LogicalPlan::Statement(Statement::Prepare(prepare.clone())))
+                .await?;
+            prepared.insert(prepare);
+            Ok(frame)
+        }
+        LogicalPlan::Statement(Statement::Execute(execute)) => {
+            match prepared_statements(ctx).get(&execute.name) {
+                Some(prepare) => Ok(DataFrame::new(state, bind_parameters(&prepare, execute)?)),
+                None => {
+                    ctx.execute_logical_plan(LogicalPlan::Statement(Statement::Execute(execute)))
+                        .await
+                }
+            }
+        }
+        LogicalPlan::Statement(Statement::Deallocate(deallocate)) => {
+            let name = deallocate.name.clone();
+            let frame = ctx
+                .execute_logical_plan(LogicalPlan::Statement(Statement::Deallocate(deallocate)))
+                .await?;
+            prepared_statements(ctx).remove(&name);
+            Ok(frame)
+        }
+        // What `execute_logical_plan` does itself (SET, ...).
         LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => ctx.execute_logical_plan(plan).await,
         // A query, in the copy of the state it was planned in, as `execute_logical_plan` would
         // run it in a new copy: each copies every registered function's name and option.
         plan => Ok(DataFrame::new(state, plan)),
     }
+}
+
+/// The most statements one locked session keeps prepared (each holds a plan in memory).
+pub const MAX_PREPARED_STATEMENTS: usize = 256;
+
+/// The statements an analyst prepared in a locked session, as planned, before any analysis
+/// or optimisation. DataFusion (55) stores a prepared statement optimised, before the analyzer
+/// rules have run: projection pushdown then pruned a protected table's unit column from its
+/// scan, and the planner rule refused every `EXECUTE` of a DP query over a unit-protected
+/// table ("the scan does not read the unit column"). `EXECUTE` in a locked session binds its
+/// parameters to this copy instead, which is analysed, charged and optimised like any query.
+#[derive(Debug, Default)]
+struct PreparedStatements(std::sync::Mutex<std::collections::HashMap<String, Prepare>>);
+
+impl PreparedStatements {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Prepare>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn insert(&self, prepare: Prepare) {
+        self.lock().insert(prepare.name.clone(), prepare);
+    }
+
+    fn get(&self, name: &str) -> Option<Prepare> {
+        self.lock().get(name).cloned()
+    }
+
+    fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+}
+
+/// `ctx`'s [`PreparedStatements`], installed on first use.
+fn prepared_statements(ctx: &SessionContext) -> Arc<PreparedStatements> {
+    let state = ctx.state_ref();
+    if let Some(prepared) = state.read().config().get_extension::<PreparedStatements>() {
+        return prepared;
+    }
+    let mut state = state.write();
+    match state.config().get_extension::<PreparedStatements>() {
+        Some(prepared) => prepared,
+        None => {
+            let prepared = Arc::new(PreparedStatements::default());
+            state.config_mut().set_extension(Arc::clone(&prepared));
+            prepared
+        }
+    }
+}
+
+/// `prepare`'s plan with `execute`'s parameters, as DataFusion's `EXECUTE` binds them: each
+/// folded to a literal, cast to its declared type.
+fn bind_parameters(prepare: &Prepare, execute: Execute) -> Result<LogicalPlan> {
+    let simplifier = ExprSimplifier::new(SimplifyContext::default());
+    let mut params = execute
+        .parameters
+        .into_iter()
+        .map(|e| match simplifier.simplify(e)? {
+            Expr::Literal(scalar, metadata) => Ok(ScalarAndMetadata::new(scalar, metadata)),
+            e => plan_err!(
+                "EXECUTE '{}': parameter {e} is not a constant",
+                prepare.name
+            ),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !prepare.fields.is_empty() {
+        if params.len() != prepare.fields.len() {
+            return plan_err!(
+                "Prepared statement '{}' expects {} parameters, but {} provided",
+                prepare.name,
+                prepare.fields.len(),
+                params.len()
+            );
+        }
+        params = params
+            .into_iter()
+            .zip(prepare.fields.iter())
+            .map(|(p, field)| p.cast_storage_to(field.data_type()))
+            .collect::<Result<_>>()?;
+    }
+    prepare
+        .input
+        .as_ref()
+        .clone()
+        .replace_params_with_values(&ParamValues::List(params))
 }
 
 /// Refuses `EXPLAIN VERBOSE`: it prints the plan's statistics, which for Parquet are the exact
