@@ -386,23 +386,7 @@ async fn prepared_statements_are_analysed_when_executed() -> Result<()> {
     run(&ctx, "PREPARE d(DOUBLE) AS SELECT dp_count(x, $1) FROM t").await?;
     let released = run(&ctx, "EXECUTE d(1.0)").await;
     assert!(released.is_ok(), "{released:?}");
-    let spent = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
-        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-            .unwrap()
-            .to_string();
-        let line = text
-            .lines()
-            .find(|l| l.contains("| spent"))
-            .unwrap()
-            .to_string();
-        line.split('|')
-            .nth(2)
-            .unwrap()
-            .trim()
-            .parse::<f64>()
-            .unwrap()
-    };
-    let before = spent(run(&ctx, "SELECT * FROM dp_budget()").await?);
+    let before = spent(&ctx).await?;
     run(
         &ctx,
         "PREPARE u(DOUBLE, VARCHAR) AS SELECT dp_count(region, $1) AS n FROM visits WHERE region <> $2",
@@ -412,7 +396,7 @@ async fn prepared_statements_are_analysed_when_executed() -> Result<()> {
         let released = run(&ctx, "EXECUTE u(0.5, 'east')").await?;
         assert_eq!(released.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
     }
-    let after = spent(run(&ctx, "SELECT * FROM dp_budget()").await?);
+    let after = spent(&ctx).await?;
     assert!((after - before - 1.0).abs() < 1e-9, "{before} -> {after}");
     // A parameter of the wrong count, and a statement dropped.
     let err = run(&ctx, "EXECUTE u(0.5)").await.unwrap_err().to_string();
