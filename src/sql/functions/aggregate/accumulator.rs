@@ -57,13 +57,19 @@ impl GroupStreams {
         }
     }
 
+    /// The group-key arguments of a call's `values`: the last `key_args` (counted from the
+    /// end, since the physical plan may have dropped the constants before them).
+    fn key_values<'a>(&self, values: &'a [ArrayRef]) -> &'a [ArrayRef] {
+        &values[values.len().saturating_sub(self.key_args)..]
+    }
+
     /// Records the key digest of every group first seen in this batch (seeded mode only);
     /// `values` are all the call's arguments.
     pub fn note_keys(&mut self, values: &[ArrayRef], group_indices: &[usize]) -> Result<()> {
+        let key_values = self.key_values(values);
         let Some(keys) = &mut self.keys else {
             return Ok(());
         };
-        let key_values = &values[values.len().saturating_sub(self.key_args)..];
         for (row, &group) in group_indices.iter().enumerate() {
             if keys[group].is_none() {
                 keys[group] = Some(row_key_digest(key_values, row)?);
@@ -109,7 +115,7 @@ impl GroupStreams {
         if !self.key_column {
             return Ok(None);
         }
-        let key_values = &values[values.len().saturating_sub(self.key_args)..];
+        let key_values = self.key_values(values);
         let keys = (0..rows)
             .map(|row| row_key_digest(key_values, row).map(Some))
             .collect::<Result<UInt64Array>>()?;

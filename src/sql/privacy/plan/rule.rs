@@ -261,8 +261,9 @@ fn refuse_unplannable_limits(plan: &LogicalPlan) -> Result<()> {
         };
         let fold = |expr: &Option<Box<Expr>>, what: &str| -> Result<Option<Box<Expr>>> {
             let Some(expr) = expr else { return Ok(None) };
+            // Checked here once bound (EXECUTE's plan has the parameter's value).
             if expr.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))? {
-                return Ok(Some(Box::new(lit(ScalarValue::Int64(Some(0))))));
+                return Ok(None);
             }
             match constant_value(expr) {
                 Some(value) => Ok(Some(Box::new(lit(value)))),
@@ -277,11 +278,13 @@ fn refuse_unplannable_limits(plan: &LogicalPlan) -> Result<()> {
             fetch: fold(&limit.fetch, "LIMIT")?,
             input: Arc::clone(&limit.input),
         };
-        if matches!(folded.get_skip_type()?, SkipType::UnsupportedExpr) {
-            return plan_err!("Unsupported OFFSET expression: {}", folded.skip.unwrap());
+        // A constant of another type than BIGINT is unsupported too (DataFusion's words).
+        if let (SkipType::UnsupportedExpr, Some(skip)) = (folded.get_skip_type()?, &folded.skip) {
+            return plan_err!("Unsupported OFFSET expression: {skip}");
         }
-        if matches!(folded.get_fetch_type()?, FetchType::UnsupportedExpr) {
-            return plan_err!("Unsupported LIMIT expression: {}", folded.fetch.unwrap());
+        if let (FetchType::UnsupportedExpr, Some(fetch)) = (folded.get_fetch_type()?, &folded.fetch)
+        {
+            return plan_err!("Unsupported LIMIT expression: {fetch}");
         }
         Ok(TreeNodeRecursion::Continue)
     })
