@@ -410,6 +410,23 @@ async fn prepared_statements_are_analysed_when_executed() -> Result<()> {
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not exist"), "{err}");
+    // A LIMIT parameter is checked once bound.
+    run(
+        &ctx,
+        "PREPARE l(BIGINT) AS SELECT dp_count(x, 1.0) FROM t LIMIT $1",
+    )
+    .await?;
+    assert_eq!(
+        run(&ctx, "EXECUTE l(1)")
+            .await?
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        1
+    );
+    let err = run(&ctx, "EXECUTE l(-1)").await.unwrap_err().to_string();
+    assert!(err.contains("LIMIT must be >= 0"), "{err}");
+    run(&ctx, "DEALLOCATE l").await?;
     // At most 256 statements prepared at once: `q` and `d`, then 254 more.
     for i in 0..254 {
         run(

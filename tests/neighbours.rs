@@ -108,6 +108,10 @@ const PROBES: &[&str] = &[
     "SET datafusion.execution.batch_size = 1; SELECT dp_count(patient_id, 1.0) FROM visits CROSS JOIN generate_series(1, 100)",
     "SET dp.max_rows_per_unit = 4; SELECT dp_count(region, 1.0) FROM visits",
     "PREPARE q(DOUBLE) AS SELECT dp_count(region, $1) FROM visits; EXECUTE q(1.0)",
+    // EXECUTE binds to the statement as planned (lock.rs): grouped, with a filter and a LIMIT
+    // as parameters, and a LIMIT bound to a negative value.
+    "PREPARE g(VARCHAR, BIGINT) AS SELECT region, dp_count(patient_id, 1.0) AS n FROM visits WHERE region <> $1 GROUP BY region ORDER BY region LIMIT $2; EXECUTE g('east', 2)",
+    "PREPARE m(BIGINT) AS SELECT dp_count(region, 1.0) FROM visits LIMIT $1; EXECUTE m(-1)",
     "SELECT * FROM dp_budget()",
     "SHOW ALL",
 ];
