@@ -485,6 +485,30 @@ fn round_to_units(x: f64) -> i64 {
     ((even + up) ^ negative) - negative
 }
 
+/// The first pass of [`real_units_into`]: every row's units, halves rounded to even; whether
+/// a row was a half or NaN. Compiled also for AVX2 and AVX-512 and chosen at run time
+/// (`multiversion`): the same IEEE operations on wider registers, so the same units.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+fn round_halves_to_even(
+    values: &[f64],
+    lower: f64,
+    upper: f64,
+    inverse_grid: f64,
+    units: &mut [i64],
+) -> bool {
+    // NaN passes through the clamp, to be caught.
+    let mut halves_or_nans = false;
+    for (u, &v) in units.iter_mut().zip(values) {
+        let x = clamp_real(v, lower, upper) * inverse_grid;
+        let shifted = x + ROUNDING;
+        *u = (shifted.to_bits() as i64).wrapping_sub(ROUNDING.to_bits() as i64);
+        // A half (rounded to even, maybe not away from 0) or NaN.
+        let off = (x - (shifted - ROUNDING)).abs();
+        halves_or_nans |= (off >= 0.5) | off.is_nan();
+    }
+    halves_or_nans
+}
+
 /// Every row's units into `units` (0 for NaN), in branch-free loops the compiler vectorises;
 /// returns the number of NaNs. A first pass rounds halves to even (two float operations a
 /// row); only a batch with a NaN or a value exactly halfway between two units takes the
@@ -500,20 +524,10 @@ fn real_units_into(
     if units.len() != values.len() {
         units.resize(values.len(), 0);
     }
-    // NaN passes through the clamp, to be caught.
-    let clamp = |v: f64| clamp_real(v, lower, upper);
-    let mut halves_or_nans = false;
-    for (u, &v) in units.iter_mut().zip(values) {
-        let x = clamp(v) * inverse_grid;
-        let shifted = x + ROUNDING;
-        *u = (shifted.to_bits() as i64).wrapping_sub(ROUNDING.to_bits() as i64);
-        // A half (rounded to even, maybe not away from 0) or NaN.
-        let off = (x - (shifted - ROUNDING)).abs();
-        halves_or_nans |= (off >= 0.5) | off.is_nan();
-    }
-    if !halves_or_nans {
+    if !round_halves_to_even(values, lower, upper, inverse_grid, units) {
         return 0;
     }
+    let clamp = |v: f64| clamp_real(v, lower, upper);
     let mut nans = 0;
     for (u, &v) in units.iter_mut().zip(values) {
         let nan = v.is_nan();
