@@ -204,6 +204,9 @@ impl GroupsAccumulator for AvgAccumulator {
             Some(narrow) => match clamp.batch_units(&values[0], opt_filter, units) {
                 // Every row counts (no NULL, no filter, no NaN): DataFusion's `avg` loop.
                 Some(0) => {
+                    // A slice, so its pointer and length stay in registers through the loop
+                    // (through the `Vec`, both were reloaded after every store).
+                    let counts = &mut counts[..];
                     for (&group, &u) in group_indices.iter().zip(units.iter()) {
                         counts[group] += 1;
                         narrow[group] += u;
@@ -257,24 +260,29 @@ impl GroupsAccumulator for AvgAccumulator {
         let (lo, hi) = (sum_noise.lower, sum_noise.upper);
         let n = sums.len();
         let value = self.clamp.to_value();
-        // The released columns, filled one group at a time.
-        let [mut estimates, mut lowers, mut uppers, mut released_sums] =
-            std::array::from_fn(|_| Vec::<f64>::with_capacity(n));
+        // The draws, one for the sum then one for the count per group, in this order; then
+        // the released values, in loops of plain arithmetic (no stream, no branch to predict).
+        let draws = self.streams.release_groups(n, |_, rng| {
+            Ok((grid.noise.sample(rng), count_noise.sample(rng)))
+        })?;
+        let mut released_sums = Vec::with_capacity(n);
         let mut released_counts = Vec::with_capacity(n);
-        self.streams.release_groups(n, |g_index, rng| {
-            // One draw for the sum, then one for the count, in this order.
-            let sum_draw = grid.noise.sample(rng) as i128;
-            let count_draw = count_noise.sample(rng);
-            let noisy_sum = sums[g_index].checked_add(sum_draw).ok_or_else(|| {
+        for ((&sum, &count), &(sum_draw, count_draw)) in sums.iter().zip(&counts).zip(&draws) {
+            let noisy_sum = sum.checked_add(i128::from(sum_draw)).ok_or_else(|| {
                 exec_datafusion_err!("{NAME}: a noisy sum left the range of a 128-bit integer")
             })?;
-            let noisy_count = i64::try_from(counts[g_index])
+            let noisy_count = i64::try_from(count)
                 .ok()
                 .and_then(|c| c.checked_add(count_draw))
                 .ok_or_else(|| {
                     exec_datafusion_err!("{NAME}: a noisy count left the range of a 64-bit integer")
                 })?;
-            let sum_value = value(noisy_sum);
+            released_sums.push(value(noisy_sum));
+            released_counts.push(noisy_count);
+        }
+        let [mut estimates, mut lowers, mut uppers] =
+            std::array::from_fn(|_| Vec::<f64>::with_capacity(n));
+        for (&sum_value, &noisy_count) in released_sums.iter().zip(&released_counts) {
             let (estimate, lower, upper) = if noisy_count >= 1 {
                 let c = noisy_count as f64;
                 let estimate = (sum_value / c).clamp(lo, hi);
@@ -286,10 +294,7 @@ impl GroupsAccumulator for AvgAccumulator {
             estimates.push(estimate);
             lowers.push(lower);
             uppers.push(upper);
-            released_sums.push(sum_value);
-            released_counts.push(noisy_count);
-            Ok(())
-        })?;
+        }
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Float64Array::from(estimates)),
             Arc::new(Float64Array::from(lowers)),
