@@ -124,6 +124,7 @@ impl GroupStreams {
 
     /// The noise stream of emitted group `g`: the per-accumulator secure stream, or in seeded
     /// mode the group's own stream of the call's seeded base. `seeded` holds it.
+    #[inline]
     pub fn group_rng<'a>(
         &'a mut self,
         keys: Option<&[Option<u64>]>,

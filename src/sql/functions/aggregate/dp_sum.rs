@@ -402,7 +402,7 @@ impl Clamp {
     /// from `i64`, the same rounding as from `i128` without its library call.
     pub(super) fn to_value(&self) -> impl Fn(i128) -> f64 {
         let size = 2f64.powi(self.grid().exponent);
-        move |units| i64::try_from(units).map_or(units as f64, |u| u as f64) * size
+        move |units| i64::try_from(units).map_or_else(|_| units as f64, |u| u as f64) * size
     }
 
     /// The largest magnitude of one row's units: the bounds' ([`Grid::choose`] rounds them as
