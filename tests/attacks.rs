@@ -179,6 +179,8 @@ const ATTACKS: &[(&str, Expect)] = &[
     ("PREPARE q(INT) AS SELECT x FROM t WHERE x > $1", Answered),
     // A LIMIT that is not a constant fails in the physical planner: refused before the charge.
     ("SELECT dp_count(x, 1.0) FROM t LIMIT CAST(random() + 1 AS BIGINT)", Refused("Unsupported LIMIT expression")),
+    // So does a correlated subquery DataFusion cannot turn into a join (EXISTS over a LIMIT).
+    ("SELECT dp_count(x, 1.0) FROM t WHERE EXISTS (SELECT 1 FROM lookup WHERE lookup.k = t.g LIMIT 1)", Refused("cannot turn into a join")),
     // The owner's declarations are locked.
     ("SET dp.public_tables = '*'", Refused("public_tables is set by the data owner")),
     ("SET dp.protected_tables = ''", Refused("protected_tables is set by the data owner")),

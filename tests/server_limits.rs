@@ -657,33 +657,38 @@ async fn a_charged_query_failing_for_resources_keeps_its_charge_and_says_so() {
     assert_eq!(rows(&query(&mut bob, "SELECT 1").await.unwrap()), 1);
 }
 
-/// A charged query that fails in the planning after its charge keeps its charge, and its
-/// error says so. DataFusion's optimiser cannot decorrelate an `EXISTS` whose subquery has a
-/// `LIMIT`, and only its physical planner refuses the query ("Physical plan does not support
-/// logical expression Exists"), after the analyzer bound and charged the DP call. A `LIMIT`
-/// that is not a constant, which DataFusion also refused only in its physical planner, is now
-/// refused before the charge (`refuse_unplannable_limits`): no charge, no word of one. The
-/// server keeps serving.
+/// Queries that DataFusion's physical planner refuses are refused before the charge: a
+/// `LIMIT` that is not a constant (`refuse_unplannable_limits`), and a correlated `EXISTS`
+/// over a `LIMIT`, which DataFusion's optimiser cannot decorrelate ("Physical plan does not
+/// support logical expression Exists"; `refuse_undecorrelated_subqueries`). Both were charged
+/// and then failed. No charge, no word of one; a correlated `EXISTS` the optimiser turns into
+/// a join is still answered and charged. The server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_charged_query_failing_in_physical_planning_keeps_its_charge_and_says_so() {
-    let dir = test_dir("charge-kept-planning");
+async fn queries_the_physical_planner_refuses_are_refused_before_the_charge() {
+    let dir = test_dir("refused-before-charge");
     let server = Server::start(&config(&dir, ""));
     let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
     let limit = "LIMIT CAST(random() + 1 AS BIGINT)";
-    for sql in [format!("{DP_QUERY} {limit}"), format!("SELECT 1 {limit}")] {
+    let exists = |limit: &str| {
+        format!(
+            "SELECT dp_count(v.outcome, 0.1) AS n FROM visits v WHERE EXISTS \
+             (SELECT 1 FROM (VALUES (1)) t(x) WHERE t.x > length(v.region) {limit})"
+        )
+    };
+    for (sql, refusal) in [
+        (
+            format!("{DP_QUERY} {limit}"),
+            "Unsupported LIMIT expression",
+        ),
+        (format!("SELECT 1 {limit}"), "Unsupported LIMIT expression"),
+        (exists("LIMIT 1"), "cannot turn into a join"),
+    ] {
         let err = query(&mut alice, &sql).await.unwrap_err();
-        assert!(err.contains("Unsupported LIMIT expression"), "{err}");
-        assert!(!err.contains("charge"), "not charged: {err}");
+        assert!(err.contains(refusal), "{err}");
+        assert!(!err.contains("charge is kept"), "not charged: {err}");
         assert_eq!(charges(&dir.join("alice.ledger")), 0, "{sql}");
     }
-    let exists = "SELECT dp_count(v.outcome, 0.1) AS n FROM visits v WHERE EXISTS \
-                  (SELECT 1 FROM (VALUES (1)) t(x) WHERE t.x > length(v.region) LIMIT 1)";
-    let err = query(&mut alice, exists).await.unwrap_err();
-    assert!(
-        err.contains("does not support logical expression Exists"),
-        "{err}"
-    );
-    assert!(err.contains("the query's charge is kept"), "{err}");
+    assert_eq!(rows(&query(&mut alice, &exists("")).await.unwrap()), 1);
     assert_eq!(charges(&dir.join("alice.ledger")), 1);
     honest_query(&mut alice).await;
     assert_eq!(charges(&dir.join("alice.ledger")), 2);

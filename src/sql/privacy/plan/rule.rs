@@ -53,7 +53,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
-use datafusion::optimizer::AnalyzerRule;
+use datafusion::optimizer::{AnalyzerRule, Optimizer, OptimizerContext};
 use std::sync::Arc;
 
 /// The analyzer rule's name (errors it raises are reported under it).
@@ -178,6 +178,7 @@ impl AnalyzerRule for DpPlannerRule {
             bound
         };
         if charge {
+            refuse_undecorrelated_subqueries(&bound, config)?;
             self.accountant.charge(&bound, &session)?;
         }
         Ok(bound)
@@ -289,6 +290,53 @@ fn refuse_unplannable_limits(plan: &LogicalPlan) -> Result<()> {
         Ok(TreeNodeRecursion::Continue)
     })
     .map(|_| ())
+}
+
+/// Refuses, before the charge, a correlated subquery that DataFusion's optimiser leaves in
+/// the plan (an `EXISTS` over a `LIMIT`, say): its physical planner cannot run one ("does not
+/// support logical expression Exists"), so the query would fail after it was charged. Only a
+/// plan with a correlated subquery (rare) pays for this: a copy is optimised as DataFusion will
+/// optimise the plan after this rule. A copy the optimiser fails on is left to the real run.
+fn refuse_undecorrelated_subqueries(plan: &LogicalPlan, config: &ConfigOptions) -> Result<()> {
+    if !has_correlated_subquery(plan)? {
+        return Ok(());
+    }
+    let context = OptimizerContext::new_with_config_options(Arc::new(config.clone()));
+    let Ok(optimized) = Optimizer::new().optimize(plan.clone(), &context, |_, _| {}) else {
+        return Ok(());
+    };
+    if has_correlated_subquery(&optimized)? {
+        return plan_err!(
+            "a correlated subquery that DataFusion cannot turn into a join (one with a LIMIT, \
+             for example) cannot run; the query was refused before it was charged"
+        );
+    }
+    Ok(())
+}
+
+/// Whether the plan (subqueries included) holds an `EXISTS`, `IN` or scalar subquery that
+/// refers to its outer query.
+fn has_correlated_subquery(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                let subquery = match e {
+                    Expr::Exists(exists) => Some(&exists.subquery),
+                    Expr::InSubquery(in_subquery) => Some(&in_subquery.subquery),
+                    Expr::ScalarSubquery(subquery) => Some(subquery),
+                    _ => None,
+                };
+                found |= subquery.is_some_and(|s| !s.outer_ref_columns.is_empty());
+                Ok(if found {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })
+    })?;
+    Ok(found)
 }
 
 /// Replaces every scan of a view by the view's plan (aliased as the view), so the view is
