@@ -210,9 +210,14 @@ fn has_dp_call(expr: &Expr) -> bool {
 
 /// Whether `plan` or one of its subqueries holds a DP aggregate call.
 fn plan_has_dp_call(plan: &LogicalPlan) -> Result<bool> {
+    plan_has(plan, has_dp_call)
+}
+
+/// Whether `holds` is true of an expression of `plan` or of one of its subqueries.
+fn plan_has(plan: &LogicalPlan, holds: impl Fn(&Expr) -> bool) -> Result<bool> {
     let mut found = false;
     plan.apply_with_subqueries(|node| {
-        found = node.expressions().iter().any(has_dp_call);
+        found = node.expressions().iter().any(&holds);
         Ok(if found {
             TreeNodeRecursion::Stop
         } else {
@@ -317,26 +322,18 @@ fn refuse_undecorrelated_subqueries(plan: &LogicalPlan, config: &ConfigOptions) 
 /// Whether the plan (subqueries included) holds an `EXISTS`, `IN` or scalar subquery that
 /// refers to its outer query.
 fn has_correlated_subquery(plan: &LogicalPlan) -> Result<bool> {
-    let mut found = false;
-    plan.apply_with_subqueries(|node| {
-        node.apply_expressions(|expr| {
-            expr.apply(|e| {
-                let subquery = match e {
-                    Expr::Exists(exists) => Some(&exists.subquery),
-                    Expr::InSubquery(in_subquery) => Some(&in_subquery.subquery),
-                    Expr::ScalarSubquery(subquery) => Some(subquery),
-                    _ => None,
-                };
-                found |= subquery.is_some_and(|s| !s.outer_ref_columns.is_empty());
-                Ok(if found {
-                    TreeNodeRecursion::Stop
-                } else {
-                    TreeNodeRecursion::Continue
-                })
-            })
+    plan_has(plan, |expr| {
+        expr.exists(|e| {
+            let subquery = match e {
+                Expr::Exists(exists) => &exists.subquery,
+                Expr::InSubquery(in_subquery) => &in_subquery.subquery,
+                Expr::ScalarSubquery(subquery) => subquery,
+                _ => return Ok(false),
+            };
+            Ok(!subquery.outer_ref_columns.is_empty())
         })
-    })?;
-    Ok(found)
+        .unwrap_or(false)
+    })
 }
 
 /// Replaces every scan of a view by the view's plan (aliased as the view), so the view is
