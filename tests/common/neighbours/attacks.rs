@@ -101,6 +101,7 @@ pub const ATTACKS: &[&str] = &[
     "CREATE EXTERNAL TABLE again STORED AS CSV LOCATION 'data/visits.csv'",
     "PREPARE q(INT) AS SELECT x FROM t WHERE x > $1",
     "SELECT dp_count(x, 1.0) FROM t LIMIT CAST(random() + 1 AS BIGINT)",
+    "SELECT dp_count(x, 1.0) FROM t WHERE EXISTS (SELECT 1 FROM lookup WHERE lookup.k = t.g LIMIT 1)",
     // The owner's declarations are locked.
     "SET dp.public_tables = '*'",
     "SET dp.protected_tables = ''",
