@@ -49,8 +49,8 @@ create_exception!(
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
+        // Stacks sized for the limits on a plan, as every program that runs analysts' queries.
+        datafusion_dp::sql::privacy::session::limits::execution_runtime()
             .thread_name("datafusion-dp")
             .build()
             .expect("a tokio runtime (threads from the OS)")

@@ -9,8 +9,14 @@ use clap::Parser;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> ballista_core::error::Result<()> {
+fn main() -> ballista_core::error::Result<()> {
+    // Tasks execute on worker threads with stacks sized for the limits on a plan.
+    datafusion_dp::sql::privacy::session::limits::execution_runtime()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> ballista_core::error::Result<()> {
     let opt = Config::parse();
     let config: ExecutorProcessConfig = opt.try_into()?;
     let config = datafusion_dp::distributed::executor_config(config)?;

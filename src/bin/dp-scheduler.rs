@@ -40,10 +40,9 @@ struct Args {
 }
 
 fn main() -> ballista_core::error::Result<()> {
-    // Ballista's own scheduler binary uses a 32 MB stack for deep plans; so do we.
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(32 * 1024 * 1024)
+    // Ballista's own scheduler binary uses a 32 MB stack for deep plans; ours is sized for
+    // the limits on a plan (`limits::EXECUTION_STACK_BYTES`), as every query runtime's.
+    datafusion_dp::sql::privacy::session::limits::execution_runtime()
         .build()?
         .block_on(run())
 }

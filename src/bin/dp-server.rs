@@ -108,9 +108,17 @@ fn execution(scheduler: Option<String>) -> Result<Execution, String> {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
+fn main() -> ExitCode {
+    // The Flight calls' runtime; analysts' queries run on runtimes of their own
+    // (`server::executors`), both with stacks sized for the limits on a plan.
+    let runtime = match datafusion_dp::sql::privacy::session::limits::execution_runtime().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the server's threads: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -430,8 +430,19 @@ async fn remote(_url: &str) -> Result<datafusion::prelude::SessionContext, Strin
     Err("--scheduler needs dpsql built with the 'ballista' feature (cargo build --features ballista)".to_string())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Queries execute on worker threads with stacks sized for the limits on a plan
+    // (`limits::EXECUTION_STACK_BYTES`), not tokio's 2 MiB.
+    match datafusion_dp::sql::privacy::session::limits::execution_runtime().build() {
+        Ok(runtime) => runtime.block_on(shell()),
+        Err(e) => {
+            note(&format!("error: cannot start the query threads: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shell() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {

@@ -187,11 +187,10 @@ impl Executors {
     }
 
     fn start_lane(&self) -> Result<Arc<Lane>, Status> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+        let runtime = crate::sql::privacy::session::limits::execution_runtime()
             .worker_threads(self.threads)
             .max_blocking_threads(MAX_BLOCKING_THREADS)
             .thread_name("dp-query")
-            .enable_all()
             .build()
             .map_err(|e| Status::unavailable(format!("cannot start query threads: {e}")))?;
         Ok(Arc::new(Lane {
