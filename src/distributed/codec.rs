@@ -14,9 +14,11 @@
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::cooperative::YieldExec;
 use crate::sql::functions::aggregate::{statistic_named, DpAggregate};
+use crate::sql::privacy::exec::drain::{DrainOnDropExec, DrainedExec};
 use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::exec::release::ReleaseOnceExec;
 use crate::sql::privacy::rewrite::bounding::{internal_udf, internal_udwf};
+use crate::sql::privacy::rewrite::eager;
 use crate::sql::privacy::rewrite::total::{
     operator_from_name, TryBinary, TryCastRows, TryFunction,
 };
@@ -42,6 +44,11 @@ const RELEASE_ONCE: &[u8] = b"datafusion-dp/release-once/1";
 const PROTECTED_SCAN: &[u8] = b"datafusion-dp/protected-scan/1";
 /// A [`YieldExec`] (above every join: [`crate::sql::cooperative`]) likewise.
 const YIELD: &[u8] = b"datafusion-dp/yield/1";
+/// A [`DrainOnDropExec`] and a [`DrainedExec`] (around every join and limit over protected
+/// rows: [`crate::sql::privacy::exec::drain`]) likewise; a decoded `DrainedExec` finds the
+/// `DrainOnDropExec`s under it as it is made.
+const DRAIN_ON_DROP: &[u8] = b"datafusion-dp/drain-on-drop/1";
+const DRAINED: &[u8] = b"datafusion-dp/drained/1";
 
 /// A [`TryBinary`] travels as this marker and its operator's name; a [`TryFunction`] as its
 /// marker, the wrapped function's name, a newline and that function's own definition (empty
@@ -69,7 +76,7 @@ fn registered_function(name: &str) -> Result<Arc<ScalarUDF>> {
         let _ = crate::register(&ctx);
         ctx.state()
     });
-    match internal_udf(name) {
+    match internal_udf(name).or_else(|| eager::internal_udf(name)) {
         Some(udf) => Ok(udf),
         None => state.udf(name),
     }
@@ -121,7 +128,7 @@ macro_rules! function_methods {
                 };
                 return Ok(Arc::new(ScalarUDF::new_from_impl(TryFunction::new(inner))));
             }
-            if let Some(udf) = internal_udf(name) {
+            if let Some(udf) = internal_udf(name).or_else(|| eager::internal_udf(name)) {
                 return match self.accept_bound_calls {
                     true => Ok(udf),
                     false => plan_err!("{INTERNAL_REFUSED} '{name}'"),
@@ -330,6 +337,15 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
             };
             return Ok(Arc::new(YieldExec::new(Arc::clone(input))));
         }
+        if buf == DRAIN_ON_DROP || buf == DRAINED {
+            let [input] = inputs else {
+                return plan_err!("a drain wrapper takes one input, got {}", inputs.len());
+            };
+            return Ok(match buf == DRAINED {
+                true => Arc::new(DrainedExec::new(Arc::clone(input))),
+                false => Arc::new(DrainOnDropExec::new(Arc::clone(input))),
+            });
+        }
         if buf == RELEASE_ONCE {
             let [input] = inputs else {
                 return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());
@@ -355,6 +371,14 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         }
         if node.downcast_ref::<YieldExec>().is_some() {
             buf.extend_from_slice(YIELD);
+            return Ok(());
+        }
+        if node.downcast_ref::<DrainOnDropExec>().is_some() {
+            buf.extend_from_slice(DRAIN_ON_DROP);
+            return Ok(());
+        }
+        if node.downcast_ref::<DrainedExec>().is_some() {
+            buf.extend_from_slice(DRAINED);
             return Ok(());
         }
         self.inner.try_encode(node, buf, proto_converter)

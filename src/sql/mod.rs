@@ -87,6 +87,9 @@ pub fn register_placed(
         // query (deadline, cancel, Ctrl-C) stops: `cooperative`.
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
             .with_physical_optimizer_rules(rules)
+            // Over protected rows, no join or limit stops reading an input early by what
+            // another held: `privacy::exec::drain`.
+            .with_physical_optimizer_rule(Arc::new(privacy::exec::drain::DrainInputs))
             .with_physical_optimizer_rule(Arc::new(cooperative::YieldFromJoins))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::constant_args::DropConstantArgs))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::release::ReleaseOnce))

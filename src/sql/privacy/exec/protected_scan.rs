@@ -111,7 +111,10 @@ impl TableProvider for ProtectedTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let scan = self.inner.scan(state, projection, filters, limit).await?;
+        // No limit: a scan that stops after `limit` rows reads more or less of the table by
+        // what its first rows hold (the `LIMIT` itself stays above the scan, and applies).
+        let _ = limit;
+        let scan = self.inner.scan(state, projection, filters, None).await?;
         Ok(Arc::new(ProtectedScanExec::new(scan)))
     }
 

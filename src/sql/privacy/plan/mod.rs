@@ -3,3 +3,4 @@
 pub mod analysis;
 pub mod protection;
 pub mod rule;
+pub mod size;

@@ -131,6 +131,13 @@ impl AnalyzerRule for DpPlannerRule {
             Placement::Authority => owner_tables_only(plan, self.catalogs.as_ref(), config)?,
             _ => plan,
         };
+        // A plan from an untrusted analyst is bounded in depth, size and type widths before
+        // anything else (crate::sql::privacy::plan::size): `analyst_sql` checked the statement
+        // as planned, a locked cluster's scheduler receives plans from clients.
+        let untrusted = session.locked || self.placement == Placement::Authority;
+        if untrusted {
+            crate::sql::privacy::plan::size::check_plan(&plan, config)?;
+        }
         refuse_dp_in_recursion(&plan)?;
         refuse_unplannable_limits(&plan)?;
         // Only a plan with calls not yet bound (so not yet charged) is charged: re-analysing a
@@ -158,14 +165,16 @@ impl AnalyzerRule for DpPlannerRule {
         // Only DP leaves a protected table.
         analysis.check_output(&bound)?;
         // An error is an output too: in a query with a DP call no expression may fail on a row.
+        // From an untrusted analyst, every query's expressions are total: their outputs are
+        // capped per row and the sizes they generate bounded, so no statement, DP or not,
+        // makes an allocation that aborts the process (`repeat('a', 1e12)` folded at planning).
         let has_dp_call = plan_has_dp_call(&bound)?;
-        let bound = if has_dp_call {
+        let bound = if has_dp_call || untrusted {
             crate::sql::privacy::rewrite::total::make_total(bound)?
         } else {
             bound
         };
         // Nor may the plan's shape tell what the optimiser knows of protected rows.
-        let untrusted = session.locked || self.placement == Placement::Authority;
         let bound = if has_dp_call && untrusted {
             crate::sql::privacy::exec::protected_scan::hide_statistics(bound, &analysis)?
         } else {

@@ -663,8 +663,9 @@ fn check_generated_size(name: &str, args: &[Expr]) -> Result<()> {
     };
     if GENERATORS.contains(&name) && args.iter().any(generates) {
         return plan_err!(
-            "{name} in a DP query generates from what another such function generated: the \
-             sizes multiply past what one row may allocate ({MAX_GENERATED} per function)"
+            "{name} (in a DP query or a locked session) generates from what another such \
+             function generated: the sizes multiply past what one row may allocate \
+             ({MAX_GENERATED} per function)"
         );
     }
     let size = match name {
@@ -684,9 +685,10 @@ fn check_generated_size(name: &str, args: &[Expr]) -> Result<()> {
     match size {
         Some(size) if size.unsigned_abs() <= MAX_GENERATED as u64 => Ok(()),
         _ => plan_err!(
-            "{name} in a DP query: the size it generates must be a constant of at most \
-             {MAX_GENERATED}: a size computed from a row, or a larger one, could exhaust memory \
-             and stop the process on one row alone, which would tell that row exists"
+            "{name} (in a DP query or a locked session): the size it generates must be a \
+             constant of at most {MAX_GENERATED}: a size computed from a row, or a larger one, \
+             could exhaust memory and stop the process on one row alone, which would tell that \
+             row exists"
         ),
     }
 }

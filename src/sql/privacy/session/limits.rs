@@ -10,10 +10,16 @@
 //! 1. refuses a statement longer than [`MAX_STATEMENT_BYTES`];
 //! 2. parses it with the session's parser recursion limit, then measures its nesting depth
 //!    ([`nesting_depth`]: expressions, subqueries, set operations, CTEs and joins, each level
-//!    counted) and refuses it over [`MAX_NESTING_DEPTH`];
+//!    counted) and refuses it over [`MAX_NESTING_DEPTH`], and the tables it reads with its
+//!    CTEs expanded ([`table_references`]) over [`MAX_TABLE_REFERENCES`];
 //! 3. plans it on a thread with a [`PLANNING_STACK_BYTES`] stack ([`on_planning_stack`]), far
 //!    more than a statement within the limits needs, so that what passes the limits cannot
-//!    overflow either.
+//!    overflow either;
+//! 4. measures the plan as it will run, every CTE inlined, against the limits on a plan
+//!    ([`crate::sql::privacy::plan::size`]: depth, size, the widths of its types).
+//!
+//! The threads that execute analysts' queries in this crate's programs have stacks sized for
+//! those limits ([`execution_runtime`], [`EXECUTION_STACK_BYTES`]).
 //!
 //! The DataFrame it returns is analysed, optimised and physically planned later, where the
 //! caller runs it (`collect()` in an embedding application: any thread, a tokio worker's
@@ -37,6 +43,13 @@ pub const MAX_STATEMENT_BYTES: usize = 256 * 1024;
 /// The deepest analyst statement ([`nesting_depth`]): 256 levels. A sum of 2,000 terms is
 /// 2,000 levels deep for the planner, which recurses once per level.
 pub const MAX_NESTING_DEPTH: usize = 256;
+
+/// The most tables and queries one analyst statement reads once its CTEs are expanded
+/// ([`table_references`]): 1,024. DataFusion's SQL planner plans a CTE anew for every reference
+/// to it, so a chain of CTEs that each read the previous one twice doubles per level: 16
+/// levels (a few hundred bytes of SQL) took 67 s and 880 MB to plan, 18 levels 1.7 GB, and 40
+/// would exhaust memory (an abort) before any limit on the plan could see it.
+pub const MAX_TABLE_REFERENCES: u64 = 1024;
 
 /// The stack of the thread an analyst statement is planned on (256 MiB, reserved, not
 /// committed: only the pages used are backed by memory).
@@ -92,6 +105,101 @@ pub fn check_nesting_depth(statement: &DFStatement) -> Result<()> {
             "statement too deep: its nesting (operators, subqueries, set operations, CTEs, \
              joins) is over the limit of {MAX_NESTING_DEPTH} levels (max_nesting_depth)"
         ),
+    }
+}
+
+/// Refuses a parsed statement that reads more than [`MAX_TABLE_REFERENCES`] tables once its
+/// CTEs are expanded ([`table_references`]).
+pub fn check_table_references(statement: &DFStatement) -> Result<()> {
+    let references = match statement {
+        DFStatement::Statement(statement) => table_references(statement.as_ref()),
+        DFStatement::Explain(explain) => return check_table_references(&explain.statement),
+        DFStatement::CopyTo(copy) => match &copy.source {
+            CopyToSource::Query(query) => table_references(query.as_ref()),
+            CopyToSource::Relation(_) => 1,
+        },
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => 0,
+    };
+    match references {
+        n if n > MAX_TABLE_REFERENCES => plan_err!(
+            "statement too large: with its CTEs expanded (each reference to a CTE reads every \
+             table the CTE reads), it reads over {MAX_TABLE_REFERENCES} tables \
+             (max_table_references)"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The tables and queries `statement` reads with every reference to a CTE counted as the
+/// tables and queries the CTE reads (saturating): what DataFusion's SQL planner plans. CTE names are matched by their
+/// unqualified name wherever they occur after their definition (an approximation of SQL's
+/// scopes that can only count more).
+pub fn table_references(statement: &impl Visit) -> u64 {
+    let mut count = References::default();
+    let _ = statement.visit(&mut count);
+    count.frames.iter().sum::<u64>().saturating_add(count.total)
+}
+
+#[derive(Default)]
+struct References {
+    /// The tables of each open query, innermost last.
+    frames: Vec<u64>,
+    /// Tables of queries closed at the top level.
+    total: u64,
+    /// Each CTE's tables, by its lower-case name.
+    ctes: std::collections::HashMap<String, u64>,
+    /// The queries that define a CTE (by address), with the CTE's name.
+    definitions: std::collections::HashMap<*const Query, String>,
+}
+
+impl Visitor for References {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                let name = cte.alias.name.value.to_lowercase();
+                self.definitions
+                    .insert(cte.query.as_ref() as *const Query, name);
+            }
+        }
+        // The query itself counts (a CTE of `SELECT 1` reads no table, and is planned anew for
+        // every reference all the same).
+        self.frames.push(1);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        let tables = self.frames.pop().unwrap_or(0);
+        match self.definitions.get(&(query as *const Query)) {
+            // A CTE's tables count where it is referenced.
+            Some(name) => {
+                self.ctes.insert(name.clone(), tables);
+            }
+            None => match self.frames.last_mut() {
+                Some(parent) => *parent = parent.saturating_add(tables),
+                None => self.total = self.total.saturating_add(tables),
+            },
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        let tables = match factor {
+            TableFactor::Table { name, .. } => match name.0.as_slice() {
+                [only] => only
+                    .as_ident()
+                    .and_then(|ident| self.ctes.get(&ident.value.to_lowercase()))
+                    .copied()
+                    .unwrap_or(1),
+                _ => 1,
+            },
+            _ => 0,
+        };
+        if let Some(frame) = self.frames.last_mut() {
+            *frame = frame.saturating_add(tables);
+        }
+        ControlFlow::Continue(())
     }
 }
 
@@ -419,6 +527,50 @@ mod tests {
             assert!(start.elapsed().as_secs() < 10, "never {n} idle threads");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Each reference to a CTE counts the tables and queries the CTE reads: a chain that
+    /// reads the previous CTE twice a level doubles (refused at 10 levels, 2,047), one that
+    /// reads it once grows by one a level.
+    #[test]
+    fn a_cte_counts_what_it_reads_at_each_reference() {
+        let parse = |sql: &str| {
+            let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+            datafusion::sql::parser::DFParser::parse_sql_with_dialect(sql, &dialect)
+                .unwrap()
+                .pop_front()
+                .unwrap()
+        };
+        let chain = |n: usize, reads: &str| {
+            let mut ctes = vec!["c0 AS (SELECT 1 AS x)".to_string()];
+            for i in 1..=n {
+                ctes.push(format!(
+                    "c{i} AS (SELECT a.x FROM {})",
+                    reads.replace("{p}", &format!("c{}", i - 1))
+                ));
+            }
+            format!("WITH {} SELECT x FROM c{n}", ctes.join(", "))
+        };
+        let twice = "{p} a CROSS JOIN {p} b";
+        let references = |sql: &str| match parse(sql) {
+            DFStatement::Statement(s) => table_references(s.as_ref()),
+            _ => unreachable!(),
+        };
+        // c0 is one query; each level, its own query and two copies of the last.
+        assert_eq!(references(&chain(9, twice)), 1023 + 1);
+        assert!(check_table_references(&parse(&chain(9, twice))).is_ok());
+        let refused = check_table_references(&parse(&chain(10, twice))).unwrap_err();
+        assert!(
+            refused.to_string().contains("max_table_references"),
+            "{refused}"
+        );
+        assert!(check_table_references(&parse(&chain(60, twice))).is_err());
+        assert_eq!(references(&chain(250, "{p} a")), 251 + 1);
+        // Tables that are not CTEs count once each, subqueries too.
+        assert_eq!(
+            references("SELECT 1 FROM t JOIN u ON true WHERE EXISTS (SELECT 1 FROM v)"),
+            1 + 2 + 1 + 1
+        );
     }
 
     #[test]

@@ -78,7 +78,37 @@ pub fn protect(ctx: &SessionContext, table: &str, protection: Protection) -> Res
 /// Locks `ctx` for an untrusted analyst (see the module docs). Needs `dp.epsilon_budget`
 /// set; refused with `dp.seed` set. Irreversible for the session.
 pub fn lock(ctx: &SessionContext) -> Result<()> {
-    with_options(ctx, DpOptions::lock, "lock")
+    with_options(ctx, DpOptions::lock, "lock")?;
+    lock_execution(ctx);
+    Ok(())
+}
+
+/// How a locked session executes, set by [`lock`] and again on every analyst statement
+/// (however the session was locked): the query planner checks and rewrites the plan that
+/// will run ([`crate::sql::privacy::session::planner`]), and no operator skips work by what
+/// another input holds. DataFusion's dynamic filters push a join's build-side keys and a
+/// top-k's threshold into the other input's scan, and Parquet prunes row groups and pages by
+/// their statistics, so a scan read more or less of other people's rows depending on one
+/// person's values (a row group's maximum moves with them); in a locked session both are off.
+fn lock_execution(ctx: &SessionContext) {
+    use crate::sql::privacy::session::planner::LockedQueryPlanner;
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let options = state.config_mut().options_mut();
+    options.optimizer.enable_dynamic_filter_pushdown = false;
+    options.optimizer.enable_join_dynamic_filter_pushdown = false;
+    options.optimizer.enable_topk_dynamic_filter_pushdown = false;
+    options.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    options.execution.parquet.pruning = false;
+    options.execution.parquet.bloom_filter_on_read = false;
+    options.execution.parquet.enable_page_index = false;
+    let planner: &dyn std::any::Any = state.query_planner().as_ref();
+    if planner.downcast_ref::<LockedQueryPlanner>().is_none() {
+        let locked = Arc::new(LockedQueryPlanner::new(Arc::clone(state.query_planner())));
+        *state = datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
+            .with_query_planner(locked)
+            .build();
+    }
 }
 
 /// A locked session's `EXPLAIN` shows the logical plan only (see `refuse_physical_explain`);
@@ -140,13 +170,18 @@ async fn limited_plan_in(ctx: &SessionContext, sql: &str) -> Result<(SessionStat
     let dialect = state.config().options().sql_parser.dialect;
     let statement = state.sql_to_statement(sql, &dialect)?;
     limits::check_nesting_depth(&statement)?;
+    limits::check_table_references(&statement)?;
     let plan = state.statement_to_plan(statement).await?;
+    // What the plan will be once its CTEs are inlined and optimised, measured before any of
+    // that runs (a CTE read twice per level doubles per level): plan::size.
+    crate::sql::privacy::plan::size::check_plan(&plan, state.config_options())?;
     Ok((state, plan))
 }
 
 /// [`analyst_sql`] on the planning thread: parse, limits, plan, refusals.
 async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     explain_logical_plan_only(ctx);
+    lock_execution(ctx);
     let (state, plan) = limited_plan_in(ctx, sql).await?;
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;

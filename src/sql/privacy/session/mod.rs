@@ -2,3 +2,4 @@
 
 pub mod limits;
 pub mod lock;
+pub mod planner;
