@@ -303,6 +303,17 @@ async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
     );
     // Exact outputs stay refused though the client declared every table public.
     refused(&ctx, "SELECT count(*) FROM visits", "visits").await;
+    // So does a call whose work per row would tell about one person (issue 41), before the
+    // charge; over the public table it runs.
+    refused(
+        &ctx,
+        "SELECT dp_count(visit_id, 0.1) FROM visits WHERE levenshtein(region, month) > 3",
+        "levenshtein over protected rows",
+    )
+    .await;
+    run(&ctx, "SELECT levenshtein(region, 'nord') FROM regions")
+        .await
+        .unwrap();
     assert_eq!(charges(), vec![0.5, 0.5]);
 }
 

@@ -144,6 +144,7 @@ impl AnalyzerRule for DpPlannerRule {
         // bound plan must not charge twice.
         let charge = budget::has_unbound_calls(&plan)?;
         let analysis = PlanAnalysis::new(&session.protections, config, self.catalogs.as_ref());
+        refuse_costly_calls(&plan, &session, self.placement, &analysis)?;
         let bound = plan
             .transform_up_with_subqueries(|node| match node {
                 LogicalPlan::Aggregate(aggregate) => bind_aggregate(
@@ -196,6 +197,23 @@ impl AnalyzerRule for DpPlannerRule {
     fn name(&self) -> &str {
         RULE_NAME
     }
+}
+
+/// In a locked session and on a locked cluster's scheduler, refuses before the charge every
+/// call over protected rows whose work per row would tell about one person (a quadratic
+/// function, a pattern compiled from a row): [`crate::sql::privacy::session::costs`].
+fn refuse_costly_calls(
+    plan: &LogicalPlan,
+    session: &DpOptions,
+    placement: Placement,
+    analysis: &PlanAnalysis,
+) -> Result<()> {
+    if !session.locked && placement != Placement::Authority {
+        return Ok(());
+    }
+    crate::sql::privacy::session::costs::refuse_costly_calls(plan, &|scan| {
+        analysis.is_protected_scan(scan)
+    })
 }
 
 fn as_dp(func: &AggregateUDF) -> Option<&DpAggregate> {
