@@ -92,6 +92,17 @@ fn statement(kind: &str, n: usize) -> String {
             "SELECT dp_count(outcome, 0.01) FROM visits CROSS JOIN {}",
             joined()
         ),
+        // A chain of CTEs, each two levels of expression over the last: as written, each is
+        // shallow; inlined by the optimiser, one expression about 2n levels deep (issue 41:
+        // refused over 256 levels, `max_expression_depth`).
+        "dp_inlined" => format!(
+            "{} SELECT dp_count(outcome, 0.01) FROM c{} WHERE x > 0",
+            ctes(
+                "SELECT patient_id, outcome, visit_id AS x FROM visits",
+                "patient_id, outcome, CASE WHEN outcome THEN x + 1 ELSE 0 END AS x"
+            ),
+            n - 1
+        ),
         other => panic!("unknown family {other}"),
     }
 }
@@ -110,6 +121,7 @@ const FAMILIES: &[&str] = &[
     "dp_cte",
     "dp_union",
     "dp_join",
+    "dp_inlined",
 ];
 
 /// Every family, from small to several thousand: answered, or refused with one line naming a
@@ -181,6 +193,12 @@ fn the_rust_api_answers_statements_within_the_limits_on_a_small_stack() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    // Just within the expression limit once inlined (about 250 levels of CASE and + over
+    // 124 CTEs): evaluated on this 2 MiB stack.
+    assert!(
+        stdout.contains("dp_inlined 124: answered, 1 row"),
+        "{stdout}"
+    );
     for kind in FAMILIES {
         let line = stdout
             .lines()
@@ -191,6 +209,8 @@ fn the_rust_api_answers_statements_within_the_limits_on_a_small_stack() {
             "subqueries" | "parentheses" => {
                 assert!(line.contains("RecursionLimitExceeded"), "{line}")
             }
+            // 250 CTEs of two levels each inline to about 500.
+            "dp_inlined" => assert!(line.contains("max_expression_depth"), "{line}"),
             _ => assert!(
                 line.ends_with(": answered, 1 row") || line.ends_with(": answered, 250 rows"),
                 "{line}"
@@ -213,8 +233,12 @@ fn embedded_families() {
                 .unwrap();
             runtime.block_on(async {
                 let ctx = locked_session().await;
-                for kind in FAMILIES {
-                    let sql = statement(kind, 250);
+                let cases = FAMILIES
+                    .iter()
+                    .map(|kind| (*kind, 250))
+                    .chain([("dp_inlined", 124)]);
+                for (kind, n) in cases {
+                    let sql = statement(kind, n);
                     let answer = match datafusion_dp::analyst_sql(&ctx, &sql).await {
                         Ok(frame) => frame.collect().await,
                         Err(e) => Err(e),
@@ -223,10 +247,10 @@ fn embedded_families() {
                         Ok(batches) => {
                             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
                             let s = if rows == 1 { "" } else { "s" };
-                            println!("{kind} 250: answered, {rows} row{s}");
+                            println!("{kind} {n}: answered, {rows} row{s}");
                         }
                         Err(e) => {
-                            println!("{kind} 250: refused: {}", e.to_string().replace('\n', " "))
+                            println!("{kind} {n}: refused: {}", e.to_string().replace('\n', " "))
                         }
                     }
                 }
@@ -264,6 +288,88 @@ fn refusals_name_the_limit_and_its_value() {
     );
 }
 
+/// Statements within the limits on the statement as written (size, nesting) that the plan
+/// which would run is not (issue 41), each with the limit its refusal names: they aborted
+/// or exhausted the process before.
+fn over_the_plan_limits() -> Vec<(String, &'static str)> {
+    // Forty CTEs of 200 terms, the last gated on one patient: one expression 8,000 levels
+    // deep once inlined, a stack overflow (exit 134) on a worker's stack with the patient.
+    let terms = " + 1".repeat(200);
+    let mut deep = vec!["a0 AS (SELECT patient_id, visit_id AS x FROM visits)".to_string()];
+    for i in 1..=40 {
+        deep.push(format!(
+            "a{i} AS (SELECT patient_id, x{terms} AS x FROM a{})",
+            i - 1
+        ));
+    }
+    let deep = format!(
+        "WITH {} SELECT dp_count(patient_id, 0.01) FROM a40 WHERE CASE WHEN patient_id = \
+         100002 THEN x > 0 ELSE true END",
+        deep.join(", ")
+    );
+    // Forty CTEs each reading the last twice: 2^40 tables for DataFusion's SQL planner (40
+    // levels were killed at 23 GB).
+    let mut doubled = vec!["c0 AS (SELECT 1 AS x)".to_string()];
+    for i in 1..=40 {
+        doubled.push(format!(
+            "c{i} AS (SELECT a.x FROM c{p} a CROSS JOIN c{p} b)",
+            p = i - 1
+        ));
+    }
+    let doubled = format!("WITH {} SELECT x FROM c40", doubled.join(", "));
+    vec![
+        (deep, "max_expression_depth"),
+        (doubled, "max_table_references"),
+        // A type of 16 GiB a value: its NULL literal, folded at planning, killed the process.
+        (
+            "SELECT arrow_cast(NULL, 'FixedSizeList(2147483647, Int64)') IS NULL".to_string(),
+            "max_value_bytes",
+        ),
+        (
+            "SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 100002 \
+             THEN arrow_cast(make_array(visit_id), 'FixedSizeList(100000000, Int64)') IS NULL \
+             ELSE true END"
+                .to_string(),
+            "max_value_bytes",
+        ),
+    ]
+}
+
+/// Each of [`over_the_plan_limits`] in `dpsql --config`: one line naming its limit, exit
+/// status 1 (never a signal), and nothing charged (the ledger stays empty).
+#[test]
+fn statements_over_the_plan_limits_are_refused_before_the_charge() {
+    let dir = test_dir("plan-limits");
+    let cfg = config(&dir, "");
+    for (i, (sql, limit)) in over_the_plan_limits().into_iter().enumerate() {
+        let file = dir.join(format!("over-{i}.sql"));
+        std::fs::write(&file, &sql).unwrap();
+        let out = dpsql(&cfg, &file);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{limit}: {}: {stderr}",
+            out.status
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(limit), "{limit}: {stderr}");
+    }
+    let budget = dir.join("budget.sql");
+    std::fs::write(
+        &budget,
+        "SELECT entry, epsilon FROM dp_budget() WHERE entry = 'spent'",
+    )
+    .unwrap();
+    let out = dpsql(&cfg, &budget);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "entry,epsilon\nspent,0.0",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 const HONEST: &str = "SELECT dp_count(outcome, 0.25) AS n FROM visits";
 
 /// A deep statement sent to a real `dp-server`, as a query and as a prepared statement, is
@@ -286,6 +392,11 @@ async fn dp_server_refuses_deep_statements_and_keeps_serving() {
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_nesting_depth"), "prepared {kind}: {err}");
+    }
+    // Over the limits on the plan that would run (issue 41): refused, and the server up.
+    for (sql, limit) in over_the_plan_limits() {
+        let err = query(&mut client, &sql).await.unwrap_err();
+        assert!(err.contains(limit), "{limit}: {err}");
     }
     // A chain of joins within the nesting limit, each join's output yielding
     // (`datafusion_dp::sql::cooperative`), is executed on a query thread.

@@ -276,8 +276,9 @@ impl Walk {
         if size > MAX_PLAN_SIZE {
             return plan_err!(
                 "plan too large: with its CTEs and subqueries inlined and each column replaced \
-                 by the expression that computes it, it has over {MAX_PLAN_SIZE} operators and \
-                 expression nodes (max_plan_size); the statement was refused before it ran"
+                 by the expression that computes it, it is over the limit of {MAX_PLAN_SIZE} \
+                 operators and expression nodes (max_plan_size); the statement was refused \
+                 before it ran"
             );
         }
         let columns = output_columns(plan, &children, &expressions);
@@ -391,7 +392,7 @@ fn inline(expr: &Expr, lookup: &Lookup) -> Result<Inlined> {
     if inlined.nodes > MAX_PLAN_SIZE {
         return plan_err!(
             "plan too large: with the CTEs and subqueries it reads inlined and each column \
-             replaced by the expression that computes it, one expression has over \
+             replaced by the expression that computes it, one expression is over the limit of \
              {MAX_PLAN_SIZE} nodes (max_plan_size); the statement was refused before it ran"
         );
     }

@@ -123,8 +123,8 @@ pub fn check_table_references(statement: &DFStatement) -> Result<()> {
     match references {
         n if n > MAX_TABLE_REFERENCES => plan_err!(
             "statement too large: with its CTEs expanded (each reference to a CTE reads every \
-             table the CTE reads), it reads over {MAX_TABLE_REFERENCES} tables \
-             (max_table_references)"
+             table the CTE reads), its tables and queries are over the limit of \
+             {MAX_TABLE_REFERENCES} (max_table_references)"
         ),
         _ => Ok(()),
     }
