@@ -256,10 +256,18 @@ async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
     assert!(!own_ledger.exists(), "the client's ledger is not used");
     // A second client session spends the same analyst budget: 0.5 + 0.5 of 1.5, then 0.6 does
     // not fit.
+    // Its query joins two protected relations and gates on a CASE and an OR: the
+    // executors run the eager branches and the drained join the scheduler planned (issue 41;
+    // `rewrite::eager`, `exec::drain`), decoded by the codecs.
     let other = analyst().await;
-    run(&other, "SELECT dp_count(visit_id, 0.5) FROM visits")
-        .await
-        .unwrap();
+    run(
+        &other,
+        "SELECT dp_count(v.visit_id, 0.5) FROM visits v JOIN (SELECT patient_id FROM visits \
+         WHERE CASE WHEN region = 'north' THEN outcome ELSE exposed OR outcome END) w ON \
+         v.patient_id = w.patient_id",
+    )
+    .await
+    .unwrap();
     refused(
         &other,
         "SELECT dp_count(visit_id, 0.6) FROM visits",
