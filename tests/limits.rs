@@ -437,6 +437,26 @@ fn memory_limit_refuses_a_huge_aggregation_in_a_locked_shell() {
     );
 }
 
+/// A locked shell holds a statement's whole result before it prints it: with 64 MiB, a public
+/// query of 1 GB of rows fails with one resources line naming the limit (before, the process
+/// grew until the system killed it), and a small one is answered.
+#[test]
+fn a_locked_shell_s_result_counts_against_its_memory_limit() {
+    let dir = test_dir("memory-result");
+    let cfg = config(&dir, SMALL_MEMORY);
+    let file = dir.join("large.sql");
+    std::fs::write(&file, "SELECT value, repeat('x', 1000) FROM range(1000000)").unwrap();
+    let out = dpsql(&cfg, &file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}: {stderr}", out.status);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("[limits] memory_limit"), "{stderr}");
+    std::fs::write(&file, "SELECT value, repeat('x', 1000) FROM range(1000)").unwrap();
+    let out = dpsql(&cfg, &file);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1001);
+}
+
 /// The same through a real `dp-server` with 64 MiB: refused with `ResourceExhausted`, and the
 /// server answers an honest query afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,21 +119,39 @@ async fn run_statement(ctx: &SessionContext, statement: Statement) -> Result<Sta
     collect(ctx.execute_logical_plan(plan).await?).await
 }
 
-/// [`collect`], stopped at the owner's per-query deadline when the session has one
-/// ([`crate::sql::privacy::session::limits::with_deadline`]).
+/// An analyst's statement collected: stopped at the owner's per-query deadline when the
+/// session has one ([`crate::sql::privacy::session::limits::with_deadline`]), and its batches
+/// counted against the session's memory pool as they arrive. The shell holds a result whole
+/// before printing it, outside any operator's reservation: `SELECT * FROM range(1e10)` grew
+/// the process until the system killed it; now it fails with a resources error naming
+/// `[limits] memory_limit`.
 async fn collect_within_deadline(
     ctx: &SessionContext,
     frame: datafusion::prelude::DataFrame,
 ) -> Result<StatementResult> {
-    use futures::TryStreamExt;
-    let Some(limit) = crate::sql::privacy::session::limits::query_deadline(ctx) else {
-        return collect(frame).await;
-    };
+    use datafusion::execution::memory_pool::MemoryConsumer;
+    use futures::StreamExt;
     let schema = Arc::new(frame.schema().as_arrow().clone());
     let stream = frame.execute_stream().await?;
-    let batches = crate::sql::privacy::session::limits::with_deadline(stream, limit)
-        .try_collect()
-        .await?;
+    let mut stream = match crate::sql::privacy::session::limits::query_deadline(ctx) {
+        Some(limit) => crate::sql::privacy::session::limits::with_deadline(stream, limit),
+        None => stream,
+    };
+    let result = MemoryConsumer::new("dpsql result").register(&ctx.runtime_env().memory_pool);
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        result
+            .try_grow(batch.get_array_memory_size())
+            .map_err(|_| {
+                DataFusionError::ResourcesExhausted(
+                    "the statement's result is larger than the memory the session may hold \
+                     ([limits] memory_limit); select fewer rows"
+                        .to_string(),
+                )
+            })?;
+        batches.push(batch);
+    }
     Ok(StatementResult { schema, batches })
 }
 

@@ -74,6 +74,12 @@ pub const MAX_PLAN_SIZE: u64 = 1_000_000;
 /// cast or operator allocates more for a type than the memory pool would grant for its rows.
 pub const MAX_FIXED_ARRAY_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The deepest nesting of a type (`max_type_depth`): a list of lists of ..., 64 levels.
+/// Arrow's kernels recurse once per level of a type (casts, comparisons, the row format), and a
+/// chain of aggregations (`array_agg` of `array_agg` of ...) nests one level per CTE without
+/// making any expression deeper.
+pub const MAX_TYPE_DEPTH: usize = 64;
+
 /// The largest fixed part one value of a type may have at `batch_size` rows a batch
 /// (`max_value_bytes`): [`MAX_OUTPUT_BYTES`] (64 KiB), and at most [`MAX_FIXED_ARRAY_BYTES`]
 /// for the batch (8 KiB at the default 8,192 rows).
@@ -118,8 +124,14 @@ pub fn fixed_width(data_type: &DataType) -> u64 {
 /// full width too.
 pub fn check_type(data_type: &DataType, batch_size: usize) -> Result<()> {
     let limit = max_value_bytes(batch_size);
-    let mut pending = vec![data_type];
-    while let Some(t) = pending.pop() {
+    let mut pending = vec![(data_type, 1usize)];
+    while let Some((t, depth)) = pending.pop() {
+        if depth > MAX_TYPE_DEPTH {
+            return plan_err!(
+                "a value of type nested over the limit of {MAX_TYPE_DEPTH} levels \
+                 (max_type_depth); the statement was refused before it ran"
+            );
+        }
         let width = fixed_width(t);
         if width > limit {
             let part = match t == data_type {
@@ -137,17 +149,20 @@ pub fn check_type(data_type: &DataType, batch_size: usize) -> Result<()> {
         fn child(f: &FieldRef) -> &DataType {
             f.data_type()
         }
+        let below = depth + 1;
         match t {
             DataType::List(f)
             | DataType::LargeList(f)
             | DataType::ListView(f)
             | DataType::LargeListView(f)
             | DataType::FixedSizeList(f, _)
-            | DataType::Map(f, _) => pending.push(child(f)),
-            DataType::Struct(fields) => pending.extend(fields.iter().map(child)),
-            DataType::Union(fields, _) => pending.extend(fields.iter().map(|(_, f)| child(f))),
-            DataType::Dictionary(_, value) => pending.push(value),
-            DataType::RunEndEncoded(_, values) => pending.push(child(values)),
+            | DataType::Map(f, _) => pending.push((child(f), below)),
+            DataType::Struct(fields) => pending.extend(fields.iter().map(|f| (child(f), below))),
+            DataType::Union(fields, _) => {
+                pending.extend(fields.iter().map(|(_, f)| (child(f), below)))
+            }
+            DataType::Dictionary(_, value) => pending.push((value, below)),
+            DataType::RunEndEncoded(_, values) => pending.push((child(values), below)),
             _ => {}
         }
     }
@@ -812,6 +827,24 @@ mod tests {
         let sql = |last: usize| format!("WITH {} SELECT x FROM c{last}", ctes.join(", "));
         assert_eq!(check(&sql(3), 8192).await, Ok(()));
         assert!(check(&sql(4), 8192).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_type_nested_past_the_limit_is_refused() {
+        // One level of list per CTE, each an aggregation (no expression grows).
+        let chain = |n: usize| {
+            let mut ctes = vec!["c0 AS (SELECT x FROM t)".to_string()];
+            for i in 1..=n {
+                ctes.push(format!(
+                    "c{i} AS (SELECT array_agg(x) AS x FROM c{})",
+                    i - 1
+                ));
+            }
+            format!("WITH {} SELECT x FROM c{n}", ctes.join(", "))
+        };
+        assert_eq!(check(&chain(10), 8192).await, Ok(()));
+        let refused = check(&chain(70), 8192).await.unwrap_err();
+        assert!(refused.contains("max_type_depth"), "{refused}");
     }
 
     #[tokio::test]
