@@ -453,7 +453,11 @@ fn a_locked_shell_s_result_counts_against_its_memory_limit() {
     assert!(stderr.contains("[limits] memory_limit"), "{stderr}");
     std::fs::write(&file, "SELECT value, repeat('x', 1000) FROM range(1000)").unwrap();
     let out = dpsql(&cfg, &file);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1001);
 }
 

@@ -25,17 +25,19 @@ use arrow::compute::kernels::zip::zip;
 use arrow::compute::prep_null_mask_filter;
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{exec_err, Result, ScalarValue};
+use datafusion::common::{exec_err, DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use std::sync::Arc;
 
-/// The name of [`EagerCase`].
+/// The name of [`EagerCase`] (its values may be NULL).
 pub const CASE: &str = "dp_eager_case";
+/// The name of [`EagerCase`] for a `CASE` DataFusion proves never NULL (`COALESCE(x, 0)`).
+pub const CASE_NOT_NULL: &str = "dp_eager_case_not_null";
 /// The name of [`EagerBoolean`] for `AND`.
 pub const AND: &str = "dp_eager_and";
 /// The name of [`EagerBoolean`] for `OR`.
@@ -44,15 +46,18 @@ pub const OR: &str = "dp_eager_or";
 /// `CASE WHEN when_1 THEN then_1 ... ELSE else END` with every argument evaluated on every
 /// row: `dp_eager_case(when_1, then_1, ..., when_n, then_n, else)` (module docs). A `CASE`
 /// with a base expression arrives as `base = value_i` conditions; one without `ELSE` has a
-/// NULL there.
+/// NULL there. Its values are nullable as the `CASE` was (DataFusion proves `CASE WHEN x IS
+/// NOT NULL THEN x ELSE 0 END` never NULL), so the plan's schema is the same after the rewrite.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct EagerCase {
+    nullable: bool,
     signature: Signature,
 }
 
-impl Default for EagerCase {
-    fn default() -> Self {
+impl EagerCase {
+    pub fn new(nullable: bool) -> Self {
         Self {
+            nullable,
             signature: Signature::variadic_any(Volatility::Immutable),
         }
     }
@@ -73,7 +78,10 @@ fn case_type<'a>(arg_types: impl Iterator<Item = &'a DataType>) -> DataType {
 
 impl ScalarUDFImpl for EagerCase {
     fn name(&self) -> &str {
-        CASE
+        match self.nullable {
+            true => CASE,
+            false => CASE_NOT_NULL,
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -99,7 +107,7 @@ impl ScalarUDFImpl for EagerCase {
         Ok(Arc::new(arrow::datatypes::Field::new(
             self.name(),
             self.return_type(&types)?,
-            true,
+            self.nullable,
         )))
     }
 
@@ -153,6 +161,16 @@ impl ScalarUDFImpl for EagerBoolean {
 
     fn return_type(&self, _: &[DataType]) -> Result<DataType> {
         Ok(DataType::Boolean)
+    }
+
+    /// Nullable as DataFusion's `AND` / `OR` is: when either side is.
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<arrow::datatypes::FieldRef> {
+        let nullable = args.arg_fields.iter().any(|f| f.is_nullable());
+        Ok(Arc::new(arrow::datatypes::Field::new(
+            self.name(),
+            DataType::Boolean,
+            nullable,
+        )))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -220,7 +238,8 @@ fn cast_to(array: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
 /// analyst's SQL cannot call it).
 pub fn internal_udf(name: &str) -> Option<Arc<ScalarUDF>> {
     match name {
-        CASE => Some(Arc::new(ScalarUDF::new_from_impl(EagerCase::default()))),
+        CASE => Some(Arc::new(ScalarUDF::new_from_impl(EagerCase::new(true)))),
+        CASE_NOT_NULL => Some(Arc::new(ScalarUDF::new_from_impl(EagerCase::new(false)))),
         AND => Some(Arc::new(ScalarUDF::new_from_impl(EagerBoolean::new(
             Operator::And,
         )))),
@@ -231,13 +250,19 @@ pub fn internal_udf(name: &str) -> Option<Arc<ScalarUDF>> {
     }
 }
 
-/// `expr` with every `CASE`, `AND` and `OR` made eager (bottom up, so nested ones too).
-pub fn eager_expr(expr: Expr) -> Result<Transformed<Expr>> {
+/// `expr` (over `schema`) with every `CASE`, `AND` and `OR` made eager (bottom up, so nested
+/// ones too).
+pub fn eager_expr(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let case = internal_udf(CASE).expect("registered above");
+    let case_not_null = internal_udf(CASE_NOT_NULL).expect("registered above");
     let and = internal_udf(AND).expect("registered above");
     let or = internal_udf(OR).expect("registered above");
     expr.transform_up(|e| match e {
         Expr::Case(case_expr) => {
+            // As DataFusion types the CASE (its branches may be eager already).
+            let nullable = Expr::Case(case_expr.clone())
+                .nullable(schema)
+                .unwrap_or(true);
             let mut args = Vec::with_capacity(case_expr.when_then_expr.len() * 2 + 1);
             for (when, then) in case_expr.when_then_expr {
                 let when = match &case_expr.expr {
@@ -255,8 +280,12 @@ pub fn eager_expr(expr: Expr) -> Result<Transformed<Expr>> {
                 Some(otherwise) => *otherwise,
                 None => Expr::Literal(ScalarValue::Null, None),
             });
+            let udf = match nullable {
+                true => Arc::clone(&case),
+                false => Arc::clone(&case_not_null),
+            };
             Ok(Transformed::yes(Expr::ScalarFunction(
-                ScalarFunction::new_udf(Arc::clone(&case), args),
+                ScalarFunction::new_udf(udf, args),
             )))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
@@ -278,10 +307,11 @@ pub fn eager_expr(expr: Expr) -> Result<Transformed<Expr>> {
 /// names kept (module docs).
 pub fn evaluate_every_branch(plan: LogicalPlan) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
+        let schema = input_schema(&node);
         let names = NamePreserver::new(&node);
         let rewritten = node.map_expressions(|expr| {
             let saved = names.save(&expr);
-            Ok(eager_expr(expr)?.update_data(|e| saved.restore(e)))
+            Ok(eager_expr(expr, &schema)?.update_data(|e| saved.restore(e)))
         })?;
         if !rewritten.transformed {
             return Ok(rewritten);
@@ -289,6 +319,21 @@ pub fn evaluate_every_branch(plan: LogicalPlan) -> Result<LogicalPlan> {
         rewritten.map_data(|plan| plan.recompute_schema())
     })
     .map(|t| t.data)
+}
+
+/// The schema `node`'s expressions are typed in: its input's, its inputs' together (a join's),
+/// or its own (a scan's filters).
+fn input_schema(node: &LogicalPlan) -> DFSchema {
+    match node.inputs().as_slice() {
+        [] => node.schema().as_ref().clone(),
+        [only] => only.schema().as_ref().clone(),
+        [first, rest @ ..] => rest
+            .iter()
+            .try_fold(first.schema().as_ref().clone(), |schema, other| {
+                schema.join(other.schema())
+            })
+            .unwrap_or_else(|_| node.schema().as_ref().clone()),
+    }
 }
 
 #[cfg(test)]
@@ -319,6 +364,7 @@ mod tests {
         let s: StringArray = (0..rows)
             .map(|i| (i % 6 != 0).then(|| format!("s{}", i % 9)))
             .collect();
+        let n: Int64Array = (0..rows).map(|i| i as i64 % 13).collect();
         RecordBatch::try_new(
             Arc::new(Schema::new(vec![
                 Field::new("a", DataType::Boolean, true),
@@ -326,6 +372,7 @@ mod tests {
                 Field::new("x", DataType::Int64, true),
                 Field::new("y", DataType::Int64, true),
                 Field::new("s", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, false),
             ])),
             vec![
                 Arc::new(a),
@@ -333,6 +380,7 @@ mod tests {
                 Arc::new(x),
                 Arc::new(y),
                 Arc::new(s),
+                Arc::new(n),
             ],
         )
         .unwrap()
@@ -361,6 +409,10 @@ mod tests {
             "nvl2(x, s, 'none')",
             "CASE WHEN a THEN NULL ELSE s END",
             "CASE WHEN true THEN 1 ELSE 2 END",
+            // Of columns without NULLs: not nullable, before and after.
+            "CASE WHEN n > 3 THEN n ELSE 0 END",
+            "n > 3 AND n < 10",
+            "n = 1 OR n = 2",
         ];
         for sql in exprs {
             let frame = ctx.sql(&format!("SELECT {sql} AS v FROM t")).await.unwrap();
@@ -373,9 +425,11 @@ mod tests {
                 .collect()
                 .await
                 .unwrap();
-            let eager = evaluate_every_branch(optimized).unwrap();
+            let eager = evaluate_every_branch(optimized.clone()).unwrap();
+            assert_eq!(eager.schema(), optimized.schema(), "{sql}");
             let text = format!("{}", eager.display_indent());
             let has_eager = text.contains(CASE) || text.contains(AND) || text.contains(OR);
+            // (CASE_NOT_NULL starts with CASE's name.)
             // NULLIF is a function (its arguments are evaluated anyway); a constant CASE is
             // folded by the optimiser.
             let plain = sql.starts_with("nullif") || sql.starts_with("CASE WHEN true");
