@@ -38,7 +38,8 @@
 //! operator of [`MAX_PLAN_DEPTH`]: far within the stacks of the threads that execute
 //! analysts' queries ([`crate::sql::privacy::session::limits::EXECUTION_STACK_BYTES`]).
 //! [`check_optimized`] and [`check_physical`] measure the plan that actually runs (after
-//! the optimiser, and after physical planning) against the same limits, as a second line.
+//! the optimiser, and after physical planning) against [`SECOND_LINE`] times the same limits,
+//! as a second line.
 
 use crate::sql::privacy::rewrite::total::MAX_OUTPUT_BYTES;
 use arrow::datatypes::{DataType, FieldRef, UnionMode};
@@ -568,30 +569,37 @@ fn typed(expr: &Expr, schema: &DFSchema, batch_size: usize) -> Result<Option<Dat
     Ok(data_type)
 }
 
+/// The second line ([`check_optimized`], [`check_physical`]) allows this many times the
+/// limits: it is there to catch a bound of [`check_plan`] that failed, which would show as a
+/// plan many times over them, not the few levels the optimiser and the physical planner add (an
+/// `IN` list of three turned into `OR`s, a projection per join, exchanges), which would refuse
+/// a query after its charge.
+pub const SECOND_LINE: usize = 4;
+
 /// Refuses an optimised plan (the plan that will run, as the physical planner receives it)
-/// deeper than [`MAX_PLAN_DEPTH`] or with an expression deeper than [`MAX_EXPRESSION_DEPTH`]:
-/// [`check_plan`] bounds both before the plan is optimised, so this is a second line.
+/// over [`SECOND_LINE`] times [`MAX_PLAN_DEPTH`] deep or with an expression over
+/// [`SECOND_LINE`] times [`MAX_EXPRESSION_DEPTH`] levels: [`check_plan`] bounds both before
+/// the plan is optimised, so this is a second line.
 pub fn check_optimized(plan: &LogicalPlan) -> Result<()> {
+    let expression_limit = SECOND_LINE * MAX_EXPRESSION_DEPTH as usize;
+    let plan_limit = SECOND_LINE * MAX_PLAN_DEPTH as usize;
     let mut deepest_expression = 0usize;
-    let mut failed = false;
     let depth = plan_depth(plan, &mut |node| {
         let _ = node.apply_expressions(|expr| {
-            let depth = expression_depth(expr);
-            deepest_expression = deepest_expression.max(depth);
-            failed |= depth > MAX_EXPRESSION_DEPTH as usize;
+            deepest_expression = deepest_expression.max(expression_depth(expr));
             Ok(TreeNodeRecursion::Continue)
         });
     })?;
-    if failed {
+    if deepest_expression > expression_limit {
         return plan_err!(
-            "expression too deep after optimisation: {deepest_expression} levels, over the \
-             limit of {MAX_EXPRESSION_DEPTH} (max_expression_depth)"
+            "expression too deep after optimisation: {deepest_expression} levels, over \
+             {SECOND_LINE} times the limit of {MAX_EXPRESSION_DEPTH} (max_expression_depth)"
         );
     }
-    if depth > MAX_PLAN_DEPTH as usize {
+    if depth > plan_limit {
         return plan_err!(
-            "plan too deep after optimisation: {depth} operators, over the limit of \
-             {MAX_PLAN_DEPTH} (max_plan_depth)"
+            "plan too deep after optimisation: {depth} operators, over {SECOND_LINE} times \
+             the limit of {MAX_PLAN_DEPTH} (max_plan_depth)"
         );
     }
     Ok(())
@@ -624,33 +632,30 @@ fn expression_depth(expr: &Expr) -> usize {
     }
 }
 
-/// The physical operators of a plan may be this many times its logical operators deep
-/// (exchanges, coalescing, the crate's wrappers around joins); [`check_physical`] allows it.
-pub const PHYSICAL_OPERATORS_PER_LOGICAL: u32 = 4;
-
-/// Refuses a physical plan deeper than [`PHYSICAL_OPERATORS_PER_LOGICAL`] times
-/// [`MAX_PLAN_DEPTH`], or with a physical expression deeper than [`MAX_EXPRESSION_DEPTH`]: the
+/// Refuses a physical plan over [`SECOND_LINE`] times [`MAX_PLAN_DEPTH`] operators deep, or
+/// with a physical expression over [`SECOND_LINE`] times [`MAX_EXPRESSION_DEPTH`] levels: the
 /// plan that will be executed, measured as it will recurse (a second line behind
 /// [`check_plan`]).
 pub fn check_physical(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
-    let limit = (MAX_PLAN_DEPTH * PHYSICAL_OPERATORS_PER_LOGICAL) as usize;
+    let plan_limit = SECOND_LINE * MAX_PLAN_DEPTH as usize;
+    let expression_limit = SECOND_LINE * MAX_EXPRESSION_DEPTH as usize;
     let mut pending = vec![(Arc::clone(plan), 1usize)];
     while let Some((node, depth)) = pending.pop() {
-        if depth > limit {
+        if depth > plan_limit {
             return plan_err!(
-                "physical plan too deep: over {limit} operators ({PHYSICAL_OPERATORS_PER_LOGICAL} \
-                 per logical operator of max_plan_depth)"
+                "physical plan too deep: over {SECOND_LINE} times the limit of \
+                 {MAX_PLAN_DEPTH} operators (max_plan_depth)"
             );
         }
         let mut deepest = 0usize;
         node.apply_expressions(&mut |expr| {
-            deepest = deepest.max(physical_depth(expr));
+            deepest = deepest.max(physical_depth(expr, expression_limit));
             Ok(TreeNodeRecursion::Continue)
         })?;
-        if deepest > MAX_EXPRESSION_DEPTH as usize {
+        if deepest > expression_limit {
             return plan_err!(
-                "expression too deep after physical planning: over the limit of \
-                 {MAX_EXPRESSION_DEPTH} levels (max_expression_depth)"
+                "expression too deep after physical planning: over {SECOND_LINE} times the \
+                 limit of {MAX_EXPRESSION_DEPTH} levels (max_expression_depth)"
             );
         }
         for child in node.children() {
@@ -660,13 +665,14 @@ pub fn check_physical(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     Ok(())
 }
 
-/// The depth of a physical expression (iteratively: it is measured to be refused).
-fn physical_depth(expr: &Arc<dyn PhysicalExpr>) -> usize {
+/// The depth of a physical expression, or a depth over `limit` (iteratively: it is measured
+/// to be refused).
+fn physical_depth(expr: &Arc<dyn PhysicalExpr>, limit: usize) -> usize {
     let mut deepest = 0;
     let mut pending = vec![(Arc::clone(expr), 1usize)];
     while let Some((node, depth)) = pending.pop() {
         deepest = deepest.max(depth);
-        if depth > MAX_EXPRESSION_DEPTH as usize {
+        if depth > limit {
             break;
         }
         for child in node.children() {
