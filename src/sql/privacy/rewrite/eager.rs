@@ -26,7 +26,7 @@ use arrow::compute::prep_null_mask_filter;
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{exec_err, DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr::{Case, ScalarFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
@@ -250,42 +250,23 @@ pub fn internal_udf(name: &str) -> Option<Arc<ScalarUDF>> {
     }
 }
 
-/// `expr` (over `schema`) with every `CASE`, `AND` and `OR` made eager (bottom up, so nested
-/// ones too).
+/// `expr` (over `schema`) with every `CASE`, `AND` and `OR` made eager, nested ones too. Top
+/// down, so that a CASE's nullability is DataFusion's own typing of the expression as written
+/// (a walk as deep as DataFusion's), not of eager calls whose typing formats every argument.
 pub fn eager_expr(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let case = internal_udf(CASE).expect("registered above");
     let case_not_null = internal_udf(CASE_NOT_NULL).expect("registered above");
     let and = internal_udf(AND).expect("registered above");
     let or = internal_udf(OR).expect("registered above");
-    expr.transform_up(|e| match e {
+    expr.transform_down(|e| match e {
         Expr::Case(case_expr) => {
-            // As DataFusion types the CASE (its branches may be eager already).
-            let nullable = Expr::Case(case_expr.clone())
-                .nullable(schema)
-                .unwrap_or(true);
-            let mut args = Vec::with_capacity(case_expr.when_then_expr.len() * 2 + 1);
-            for (when, then) in case_expr.when_then_expr {
-                let when = match &case_expr.expr {
-                    Some(base) => Expr::BinaryExpr(BinaryExpr::new(
-                        Box::new(base.as_ref().clone()),
-                        Operator::Eq,
-                        when,
-                    )),
-                    None => *when,
-                };
-                args.push(when);
-                args.push(*then);
-            }
-            args.push(match case_expr.else_expr {
-                Some(otherwise) => *otherwise,
-                None => Expr::Literal(ScalarValue::Null, None),
-            });
+            let (case_expr, nullable) = case_nullable(case_expr, schema);
             let udf = match nullable {
                 true => Arc::clone(&case),
                 false => Arc::clone(&case_not_null),
             };
             Ok(Transformed::yes(Expr::ScalarFunction(
-                ScalarFunction::new_udf(udf, args),
+                ScalarFunction::new_udf(udf, case_arguments(case_expr)),
             )))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
@@ -301,6 +282,42 @@ pub fn eager_expr(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         other => Ok(Transformed::no(other)),
     })
+}
+
+/// `case` back, and whether DataFusion types it nullable.
+/// Moved in and out rather than cloned, and on a stack grown on demand: the walk over its
+/// branches is as deep as the expression, up to `max_expression_depth`.
+#[recursive::recursive]
+fn case_nullable(case: Case, schema: &DFSchema) -> (Case, bool) {
+    let expr = Expr::Case(case);
+    let nullable = expr.nullable(schema).unwrap_or(true);
+    match expr {
+        Expr::Case(case) => (case, nullable),
+        _ => unreachable!("built as a CASE above"),
+    }
+}
+
+/// The eager CASE's arguments: each `WHEN` (as `base = WHEN` for a simple CASE) then its
+/// `THEN`, and the `ELSE` last (`NULL` when absent).
+fn case_arguments(case: Case) -> Vec<Expr> {
+    let mut args = Vec::with_capacity(case.when_then_expr.len() * 2 + 1);
+    for (when, then) in case.when_then_expr {
+        let when = match &case.expr {
+            Some(base) => Expr::BinaryExpr(BinaryExpr::new(
+                Box::new(base.as_ref().clone()),
+                Operator::Eq,
+                when,
+            )),
+            None => *when,
+        };
+        args.push(when);
+        args.push(*then);
+    }
+    args.push(match case.else_expr {
+        Some(otherwise) => *otherwise,
+        None => Expr::Literal(ScalarValue::Null, None),
+    });
+    args
 }
 
 /// `plan` (optimised) with every expression of every node and subquery made eager, output
