@@ -1044,11 +1044,13 @@ fn fuzz_regressions_hold() {
                 failed.push(format!("line {}: no pair {name}", entry.line));
                 continue;
             };
+            let checked = Instant::now();
             let verdict = fuzz::check(&mut lab, pair, &entry.program);
             let short: String = entry.text.chars().take(160).collect();
             println!(
-                "line {} on {name}: {} ({}{}){}",
+                "line {} on {name} ({:.1} s): {} ({}{}){}",
                 entry.line,
+                checked.elapsed().as_secs_f64(),
                 if verdict.failures.is_empty() {
                     "ok"
                 } else {
@@ -1076,10 +1078,11 @@ fn fuzz_regressions_hold() {
         }
     }
     println!(
-        "regression corpus: {} programs, {} failures, {} worker restarts, {:.0} s",
+        "regression corpus: {} programs, {} failures, {} worker restarts ({:.0} s starting workers), {:.0} s",
         entries.len(),
         failed.len(),
         lab.restarts(),
+        lab.starting().as_secs_f64(),
         start.elapsed().as_secs_f64()
     );
     assert!(
@@ -1247,11 +1250,12 @@ fn fuzz_neighbours_for_a_bounded_time() {
             / total
     };
     println!(
-        "fuzz: seed {}, {programs} programs ({runs} runs) in {:.0} s on {} pairs, {} worker restarts",
+        "fuzz: seed {}, {programs} programs ({runs} runs) in {:.0} s on {} pairs, {} worker restarts ({:.0} s)",
         settings.seed,
         fuzz_start.elapsed().as_secs_f64(),
         lab.pairs.len(),
-        lab.restarts()
+        lab.restarts(),
+        lab.starting().as_secs_f64()
     );
     println!(
         "  planned {:.0}% (answered {:.0}%, failed in execution {:.0}%, died {:.0}%, timed out {:.0}%), refused {:.0}%; slow on both sides: {slow}",

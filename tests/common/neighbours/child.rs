@@ -346,8 +346,9 @@ pub struct Worker {
     lines: Receiver<String>,
     spec: PathBuf,
     log: PathBuf,
-    /// Workers started (the first, and one per death or timeout).
+    /// Workers started (the first, and one per death or timeout), and the time it took.
     pub started: usize,
+    pub starting: Duration,
 }
 
 /// The last non-empty line of a file that does not merely report the test's progress.
@@ -376,6 +377,7 @@ impl Worker {
     }
 
     fn spawn(spec: &Path, log: &Path) -> Self {
+        let begun = Instant::now();
         let exe = std::env::current_exe().expect("current_exe");
         let stderr = std::fs::File::create(log).expect("worker log");
         let mut child = Command::new(exe)
@@ -411,16 +413,20 @@ impl Worker {
                 }
             }
         });
-        let worker = Self {
+        let mut worker = Self {
             child,
             stdin,
             lines: rx,
             spec: spec.to_path_buf(),
             log: log.to_path_buf(),
             started: 0,
+            starting: Duration::ZERO,
         };
         match worker.lines.recv_timeout(Duration::from_secs(120)) {
-            Ok(l) if l == "ready" => worker,
+            Ok(l) if l == "ready" => {
+                worker.starting = begun.elapsed();
+                worker
+            }
             other => panic!(
                 "worker did not start ({other:?}): {}",
                 last_line(&worker.log)
@@ -432,9 +438,10 @@ impl Worker {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let started = self.started;
+        let (started, starting) = (self.started, self.starting);
         *self = Self::spawn(&self.spec.clone(), &self.log.clone());
         self.started = started + 1;
+        self.starting += starting;
     }
 
     /// How the worker ended (after its stdout closed).

@@ -109,6 +109,11 @@ impl Lab {
         self.d.started + self.p.started - 2
     }
 
+    /// Time spent starting workers.
+    pub fn starting(&self) -> Duration {
+        self.d.starting + self.p.starting
+    }
+
     /// `n` runs a side, interleaved D, D', D, D', ...; stops at the first death.
     pub fn sample(&mut self, pair: usize, program: &Program, n: usize) -> Sample {
         self.sample_on(pair, program, n, false)
@@ -530,7 +535,9 @@ fn judge(
 /// Runs `program` on `pair` (two runs a side), confirms what it finds with six more a side
 /// with the workers swapped (two more when every finding is an abort or a time or memory
 /// difference of 3x or more, which the repeats of one side never came near: a program of
-/// seconds is not repeated twelve times more), and returns the verdict.
+/// seconds is not repeated twelve times more), and returns the verdict. A deterministic
+/// difference, or a time or memory flag, must show in the confirming runs alone too (a flag
+/// also on all the runs together).
 pub fn check(lab: &mut Lab, pair: usize, program: &Program) -> Verdict {
     let mut sample = lab.sample(pair, program, 2);
     let outcome = sample.outcome();
@@ -551,6 +558,11 @@ pub fn check(lab: &mut Lab, pair: usize, program: &Program) -> Verdict {
         // Confirmed with the workers swapped (D' in the worker that ran D).
         let again = lab.sample_on(pair, program, if gross { 2 } else { 6 }, true);
         let (second, _) = judge(lab, &lab.pairs[pair], program, &again);
+        let replicated = |metric: &str| {
+            second
+                .iter()
+                .any(|s| matches!(s, Failure::Cost(c) if c.metric == metric))
+        };
         sample.extend(again);
         let (all, all_comparisons) = judge(lab, &lab.pairs[pair], program, &sample);
         comparisons = all_comparisons;
@@ -564,8 +576,9 @@ pub fn check(lab: &mut Lab, pair: usize, program: &Program) -> Verdict {
                 Failure::Aspect(d) => second
                     .iter()
                     .any(|s| matches!(s, Failure::Aspect(e) if e.aspect == d.aspect)),
-                // Time and memory are judged on all the runs.
-                Failure::Order(_) | Failure::Cost(_) => true,
+                // Time and memory: flagged on the confirming runs alone, and on all the runs.
+                Failure::Cost(c) => replicated(c.metric),
+                Failure::Order(_) => true,
             })
             .collect();
     }

@@ -1,7 +1,8 @@
 //! The fuzz grammar (issue 41): programs drawn from everything an analyst can reach in a
 //! locked session, in the spirit of SQLancer's and sqlsmith's grammar-driven generation and of
-//! DataFusion's own fuzz cases (`datafusion/core/tests/fuzz_cases`), which draw random plans
-//! and data and compare engines. Here the two "engines" are neighbouring tables.
+//! DataFusion's own fuzz cases (`datafusion/core/tests/fuzz_cases`), which run random inputs
+//! through an operator two ways and compare. Here the two ways are neighbouring tables, and
+//! what is compared is everything the analyst sees.
 //!
 //! - **Every function** a locked session resolves (scalar, aggregate, window, table), with
 //!   arguments of each type it accepts: the [`Catalogue`] is probed once at start-up, by asking
@@ -341,8 +342,8 @@ impl Catalogue {
     }
 
     /// The argument lists `f` accepts among the candidates: every list of up to two pool
-    /// items, lists of three and four that extend accepted ones or repeat one type, and the
-    /// example types of nothing else (the function's signature is the planner's).
+    /// items, and lists of three and four of a few shapes or extending accepted ones (the
+    /// planner's own signature check decides).
     fn probe_one(
         &mut self,
         name: &str,
@@ -367,6 +368,16 @@ impl Catalogue {
         for a in 0..WIDE {
             for b in 0..WIDE {
                 try_list(vec![a, b], &mut accepted);
+            }
+        }
+        // Longer lists: one type repeated, a first argument then another type repeated (an
+        // array and its positions, a string and its replacements), two of one type then
+        // another (a string, a delimiter, an index), and extensions of accepted shorter lists.
+        for a in 0..WIDE {
+            for b in 0..WIDE {
+                try_list(vec![a, b, b], &mut accepted);
+                try_list(vec![a, a, b], &mut accepted);
+                try_list(vec![a, b, b, b], &mut accepted);
             }
         }
         for arity in 3..=4 {
