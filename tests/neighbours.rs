@@ -42,6 +42,19 @@
 //! (2000 programs: about 140 s). `DP_NEIGHBOURS_VERBOSE=1` prints every difference,
 //! `DP_NEIGHBOURS_SHRINK=N` bounds the checks per shrink (default 60; 0: no shrinking).
 //!
+//! **The fuzzer (issue 41).** `fuzz_neighbours_for_a_bounded_time` draws programs from
+//! [`gen::grammar`] (every function a locked session resolves, with the argument types it
+//! accepts; `arrow_cast` to every type family; gates on one person's rows; CTE chains the
+//! optimiser inlines; joins of protected relations; prepared statements) and runs each on a
+//! pair of neighbours in child processes ([`child`]: the test binary re-executed as a worker
+//! per side), so that an abort or a stack overflow is observed instead of ending the harness.
+//! [`fuzz`] judges aborts, the D1 == D2 rule on the workers' observations, and CPU time, wall
+//! time and peak memory against the query's own spread, confirms, shrinks, and prints the
+//! line to append to the regression corpus (`tests/neighbours/regressions.sql`), which
+//! `fuzz_regressions_hold` runs every time. `DP_FUZZ_SECONDS` (150), `DP_FUZZ_SEED` (41),
+//! `DP_FUZZ_TIMEOUT` (10 s a run), `DP_FUZZ_SHRINK_SECONDS` (20), `DP_FUZZ_VERBOSE=1`;
+//! `fuzz_noise` (ignored) measures the noise the time and memory floors come from.
+//!
 //! **Known leaks.** [`known::KNOWN_LEAKS`] lists, in one place, the classes of differences
 //! current main shows (being fixed in parallel); they are reported, everything else fails.
 //! `the_harness_reports_a_leak_in_a_leaky_setup` checks that the harness can fail, and
@@ -51,8 +64,12 @@
 
 #[path = "common/neighbours/attacks.rs"]
 mod attacks;
+#[path = "common/neighbours/child.rs"]
+mod child;
 #[path = "common/neighbours/data.rs"]
 mod data;
+#[path = "common/neighbours/fuzz.rs"]
+mod fuzz;
 #[path = "common/neighbours/gen.rs"]
 mod gen;
 #[path = "common/neighbours/known.rs"]
@@ -511,8 +528,12 @@ fn split_program(text: &str) -> Program {
 
 /// The CI run: every pair's schema, the attack suite and the probes, and the generated
 /// programs. Fails on any difference outside [`KNOWN_LEAKS`].
+// The timing lock is held for the whole test, across its awaits, on purpose: it keeps the
+// fuzz tests' measurements from running beside it; nothing else on this test's runtime takes it.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neighbours_differ_only_in_dp_releases() -> Result<()> {
+    let _timing = timing_lock();
     let start = Instant::now();
     let world = world("ci", &LAYOUTS, |c| c).await?;
     let pairs = world.pairs.len();
@@ -560,8 +581,12 @@ async fn neighbours_differ_only_in_dp_releases() -> Result<()> {
 /// The harness can fail: with `visits` declared public (a mutation of the owner's
 /// configuration), an exact count differs between neighbours and is reported, outside the
 /// known leaks; the same query on the protected table is refused alike on both sides.
+// The timing lock is held for the whole test, across its awaits, on purpose: it keeps the
+// fuzz tests' measurements from running beside it; nothing else on this test's runtime takes it.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_harness_reports_a_leak_in_a_leaky_setup() -> Result<()> {
+    let _timing = timing_lock();
     let leaky = world("mutation", &[Layout::Parquet], |c| {
         c.replace("unit = \"patient_id\"", "protection = \"public\"")
     })
@@ -664,8 +689,12 @@ fn the_order_check_sees_rows_out_of_order() {
 /// (the bound the planner derived calibrates the noise): a unit with 3 rows in `north`, tag
 /// `a` (which `lookup` repeats), removed. Seeded (non-private, reproducible) noise; each
 /// audit is at confidence 1 - 1e-3.
+// The timing lock is held for the whole test, across its awaits, on purpose: it keeps the
+// fuzz tests' measurements from running beside it; nothing else on this test's runtime takes it.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answered_attacks_stay_within_their_bound() {
+    let _timing = timing_lock();
     use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
     use datafusion::datasource::MemTable;
     use datafusion_dp::sql::audit::SqlAudit;
@@ -913,4 +942,433 @@ async fn show_one_program() -> Result<()> {
         }
     }
     Ok(())
+}
+
+// ---- issue 41: the fuzzer, its regression corpus, its worker ----
+
+/// The fuzz tests measure time and memory: they take this lock, and so do the other heavy
+/// tests of this binary, so that none runs beside a measurement (libtest runs tests on as many
+/// threads as there are cores).
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The child process of the fuzz tests ([`child`]): idle unless started by them (with
+/// `DP_FUZZ_WORKER` set), then a worker answering programs on stdin until it closes.
+#[test]
+#[ignore]
+fn fuzz_worker() {
+    child::worker_main();
+}
+
+/// A runtime for the parent's own work (writing and opening the datasets, probing functions);
+/// programs run in the workers.
+fn parent_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Workers over every dataset of `world`, and its pairs as they index them.
+fn lab(world: &World) -> fuzz::Lab {
+    let mut dirs: Vec<String> = Vec::new();
+    let mut index = |dir: &str| match dirs.iter().position(|d| d == dir) {
+        Some(i) => i,
+        None => {
+            dirs.push(dir.to_string());
+            dirs.len() - 1
+        }
+    };
+    let pairs: Vec<fuzz::PairRef> = world
+        .pairs
+        .iter()
+        .map(|p| fuzz::PairRef {
+            name: p.name.clone(),
+            d: index(&p.d.dir),
+            p: index(&p.p.dir),
+            schema_changed: p.schema_changed.clone(),
+        })
+        .collect();
+    let configs: Vec<PathBuf> = dirs
+        .iter()
+        .map(|d| Path::new(d).join("owner.toml"))
+        .collect();
+    fuzz::Lab::start(&world.root, &world.ledger, &configs, pairs)
+}
+
+/// Issue 41's regression corpus (`tests/neighbours/regressions.sql`): its four classes of
+/// programs that abort the process or whose time or memory shows one person, and every program
+/// the fuzzer has failed on. Each runs in child processes on neighbouring tables (the pairs
+/// its line names, or parquet's add, remove and replace) and must not abort on either side,
+/// differ in a deterministic aspect, or differ in time or memory beyond its repeats' spread.
+/// **Fails until issue 41's fixes land** (plan limits, type-width bounds, eager CASE/AND/OR,
+/// joins that drain both sides, function cost classes); each failure names its corpus line.
+#[test]
+fn fuzz_regressions_hold() {
+    let _timing = timing_lock();
+    let start = Instant::now();
+    // DP_FUZZ_LINES=25,31: only the programs on those lines of the corpus.
+    let lines: Vec<usize> = std::env::var("DP_FUZZ_LINES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let entries: Vec<fuzz::CorpusEntry> = fuzz::corpus(&fuzz::corpus_path())
+        .into_iter()
+        .filter(|e| lines.is_empty() || lines.contains(&e.line))
+        .collect();
+    let defaults = ["parquet/add", "parquet/remove", "parquet/replace"];
+    let mut named: Vec<String> = entries.iter().flat_map(|e| e.pairs.clone()).collect();
+    named.extend(defaults.iter().map(|d| d.to_string()));
+    let layouts: Vec<Layout> = LAYOUTS
+        .into_iter()
+        .filter(|l| named.iter().any(|p| p.split('/').next() == Some(l.name())))
+        .collect();
+    let rt = parent_runtime();
+    let world = rt.block_on(world("corpus", &layouts, |c| c)).unwrap();
+    let mut lab = lab(&world);
+    lab.timeout = fuzz::Settings::from_env().corpus_timeout;
+    let mut failed = Vec::new();
+    for entry in &entries {
+        let pairs: Vec<String> = if entry.pairs.is_empty() {
+            defaults.iter().map(|p| p.to_string()).collect()
+        } else {
+            entry.pairs.clone()
+        };
+        for name in &pairs {
+            let Some(pair) = lab.pairs.iter().position(|p| &p.name == name) else {
+                failed.push(format!("line {}: no pair {name}", entry.line));
+                continue;
+            };
+            let checked = Instant::now();
+            let verdict = fuzz::check(&mut lab, pair, &entry.program);
+            let short: String = entry.text.chars().take(160).collect();
+            println!(
+                "line {} on {name} ({:.1} s): {} ({}{}){}",
+                entry.line,
+                checked.elapsed().as_secs_f64(),
+                if verdict.failures.is_empty() {
+                    "ok"
+                } else {
+                    "FAILED"
+                },
+                verdict.outcome,
+                match verdict.error.is_empty() {
+                    true => String::new(),
+                    false => format!(": {}", verdict.error.chars().take(200).collect::<String>()),
+                },
+                verdict
+                    .comparisons
+                    .iter()
+                    .map(|c| format!("; {}", c.show()))
+                    .collect::<String>()
+            );
+            for f in &verdict.failures {
+                failed.push(format!(
+                    "line {} on {name}: [{}] {}\n  {short}",
+                    entry.line,
+                    f.key(),
+                    f.show()
+                ));
+            }
+        }
+    }
+    println!(
+        "regression corpus: {} programs, {} failures, {} worker restarts ({:.0} s starting workers), {:.0} s",
+        entries.len(),
+        failed.len(),
+        lab.restarts(),
+        lab.starting().as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        failed.is_empty(),
+        "issue 41's regression corpus ({}) fails on {} runs (expected until its fixes land):\n{}",
+        fuzz::corpus_path(),
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// The fuzzer (issue 41): programs from the fuzz grammar ([`gen::grammar`]: every function a
+/// locked session resolves, casts to every type family, gates on one person's rows, CTE chains,
+/// protected joins, prepared statements), each on the next pair of neighbouring tables, in
+/// child processes, for `DP_FUZZ_SECONDS` (default 150) from seed `DP_FUZZ_SEED` (default 41).
+/// A failure (abort, deterministic difference, time or memory) is confirmed, shrunk, and
+/// printed with the line to append to the corpus; the test fails on any. A long run:
+/// `DP_FUZZ_SECONDS=1800 cargo test --all-features --test neighbours -- --nocapture fuzz_neighbours`.
+#[test]
+fn fuzz_neighbours_for_a_bounded_time() {
+    let _timing = timing_lock();
+    let settings = fuzz::Settings::from_env();
+    let start = Instant::now();
+    let rt = parent_runtime();
+    let world = rt.block_on(world("fuzz", &LAYOUTS, |c| c)).unwrap();
+    let catalogue = rt.block_on(async {
+        let ctx = world.pairs[0].d.session(&world.ledger).unwrap();
+        gen::grammar::Catalogue::probe(&ctx).unwrap()
+    });
+    println!(
+        "catalogue ({:.1} s): {}; without a signature found: {}",
+        start.elapsed().as_secs_f64(),
+        catalogue.summary(),
+        catalogue.untyped().join(", ")
+    );
+    let mut lab = lab(&world);
+    let mut generator = Generator::fuzz(settings.seed, Arc::new(catalogue));
+    let fuzz_start = Instant::now();
+    let deadline = fuzz_start + std::time::Duration::from_secs(settings.seconds);
+    let mut programs = 0usize;
+    let mut runs = 0usize;
+    // DP_FUZZ_VERBOSE=1: every program with its time and outcome, and an example of each
+    // kind of error.
+    let verbose = std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1");
+    let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    // Errors by their first words: how many, and the first example.
+    let mut errors: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut slow = 0usize;
+    let mut shrinking = std::time::Duration::ZERO;
+    let mut failures: Vec<String> = Vec::new();
+    // The first program of each kind of failure: (key, programs so far, seconds).
+    let mut first: Vec<(String, usize, f64)> = Vec::new();
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    // The largest ratios seen per metric: (ratio, comparison, pair, program).
+    let mut largest: BTreeMap<&'static str, Vec<(f64, String, String)>> = BTreeMap::new();
+    while Instant::now() < deadline {
+        let g = generator.program();
+        let program = g.program();
+        let pair = programs % lab.pairs.len();
+        programs += 1;
+        let checked = Instant::now();
+        let verdict = fuzz::check(&mut lab, pair, &program);
+        if verbose {
+            let short: String = fuzz::one_line(&program).chars().take(160).collect();
+            println!(
+                "program {programs} ({:.2} s, {}): {short}",
+                checked.elapsed().as_secs_f64(),
+                verdict.class()
+            );
+        }
+        runs += verdict.runs;
+        let line = fuzz::one_line(&program);
+        *outcomes.entry(verdict.class()).or_default() += 1;
+        if !verdict.error.is_empty() {
+            // The error's first words, numbers and quoted names left out.
+            let kind: String = verdict
+                .error
+                .split(|c: char| c == '\'' || c == '"' || c.is_ascii_digit())
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(90)
+                .collect();
+            let entry = errors.entry(kind).or_insert((0, String::new()));
+            entry.0 += 1;
+            if entry.1.is_empty() {
+                entry.1 = format!("{}\n      in {}", verdict.error, line);
+            }
+        }
+        slow += verdict.slow as usize;
+        for c in &verdict.comparisons {
+            let top = largest.entry(c.metric).or_default();
+            top.push((
+                c.ratio,
+                c.show(),
+                format!("{}: {}", lab.pairs[pair].name, line),
+            ));
+            top.sort_by(|a, b| b.0.total_cmp(&a.0));
+            top.truncate(3);
+        }
+        if verdict.failures.is_empty() {
+            continue;
+        }
+        // One report per program; the first kind of failure not seen before is shrunk (at
+        // most one shrink per kind in a run).
+        let mut keys: Vec<String> = Vec::new();
+        for f in &verdict.failures {
+            let key = f.key();
+            if !keys.contains(&key) {
+                keys.push(key);
+                *counts
+                    .entry(match f {
+                        fuzz::Failure::Abort { .. } => "aborts",
+                        fuzz::Failure::Aspect(_) | fuzz::Failure::Order(_) => "differences",
+                        fuzz::Failure::Cost(_) => "time/memory flags",
+                    })
+                    .or_default() += 1;
+            }
+        }
+        let name = lab.pairs[pair].name.clone();
+        let secs = fuzz_start.elapsed().as_secs_f64();
+        let new_key = keys
+            .iter()
+            .find(|k| !first.iter().any(|f| &f.0 == *k))
+            .cloned();
+        for k in &keys {
+            if !first.iter().any(|f| &f.0 == k) {
+                first.push((k.clone(), programs, secs));
+            }
+        }
+        let shrink_start = Instant::now();
+        let shrunk = new_key.as_ref().and_then(|key| {
+            // Within the run's time: nothing is shrunk past its end.
+            let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+            fuzz::shrink(&mut lab, pair, &g, key, settings.shrink_seconds.min(left))
+                .map(|s| fuzz::one_line(&s.program()))
+        });
+        shrinking += shrink_start.elapsed();
+        let keep = shrunk.clone().unwrap_or_else(|| line.clone());
+        let report = format!(
+            "FAILURE [{}] on {name}, program {programs} at {secs:.0} s\n  program: {}\n{}{}  append to tests/neighbours/regressions.sql:\n[{name}] {keep}",
+            keys.join(", "),
+            line.chars().take(2000).collect::<String>(),
+            shrunk
+                .as_ref()
+                .map(|s| format!("  shrunk ({}): {s}\n", new_key.clone().unwrap_or_default()))
+                .unwrap_or_default(),
+            verdict
+                .failures
+                .iter()
+                .map(|f| format!("  {}\n", f.show()))
+                .collect::<String>()
+        );
+        println!("{report}");
+        failures.push(report);
+    }
+    let total = programs.max(1) as f64;
+    let share = |names: &[&str]| {
+        100.0
+            * outcomes
+                .iter()
+                .filter(|(k, _)| names.contains(k))
+                .map(|(_, v)| *v)
+                .sum::<usize>() as f64
+            / total
+    };
+    println!(
+        "fuzz: seed {}, {programs} programs ({runs} runs) in {:.0} s on {} pairs, {} worker restarts ({:.0} s)",
+        settings.seed,
+        fuzz_start.elapsed().as_secs_f64(),
+        lab.pairs.len(),
+        lab.restarts(),
+        lab.starting().as_secs_f64()
+    );
+    println!(
+        "  planned {:.0}% (answered {:.0}%, failed in execution {:.0}%, died {:.0}%, timed out {:.0}%), refused {:.0}%; slow on both sides: {slow}",
+        share(&["answered", "failed in execution", "died", "timed out"]),
+        share(&["answered"]),
+        share(&["failed in execution"]),
+        share(&["died"]),
+        share(&["timed out"]),
+        share(&["refused"]),
+    );
+    println!(
+        "  {:.0} ms a run on average ({} runs), {:.0} s in runs, {:.0} s shrinking",
+        lab.busy.as_secs_f64() * 1000.0 / lab.runs.max(1) as f64,
+        lab.runs,
+        lab.busy.as_secs_f64(),
+        shrinking.as_secs_f64()
+    );
+    let mut common: Vec<(&String, &(usize, String))> = errors.iter().collect();
+    common.sort_by_key(|c| std::cmp::Reverse(c.1 .0));
+    for (kind, (n, example)) in common.iter().take(if verbose { 100 } else { 12 }) {
+        println!("  {n:>5} errors: {}", kind.replace('\n', " "));
+        if verbose {
+            let example: String = example.chars().take(1200).collect();
+            println!("      {}", example.replace('\n', " "));
+        }
+    }
+    println!(
+        "  aborts {}, differences {}, time/memory flags {}",
+        counts.get("aborts").unwrap_or(&0),
+        counts.get("differences").unwrap_or(&0),
+        counts.get("time/memory flags").unwrap_or(&0)
+    );
+    for (key, n, secs) in &first {
+        println!("  first [{key}] at program {n}, {secs:.0} s");
+    }
+    for (metric, top) in &largest {
+        for (ratio, shown, program) in top {
+            let program: String = program.chars().take(300).collect();
+            println!("  largest {metric} {ratio:.2}x: {shown}\n    {program}");
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "the fuzzer failed on {} programs (seed {}):\n{}",
+        failures.len(),
+        settings.seed,
+        failures.join("\n")
+    );
+}
+
+/// The noise the fuzzer's floors are derived from: programs repeated 20 times on D and 20 on
+/// D' (parquet/add), interleaved, in the workers; prints each side's quartiles of CPU time,
+/// wall time and peak memory and the largest difference between two runs of one side. Not in
+/// CI: `cargo test --all-features --test neighbours -- --ignored --nocapture fuzz_noise`.
+#[test]
+#[ignore]
+fn fuzz_noise() {
+    let _timing = timing_lock();
+    let rt = parent_runtime();
+    let world = rt
+        .block_on(world("noise", &[Layout::Parquet], |c| c))
+        .unwrap();
+    let mut lab = lab(&world);
+    let pair = lab
+        .pairs
+        .iter()
+        .position(|p| p.name == "parquet/add")
+        .unwrap();
+    let n = env_usize("DP_FUZZ_NOISE_RUNS", 20);
+    let programs = [
+        "SELECT dp_count(region, 1.0) FROM visits",
+        "SELECT dp_count(region, 1.0) FROM visits WHERE length(repeat(region, 1000)) > 3",
+        "SELECT dp_count(region, 1.0) FROM visits CROSS JOIN range(1000)",
+        "SELECT dp_count(region, 1.0) FROM visits JOIN (SELECT value % 7 AS k FROM range(300000)) AS q ON visits.patient_id % 7 = q.k",
+        "SELECT dp_count(a.patient_id, 0.01) FROM (SELECT * FROM visits WHERE patient_id = 9000000000000000007) a JOIN (SELECT patient_id, sha256(repeat(region || coalesce(tags, 'x'), 10000)) AS h FROM visits) b ON a.patient_id = b.patient_id WHERE length(b.h) > 3",
+    ];
+    let only = std::env::var("QUERY").unwrap_or_default();
+    for sql in programs.iter().filter(|q| q.contains(&only)) {
+        let sample = lab.sample(pair, &Program::one(sql), n);
+        println!("{sql}");
+        for m in &fuzz::METRICS {
+            for (side, runs) in [("D ", &sample.d), ("D'", &sample.p)] {
+                let mut v: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| match r {
+                        child::Run::Answered(_, c) => Some(match m.name {
+                            "cpu" => c.cpu_us as f64 / 1000.0,
+                            "wall" => c.wall_us as f64 / 1000.0,
+                            _ => c.peak_kib.unwrap_or(0) as f64 / 1024.0,
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                if v.is_empty() {
+                    continue;
+                }
+                let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+                println!(
+                    "  {:>6} {side}: min {:8.2} q1 {:8.2} median {:8.2} q3 {:8.2} max {:8.2} {}  (largest difference {:.2})",
+                    m.name,
+                    q(0.0),
+                    q(0.25),
+                    q(0.5),
+                    q(0.75),
+                    q(1.0),
+                    m.unit,
+                    q(1.0) - q(0.0)
+                );
+            }
+        }
+        for c in fuzz::cost_flags(&sample, lab.timeout) {
+            println!("  {}{}", c.show(), if c.flagged { "  FLAGGED" } else { "" });
+        }
+    }
 }

@@ -1,17 +1,39 @@
 //! Random analyst programs from a small grammar over the owner's tables (in the spirit of
 //! SQLancer and sqlsmith), and a shrinker that simplifies a failing program while it still
-//! shows the same difference.
+//! shows the same difference. [`grammar`] extends it (issue 41) to every function a locked
+//! session resolves, casts to every type family, chains of CTEs, joins of protected relations
+//! and prepared statements; [`Generator::new`] draws the programs it always drew.
 
 use super::data::{Rng, EXTREME, TARGET};
 use super::observe::Program;
+use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[path = "grammar.rs"]
+pub mod grammar;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Ty {
     Int,
     Num,
     Str,
     Bool,
     Date,
+    // The fuzz grammar's types ([`grammar`]): values built from the ones above.
+    /// A list (of any element type).
+    List,
+    Struct,
+    /// Bytes.
+    Bin,
+    /// A timestamp.
+    Ts,
+    /// A decimal.
+    Dec,
+    /// An interval.
+    Ival,
+    /// The untyped NULL.
+    Null,
+    /// Anything else (a map, a time, a duration): used through `IS NULL` only.
+    Other,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +55,9 @@ pub enum From {
     Table(String),
     /// `left JOIN right ON on`, or `CROSS JOIN` without `on`.
     Join(Box<From>, String, Option<Expr>),
+    /// `left <kind> right ON on` between two sources the shrinker can simplify (a join of
+    /// two protected relations).
+    Joined(Box<From>, &'static str, Box<From>, Expr),
     Sub(Box<Select>, String),
     Union(Box<Select>, Box<Select>, String),
 }
@@ -54,6 +79,11 @@ pub struct Gen {
     pub sets: Vec<String>,
     pub select: Select,
     pub explain: bool,
+    /// A chain of CTEs the select reads (`WITH ... chain AS (...)`).
+    pub chain: Option<grammar::Chain>,
+    /// Parameters (type, value): the query is prepared with `$1`, `$2`, ... in its text and
+    /// executed with these values.
+    pub params: Vec<(&'static str, String)>,
 }
 
 impl Expr {
@@ -143,6 +173,9 @@ impl From {
             From::Table(t) => t.clone(),
             From::Join(l, r, Some(on)) => format!("{} JOIN {r} ON {}", l.sql(), on.sql()),
             From::Join(l, r, None) => format!("{} CROSS JOIN {r}", l.sql()),
+            From::Joined(l, kind, r, on) => {
+                format!("{} {kind} {} ON {}", l.sql(), r.sql(), on.sql())
+            }
             From::Sub(s, alias) => format!("({}) AS {alias}", s.sql()),
             From::Union(a, b, alias) => format!("({} UNION ALL {}) AS {alias}", a.sql(), b.sql()),
         }
@@ -159,6 +192,17 @@ impl From {
                 }
                 for s in l.shrinks() {
                     out.push(From::Join(Box::new(s), r.clone(), on.clone()));
+                }
+            }
+            From::Joined(l, kind, r, on) => {
+                if *kind != "JOIN" {
+                    out.push(From::Joined(l.clone(), "JOIN", r.clone(), on.clone()));
+                }
+                for s in l.shrinks() {
+                    out.push(From::Joined(Box::new(s), kind, r.clone(), on.clone()));
+                }
+                for s in r.shrinks() {
+                    out.push(From::Joined(l.clone(), kind, Box::new(s), on.clone()));
                 }
             }
             From::Sub(s, alias) => {
@@ -266,15 +310,25 @@ impl Select {
 impl Gen {
     pub fn program(&self) -> Program {
         let mut statements = self.sets.clone();
-        let query = self.select.sql();
-        statements.push(if self.explain {
+        let mut query = self.select.sql();
+        if let Some(chain) = &self.chain {
+            query = format!("{} {query}", chain.sql());
+        }
+        let explain = self.explain && self.params.is_empty();
+        if !self.params.is_empty() {
+            let types: Vec<&str> = self.params.iter().map(|p| p.0).collect();
+            let values: Vec<&str> = self.params.iter().map(|p| p.1.as_str()).collect();
+            statements.push(format!("PREPARE q({}) AS {query}", types.join(", ")));
+            query = format!("EXECUTE q({})", values.join(", "));
+        }
+        statements.push(if explain {
             format!("EXPLAIN {query}")
         } else {
             query
         });
         Program {
             statements,
-            order_by: Some(if self.explain {
+            order_by: Some(if explain {
                 vec![]
             } else {
                 self.select.order_by.clone()
@@ -295,11 +349,17 @@ impl Gen {
             g.explain = false;
             out.push(g);
         }
+        if let Some(chain) = &self.chain {
+            for c in chain.shrinks() {
+                let mut g = self.clone();
+                g.chain = Some(c);
+                out.push(g);
+            }
+        }
         for s in self.select.shrinks() {
             out.push(Gen {
-                sets: self.sets.clone(),
                 select: s,
-                explain: self.explain,
+                ..self.clone()
             });
         }
         out
@@ -399,11 +459,20 @@ const SETS: [&str; 15] = [
 
 pub struct Generator {
     rng: Rng,
+    /// The fuzz grammar's functions ([`Generator::fuzz`]); `None`: the original grammar, whose
+    /// programs for a seed stay what they were.
+    catalogue: Option<Arc<grammar::Catalogue>>,
+    /// The fuzz grammar is drawing work meant to be costly (the largest sizes).
+    heavy: bool,
 }
 
 impl Generator {
     pub fn new(seed: u64) -> Self {
-        Self { rng: Rng(seed) }
+        Self {
+            rng: Rng(seed),
+            catalogue: None,
+            heavy: false,
+        }
     }
 
     fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
@@ -447,6 +516,7 @@ impl Generator {
                     "CAST(NULL AS DATE)",
                 ])
                 .to_string(),
+            other => return self.constructed_lit(other),
         };
         Expr::Lit(l)
     }
@@ -494,6 +564,10 @@ impl Generator {
     }
 
     fn expr(&mut self, src: &Source, ty: Ty, depth: u32) -> Expr {
+        // The fuzz grammar's calls and gates (no draw without a catalogue).
+        if let Some(e) = self.fuzz_expr(src, ty, depth) {
+            return e;
+        }
         if depth == 0 || self.chance(0.35) {
             return self.leaf(src, ty);
         }
@@ -645,6 +719,7 @@ impl Generator {
                 ),
                 _ => self.leaf(src, Ty::Date),
             },
+            other => self.constructed(src, other, d),
         }
     }
 
@@ -819,7 +894,12 @@ impl Generator {
     }
 
     fn dp_call(&mut self, src: &Source) -> Expr {
-        let eps = Expr::Lit(self.pick(&EPSILONS).to_string());
+        let eps = if self.catalogue.is_some() {
+            // The fuzz grammar: mostly valid, so that the program reaches execution.
+            self.eps()
+        } else {
+            Expr::Lit(self.pick(&EPSILONS).to_string())
+        };
         if self.chance(0.25) {
             return self.clamped_call(src, eps);
         }
@@ -839,7 +919,8 @@ impl Generator {
         } else {
             self.pick(dp_ratios()).to_string()
         };
-        if self.chance(0.3) {
+        // (The fuzz grammar passes options less often: most do not apply to every call.)
+        if self.chance(0.3) && (self.catalogue.is_none() || self.chance(0.3)) {
             args.push(Expr::Lit(format!("'{}'", self.pick(&OPTIONS))));
         }
         Expr::Func(name, args)
@@ -1016,6 +1097,14 @@ impl Generator {
     }
 
     pub fn program(&mut self) -> Gen {
+        if self.catalogue.is_some() {
+            return self.fuzz_program();
+        }
+        self.classic_program()
+    }
+
+    /// A program of the original grammar.
+    fn classic_program(&mut self) -> Gen {
         let select = match self.rng.below(20) {
             0..=12 => self.dp_select(),
             13 | 14 => {
@@ -1052,6 +1141,8 @@ impl Generator {
             sets,
             select,
             explain: self.chance(0.08),
+            chain: None,
+            params: vec![],
         }
     }
 }

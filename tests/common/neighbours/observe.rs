@@ -136,37 +136,69 @@ fn schema_text(
 /// text, the answer's schema, row count and (without releases) values, `EXPLAIN` of the last
 /// statement and `dp_budget()` afterwards. A panic is recorded as an error.
 pub async fn observe(data: Arc<Dataset>, program: Program, ledger: Arc<Path>) -> Observation {
+    observe_with(data, program, ledger, false).await.0
+}
+
+/// [`observe`], and what the observed (last) statement cost the process: CPU time, wall time
+/// and peak memory from its planning to its last batch ([`super::child::Usage`]; the worker
+/// of [`super::child`] runs one program at a time, so the process's use is the program's).
+pub async fn observe_measured(
+    data: Arc<Dataset>,
+    program: Program,
+    ledger: Arc<Path>,
+) -> (Observation, Option<super::child::Cost>) {
+    observe_with(data, program, ledger, true).await
+}
+
+async fn observe_with(
+    data: Arc<Dataset>,
+    program: Program,
+    ledger: Arc<Path>,
+    measure: bool,
+) -> (Observation, Option<super::child::Cost>) {
     let dir = data.dir.clone();
-    let handle = tokio::spawn(async move { observe_inner(&data, &program, &ledger).await });
-    let mut observation = match handle.await {
+    let handle =
+        tokio::spawn(async move { observe_inner(&data, &program, &ledger, measure).await });
+    let (mut observation, cost) = match handle.await {
         Ok(o) => o,
-        Err(e) => Observation {
-            aspects: vec![
-                ("outcome", "panic".into()),
-                ("error", format!("panic: {e}")),
-            ],
-            order: None,
-        },
+        Err(e) => (
+            Observation {
+                aspects: vec![
+                    ("outcome", "panic".into()),
+                    ("error", format!("panic: {e}")),
+                ],
+                order: None,
+            },
+            None,
+        ),
     };
     // Object-store paths are printed without the leading '/'.
     let relative = dir.trim_start_matches('/');
     for (_, text) in &mut observation.aspects {
         *text = text.replace(&dir, "<DATA>").replace(relative, "<DATA>");
     }
-    observation
+    (observation, cost)
 }
 
-async fn observe_inner(data: &Dataset, program: &Program, ledger: &Path) -> Observation {
+async fn observe_inner(
+    data: &Dataset,
+    program: &Program,
+    ledger: &Path,
+    measure: bool,
+) -> (Observation, Option<super::child::Cost>) {
     let mut aspects = Vec::new();
     let ctx = match data.session(ledger) {
         Ok(ctx) => ctx,
         Err(e) => {
             aspects.push(("outcome", "no session".into()));
             aspects.push(("error", e.to_string()));
-            return Observation {
-                aspects,
-                order: None,
-            };
+            return (
+                Observation {
+                    aspects,
+                    order: None,
+                },
+                None,
+            );
         }
     };
     let n = program.statements.len();
@@ -174,10 +206,13 @@ async fn observe_inner(data: &Dataset, program: &Program, ledger: &Path) -> Obse
         if let Err(e) = collect(&ctx, sql).await {
             aspects.push(("outcome", format!("error in statement {}", i + 1)));
             aspects.push(("error", e.to_string()));
-            return Observation {
-                aspects,
-                order: None,
-            };
+            return (
+                Observation {
+                    aspects,
+                    order: None,
+                },
+                None,
+            );
         }
     }
     let last = program.last();
@@ -189,14 +224,23 @@ async fn observe_inner(data: &Dataset, program: &Program, ledger: &Path) -> Obse
         aspects.push(("explain", explain));
     }
     let mut order = None;
-    match analyst_sql(&ctx, last).await {
+    let usage = measure.then(super::child::Usage::start);
+    let planned = analyst_sql(&ctx, last).await;
+    let result = match planned {
+        Ok(df) => {
+            let schema = Arc::new(df.schema().as_arrow().clone());
+            Ok((schema, df.collect().await))
+        }
+        Err(e) => Err(e),
+    };
+    let cost = usage.map(super::child::Usage::stop);
+    match result {
         Err(e) => {
             aspects.push(("outcome", "error".into()));
             aspects.push(("error", e.to_string()));
         }
-        Ok(df) => {
-            let schema = Arc::new(df.schema().as_arrow().clone());
-            match df.collect().await {
+        Ok((schema, collected)) => {
+            match collected {
                 Err(e) => {
                     aspects.push(("outcome", "error in execution".into()));
                     aspects.push(("error", e.to_string()));
@@ -224,7 +268,7 @@ async fn observe_inner(data: &Dataset, program: &Program, ledger: &Path) -> Obse
         Err(e) => format!("error: {e}"),
     };
     aspects.push(("budget", budget));
-    Observation { aspects, order }
+    (Observation { aspects, order }, cost)
 }
 
 /// One aspect that differs between D and D' although it did not vary within either.
