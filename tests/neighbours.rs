@@ -1005,8 +1005,9 @@ fn lab(world: &World) -> fuzz::Lab {
 /// the fuzzer has failed on. Each runs in child processes on neighbouring tables (the pairs
 /// its line names, or parquet's add, remove and replace) and must not abort on either side,
 /// differ in a deterministic aspect, or differ in time or memory beyond its repeats' spread.
-/// **Fails until issue 41's fixes land** (plan limits, type-width bounds, eager CASE/AND/OR,
-/// joins that drain both sides, function cost classes); each failure names its corpus line.
+/// Held by issue 41's fixes (plan limits, type-width bounds, eager CASE/AND/OR, joins that
+/// drain both sides, function cost classes, total forms that evaluate a batch alike whatever
+/// one row holds); each failure names its corpus line.
 #[test]
 fn fuzz_regressions_hold() {
     let _timing = timing_lock();
@@ -1087,7 +1088,7 @@ fn fuzz_regressions_hold() {
     );
     assert!(
         failed.is_empty(),
-        "issue 41's regression corpus ({}) fails on {} runs (expected until its fixes land):\n{}",
+        "issue 41's regression corpus ({}) fails on {} runs:\n{}",
         fuzz::corpus_path(),
         failed.len(),
         failed.join("\n")

@@ -38,6 +38,13 @@
 [parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 9000000000000000007 THEN levenshtein(repeat(region, 1000), repeat(reverse(region), 1000)) > 3 ELSE true END
 [parquet/remove] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 3 THEN levenshtein(repeat(region, 1000), repeat(reverse(region), 1000)) > 3 ELSE true END
 
+-- Issue 41, the total forms' fallbacks: a row over the output cap failed the batch, which was
+-- then evaluated row by row (the extreme person's `zz_farx` repeated past 64 KiB: peak memory
+-- 15.4 MiB against 7.6 MiB in line 33 above, before rows over the cap got NULL inputs); and a
+-- function failing on one person's value only (a division by zero) did the same.
+[parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM (SELECT patient_id, sha256(repeat(region || coalesce(tags, 'x'), 9500)) AS h FROM visits) b WHERE length(b.h) > 3
+[parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CAST(1000 / (patient_id - 9000000000000000007) AS BIGINT) IS NOT NULL
+
 -- Found by the fuzzer (shrunk where the run had time), before issue 41's fixes; the pair is
 -- the one it failed on. Classes: a type-sized allocation (arrow_cast to FixedSizeList or
 -- FixedSizeBinary of 10^7 to 2^31 - 1 elements, or nested to 2^32), an abort where it exceeds

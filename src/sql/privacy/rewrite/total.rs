@@ -111,12 +111,22 @@ impl ScalarUDFImpl for TryFunction {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = self.inner.name();
-        let bound = |args: &ScalarFunctionArgs| output_bound(name, args);
-        or_null(args, |args| match bound(&args) {
+        // Rows whose output would pass the cap get NULL inputs, on every batch whether or not
+        // a row is over: one evaluation of the batch either way. (Failing the batch instead
+        // made one person's long value turn the whole batch's evaluation into the fallback
+        // below: twice the memory of a `repeat` near the cap, with one person; issue 41.)
+        let args = match output_bounds(name, &args) {
+            Some(bounds) => match without_rows_over_the_cap(args, &bounds)? {
+                Ok(args) => args,
+                Err(every_row_null) => return Ok(every_row_null),
+            },
+            None => args,
+        };
+        or_null(args, |args| match output_bounds(name, &args) {
             // Past the cap on one row's output the function is not run: an allocation that
             // fails aborts the process (session 14's red team, `repeat` nested through
-            // subqueries). On a batch, the fallback then runs row by row.
-            Some(bytes) if bytes > MAX_OUTPUT_BYTES => {
+            // subqueries). Only a constant argument can still be over here.
+            Some(bounds) if bounds.iter().any(|b| *b > MAX_OUTPUT_BYTES) => {
                 Err(datafusion::common::DataFusionError::Execution(format!(
                     "{name}: output over {MAX_OUTPUT_BYTES} bytes a row"
                 )))
@@ -126,27 +136,82 @@ impl ScalarUDFImpl for TryFunction {
     }
 }
 
+/// `args` with every array argument NULL on the rows whose bound in `bounds` is over
+/// [`MAX_OUTPUT_BYTES`] (each size-multiplying function gives NULL for a NULL input); or,
+/// when every argument is a constant and the row is over, the NULL the call returns.
+fn without_rows_over_the_cap(
+    args: ScalarFunctionArgs,
+    bounds: &[u64],
+) -> Result<std::result::Result<ScalarFunctionArgs, ColumnarValue>> {
+    let constant = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    if constant {
+        return Ok(match bounds.first() {
+            Some(bound) if *bound > MAX_OUTPUT_BYTES => Err(ColumnarValue::Scalar(
+                ScalarValue::try_from(args.return_field.data_type())?,
+            )),
+            _ => Ok(args),
+        });
+    }
+    let over: arrow::array::BooleanArray =
+        bounds.iter().map(|b| Some(*b > MAX_OUTPUT_BYTES)).collect();
+    let masked = args
+        .args
+        .iter()
+        .map(|a| match a {
+            ColumnarValue::Array(array) => Ok(ColumnarValue::Array(
+                arrow::compute::kernels::nullif::nullif(array.as_ref(), &over)?,
+            )),
+            scalar => Ok(scalar.clone()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Ok(ScalarFunctionArgs {
+        args: masked,
+        ..args
+    }))
+}
+
 /// The most bytes a size-multiplying function (`repeat`, `replace`, ...) may produce for one
 /// row in a DP query; a row past it gets NULL.
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
 
-/// An upper bound on the bytes `name(args)` produces for its largest row, for the functions
-/// whose output can be many times their input; `None` for the others.
-fn output_bound(name: &str, args: &ScalarFunctionArgs) -> Option<u64> {
+/// An upper bound on the bytes `name(args)` produces for each row, for the functions whose
+/// output can be many times their input; `None` for the others.
+fn output_bounds(name: &str, args: &ScalarFunctionArgs) -> Option<Vec<u64>> {
     use arrow::array::AsArray;
     let rows = args.number_rows;
-    // Each argument's per-row byte length (strings) or value (integers), as u64.
+    // Each argument's per-row byte length (strings, bytes, lists, or the text of other
+    // values) or value (integers), as u64; 0 on a NULL row.
     let lengths = |i: usize| -> Option<Vec<u64>> {
         let array = args.args.get(i)?.to_array(rows).ok()?;
-        let array = arrow::compute::cast(&array, &DataType::LargeUtf8).ok()?;
-        let strings = array.as_string::<i64>();
-        Some((0..rows).map(|r| strings.value(r).len() as u64).collect())
+        let bytes = match row_bytes(array.as_ref()) {
+            Some(bytes) => bytes,
+            None => {
+                let text = arrow::compute::cast(&array, &DataType::LargeUtf8).ok()?;
+                let text = text.as_string::<i64>();
+                (0..rows).map(|r| text.value_length(r) as u64).collect()
+            }
+        };
+        Some(
+            (0..rows)
+                .map(|r| if array.is_null(r) { 0 } else { bytes[r] })
+                .collect(),
+        )
     };
     let integers = |i: usize| -> Option<Vec<u64>> {
         let array = args.args.get(i)?.to_array(rows).ok()?;
         let array = arrow::compute::cast(&array, &DataType::Int64).ok()?;
         let values = array.as_primitive::<arrow::datatypes::Int64Type>();
-        Some((0..rows).map(|r| values.value(r).max(0) as u64).collect())
+        Some(
+            (0..rows)
+                .map(|r| match values.is_null(r) {
+                    true => 0,
+                    false => values.value(r).max(0) as u64,
+                })
+                .collect(),
+        )
     };
     let per_row: Vec<u64> = match name {
         "repeat" => {
@@ -157,19 +222,31 @@ fn output_bound(name: &str, args: &ScalarFunctionArgs) -> Option<u64> {
                 .collect()
         }
         "array_repeat" | "list_repeat" | "array_resize" | "list_resize" => {
-            let element = args.args.get(if name.ends_with("repeat") { 0 } else { 2 });
-            let element_bytes = element
-                .and_then(|e| e.to_array(rows).ok())
-                .map(|a| {
-                    (a.get_array_memory_size() as u64)
-                        .checked_div(rows as u64)
-                        .unwrap_or(0)
-                })
-                .unwrap_or(0)
-                .max(8);
+            // Each row's element: its bytes (a string, bytes or list), its width, or the
+            // average of a nested type; at least 8 (a NULL element still takes a slot).
+            let element = args
+                .args
+                .get(if name.ends_with("repeat") { 0 } else { 2 })
+                .and_then(|e| e.to_array(rows).ok());
+            let element_bytes: Vec<u64> = match &element {
+                Some(a) => match (row_bytes(a.as_ref()), a.data_type().primitive_width()) {
+                    (Some(bytes), _) => (0..rows)
+                        .map(|r| if a.is_null(r) { 0 } else { bytes[r] })
+                        .collect(),
+                    (None, Some(width)) => vec![width as u64; rows],
+                    (None, None) => {
+                        let average = (a.get_array_memory_size() as u64)
+                            .checked_div(rows as u64)
+                            .unwrap_or(0);
+                        vec![average; rows]
+                    }
+                },
+                None => vec![0; rows],
+            };
             integers(1)?
                 .iter()
-                .map(|n| n.saturating_mul(element_bytes))
+                .zip(element_bytes)
+                .map(|(n, e)| n.saturating_mul(e.max(8)))
                 .collect()
         }
         // Every match (at most one per byte, and one more) becomes the replacement, which can
@@ -183,7 +260,7 @@ fn output_bound(name: &str, args: &ScalarFunctionArgs) -> Option<u64> {
         }
         _ => return None,
     };
-    per_row.into_iter().max()
+    Some(per_row)
 }
 
 /// A binary operator that can fail, as a total function: `try_divide(a, b)` is `a / b`, NULL
@@ -343,27 +420,54 @@ fn or_null(
             Err(_) => ColumnarValue::Scalar(ScalarValue::try_from(&return_type)?),
         });
     }
-    let mut rows: Vec<ArrayRef> = Vec::with_capacity(args.number_rows);
-    for row in 0..args.number_rows {
-        let one = ScalarFunctionArgs {
-            args: args
-                .args
-                .iter()
-                .map(|a| match a {
-                    ColumnarValue::Array(array) => ColumnarValue::Array(array.slice(row, 1)),
-                    scalar => scalar.clone(),
-                })
-                .collect(),
-            number_rows: 1,
-            ..args.clone()
-        };
-        rows.push(match evaluate(one).and_then(|v| v.to_array(1)) {
-            Ok(value) if value.len() == 1 => value,
-            _ => new_null_array(&return_type, 1),
-        });
-    }
-    let parts: Vec<&dyn Array> = rows.iter().map(|a| a.as_ref()).collect();
+    let mut parts: Vec<ArrayRef> = Vec::new();
+    by_halves(
+        &args,
+        0,
+        args.number_rows,
+        &evaluate,
+        &return_type,
+        &mut parts,
+    );
+    let parts: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
     Ok(ColumnarValue::Array(arrow::compute::concat(&parts)?))
+}
+
+/// Rows `start..end` of `args` evaluated into `parts`: in one call if that succeeds, else as
+/// two halves, down to a single row that fails, which gets NULL. A batch with one failing row
+/// costs about twice its evaluation and 2 log2(rows) calls, not one call a row: the fallback
+/// row by row made one person's failing value (`1 / (patient_id - K)`) cost the whole batch
+/// a call per row (issue 41).
+fn by_halves(
+    args: &ScalarFunctionArgs,
+    start: usize,
+    end: usize,
+    evaluate: &dyn Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
+    return_type: &DataType,
+    parts: &mut Vec<ArrayRef>,
+) {
+    let rows = end - start;
+    let slice = ScalarFunctionArgs {
+        args: args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Array(array) => ColumnarValue::Array(array.slice(start, rows)),
+                scalar => scalar.clone(),
+            })
+            .collect(),
+        number_rows: rows,
+        ..args.clone()
+    };
+    match evaluate(slice).and_then(|v| v.to_array(rows)) {
+        Ok(value) if value.len() == rows => parts.push(value),
+        _ if rows == 1 => parts.push(new_null_array(return_type, 1)),
+        _ => {
+            let middle = start + rows / 2;
+            by_halves(args, start, middle, evaluate, return_type, parts);
+            by_halves(args, middle, end, evaluate, return_type, parts);
+        }
+    }
 }
 
 /// `value` with NULL on each row whose string, bytes or list takes more than
@@ -378,15 +482,19 @@ fn cap_output(value: ColumnarValue) -> Result<ColumnarValue> {
     let Some(sizes) = sizes else {
         return Ok(ColumnarValue::Array(array));
     };
-    if sizes.iter().all(|s| *s <= MAX_OUTPUT_BYTES) {
-        return Ok(ColumnarValue::Array(array));
-    }
-    let keep: arrow::array::BooleanArray =
-        sizes.iter().map(|s| Some(*s <= MAX_OUTPUT_BYTES)).collect();
-    let nulls = new_null_array(array.data_type(), array.len());
-    Ok(ColumnarValue::Array(arrow::compute::kernels::zip::zip(
-        &keep, &array, &nulls,
-    )?))
+    // The rows over the cap made NULL through the validity bitmap on every batch, whether or
+    // not one is over: the values stay where they are (no copy whose size would depend on
+    // one person's row), and only the bitmap is rebuilt.
+    let keep: arrow::buffer::BooleanBuffer = sizes.iter().map(|s| *s <= MAX_OUTPUT_BYTES).collect();
+    let nulls = arrow::buffer::NullBuffer::union(
+        array.nulls(),
+        Some(&arrow::buffer::NullBuffer::new(keep)),
+    );
+    let data = array.to_data().into_builder().nulls(nulls);
+    // SAFETY: only the validity bitmap changes, to one of the array's length; offsets, values
+    // and children are the array's own, already valid.
+    let data = unsafe { data.build_unchecked() };
+    Ok(ColumnarValue::Array(arrow::array::make_array(data)))
 }
 
 /// Each row's bytes, for strings, bytes and lists (a list row: its elements' share of the
