@@ -38,6 +38,12 @@
 [parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 9000000000000000007 THEN levenshtein(repeat(region, 1000), repeat(reverse(region), 1000)) > 3 ELSE true END
 [parquet/remove] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 3 THEN levenshtein(repeat(region, 1000), repeat(reverse(region), 1000)) > 3 ELSE true END
 
+-- Issue 41, work gated on one person's rows by CASE with a constant, costly setup: a regular
+-- expression of 8,000 alternatives is compiled only when a row reaches its branch (DataFusion's
+-- CASE skips a branch no row selects); evaluated eagerly, it is compiled on both sides.
+[parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 9000000000000000007 THEN regexp_like(region, '({{8000:w{i}|}}w0)') ELSE true END
+[parquet/remove] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CASE WHEN patient_id = 3 THEN regexp_like(region, '({{8000:w{i}|}}w0)') ELSE true END
+
 -- Issue 41, the total forms' fallbacks: a row over the output cap failed the batch, which was
 -- then evaluated row by row (the extreme person's `zz_farx` repeated past 64 KiB: peak memory
 -- 15.4 MiB against 7.6 MiB in line 33 above, before rows over the cap got NULL inputs); and a
