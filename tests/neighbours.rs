@@ -1022,8 +1022,19 @@ fn fuzz_regressions_hold() {
         .into_iter()
         .filter(|e| lines.is_empty() || lines.contains(&e.line))
         .collect();
+    // The open findings too, unless a corpus or lines were chosen: only their time and memory
+    // may differ.
+    let open: Vec<fuzz::CorpusEntry> =
+        match std::env::var_os("DP_FUZZ_CORPUS").is_none() && lines.is_empty() {
+            true => fuzz::corpus(fuzz::OPEN),
+            false => Vec::new(),
+        };
     let defaults = ["parquet/add", "parquet/remove", "parquet/replace"];
-    let mut named: Vec<String> = entries.iter().flat_map(|e| e.pairs.clone()).collect();
+    let mut named: Vec<String> = entries
+        .iter()
+        .chain(&open)
+        .flat_map(|e| e.pairs.clone())
+        .collect();
     named.extend(defaults.iter().map(|d| d.to_string()));
     let layouts: Vec<Layout> = LAYOUTS
         .into_iter()
@@ -1034,7 +1045,12 @@ fn fuzz_regressions_hold() {
     let mut lab = lab(&world);
     lab.timeout = fuzz::Settings::from_env().corpus_timeout;
     let mut failed = Vec::new();
-    for entry in &entries {
+    let mut open_flags = 0;
+    let all = entries
+        .iter()
+        .map(|e| (e, "line"))
+        .chain(open.iter().map(|e| (e, "open line")));
+    for (entry, which) in all {
         let pairs: Vec<String> = if entry.pairs.is_empty() {
             defaults.iter().map(|p| p.to_string()).collect()
         } else {
@@ -1046,10 +1062,17 @@ fn fuzz_regressions_hold() {
                 continue;
             };
             let checked = Instant::now();
-            let verdict = fuzz::check(&mut lab, pair, &entry.program);
+            let mut verdict = fuzz::check(&mut lab, pair, &entry.program);
+            if which == "open line" {
+                let before = verdict.failures.len();
+                verdict
+                    .failures
+                    .retain(|f| !matches!(f, fuzz::Failure::Cost(_)));
+                open_flags += before - verdict.failures.len();
+            }
             let short: String = entry.text.chars().take(160).collect();
             println!(
-                "line {} on {name} ({:.1} s): {} ({}{}){}",
+                "{which} {} on {name} ({:.1} s): {} ({}{}){}",
                 entry.line,
                 checked.elapsed().as_secs_f64(),
                 if verdict.failures.is_empty() {
@@ -1070,7 +1093,7 @@ fn fuzz_regressions_hold() {
             );
             for f in &verdict.failures {
                 failed.push(format!(
-                    "line {} on {name}: [{}] {}\n  {short}",
+                    "{which} {} on {name}: [{}] {}\n  {short}",
                     entry.line,
                     f.key(),
                     f.show()
@@ -1079,9 +1102,11 @@ fn fuzz_regressions_hold() {
         }
     }
     println!(
-        "regression corpus: {} programs, {} failures, {} worker restarts ({:.0} s starting workers), {:.0} s",
+        "regression corpus: {} programs, {} failures; open findings: {} programs, {open_flags} \
+         time or memory flags (not failures); {} worker restarts ({:.0} s starting workers), {:.0} s",
         entries.len(),
         failed.len(),
+        open.len(),
         lab.restarts(),
         lab.starting().as_secs_f64(),
         start.elapsed().as_secs_f64()

@@ -51,6 +51,15 @@
 [parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM (SELECT patient_id, sha256(repeat(region || coalesce(tags, 'x'), 9500)) AS h FROM visits) b WHERE length(b.h) > 3
 [parquet/add, parquet/replace] SELECT dp_count(patient_id, 0.01) FROM visits WHERE CAST(1000 / (patient_id - 9000000000000000007) AS BIGINT) IS NOT NULL
 
+-- Found by the fuzzer after issue 41's fixes (30 minutes, seed 7, program 12,915): a call that
+-- fails on every batch (a pattern that does not compile) on an empty batch, which the fallback
+-- by halves split forever, each level on a stack segment grown on demand, until the process's
+-- memory was exhausted (`memory allocation of 112 bytes failed`). The filter leaves no row.
+[parquet/replace] SELECT dp_count(regexp_like(CAST(x AS VARCHAR), '(a'), 0.1) FROM t WHERE starts_with(concat_ws(with_metadata(100, 'base64', 'sha256'), CASE WHEN (id = 3) THEN cast_to_type(0, DATE '9999-12-31') ELSE DATE '0001-01-01' END), reverse(NULL))
+
+-- The same run, program 21,036 (not shrunk), likely the same split of an empty batch.
+[hive-parquet/replace] SELECT dp_rd_ci(CASE WHEN a.patient_id IN (3, 9000000000000000007) THEN iszero(a.patient_id) ELSE true END, array_has(make_array(1, 2, 3), a.patient_id), 0.1) FROM (SELECT * FROM visits WHERE (patient_id = 3)) AS a JOIN (SELECT patient_id, log(CASE WHEN (patient_id = 3) THEN floor(1) ELSE 1e300 END, CASE WHEN (patient_id = 3) THEN cast_to_type(abs(patient_id), patient_id) ELSE 2 END) AS h, (concat_ws(CAST(ln(1e-300) AS BIGINT), lpad(region, 10000, 'ab')) IS NULL) AS h2 FROM visits) AS b ON (a.patient_id = b.patient_id) WHERE ((b.h > 0) OR coalesce(b.h2, false))
+
 -- Found by the fuzzer (shrunk where the run had time), before issue 41's fixes; the pair is
 -- the one it failed on. Classes: a type-sized allocation (arrow_cast to FixedSizeList or
 -- FixedSizeBinary of 10^7 to 2^31 - 1 elements, or nested to 2^32), an abort where it exceeds
