@@ -1125,7 +1125,10 @@ fn fuzz_regressions_hold() {
 /// protected joins, prepared statements), each on the next pair of neighbouring tables, in
 /// child processes, for `DP_FUZZ_SECONDS` (default 150) from seed `DP_FUZZ_SEED` (default 41).
 /// A failure (abort, deterministic difference, time or memory) is confirmed, shrunk, and
-/// printed with the line to append to the corpus; the test fails on any. A long run:
+/// printed with the line to append to the corpus. The test fails on an abort or a difference;
+/// a time or memory flag alone is printed with the line for `tests/neighbours/open.sql` (the
+/// classes "What is not covered" names stay open, and a small query's peak memory also
+/// depends on the worker's past), and fails it with `DP_FUZZ_STRICT=1`. A long run:
 /// `DP_FUZZ_SECONDS=1800 cargo test --all-features --test neighbours -- --nocapture fuzz_neighbours`.
 #[test]
 fn fuzz_neighbours_for_a_bounded_time() {
@@ -1153,6 +1156,8 @@ fn fuzz_neighbours_for_a_bounded_time() {
     // DP_FUZZ_VERBOSE=1: every program with its time and outcome, and an example of each
     // kind of error.
     let verbose = std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1");
+    // DP_FUZZ_STRICT=1: a time or memory flag fails the run too.
+    let strict = std::env::var("DP_FUZZ_STRICT").is_ok_and(|v| v == "1");
     let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
     // Errors by their first words: how many, and the first example.
     let mut errors: BTreeMap<String, (usize, String)> = BTreeMap::new();
@@ -1248,8 +1253,18 @@ fn fuzz_neighbours_for_a_bounded_time() {
         });
         shrinking += shrink_start.elapsed();
         let keep = shrunk.clone().unwrap_or_else(|| line.clone());
+        // Time and memory alone: a class the fixes do not close yet ("What is not covered"),
+        // or a new one; printed, and a failure only with DP_FUZZ_STRICT=1.
+        let hard = verdict
+            .failures
+            .iter()
+            .any(|f| !matches!(f, fuzz::Failure::Cost(_)));
+        let file = match hard {
+            true => "regressions.sql",
+            false => "open.sql (or regressions.sql, once its class is closed)",
+        };
         let report = format!(
-            "FAILURE [{}] on {name}, program {programs} at {secs:.0} s\n  program: {}\n{}{}  append to tests/neighbours/regressions.sql:\n[{name}] {keep}",
+            "FAILURE [{}] on {name}, program {programs} at {secs:.0} s\n  program: {}\n{}{}  append to tests/neighbours/{file}:\n[{name}] {keep}",
             keys.join(", "),
             line.chars().take(2000).collect::<String>(),
             shrunk
@@ -1263,7 +1278,9 @@ fn fuzz_neighbours_for_a_bounded_time() {
                 .collect::<String>()
         );
         println!("{report}");
-        failures.push(report);
+        if hard || strict {
+            failures.push(report);
+        }
     }
     let total = programs.max(1) as f64;
     let share = |names: &[&str]| {

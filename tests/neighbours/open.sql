@@ -120,3 +120,8 @@
 
 -- program 24228 (1614 s), cpu time: own values (a substring search over the person's padded region)
 [in-memory/replace] PREPARE q(BIGINT) AS SELECT dp_count(contains(rpad(w.region, 1000), repeat('north', 100)), 0.01), dp_quantile(sqrt(abs(ln(3.0))), 0.5, 0, 1e308, 0.1) FROM (SELECT patient_id, region, lead(CASE WHEN (patient_id = $1) THEN visit_date ELSE CAST(NULL AS DATE) END) OVER (PARTITION BY patient_id) AS r FROM visits) AS w WHERE ((NOT (w.patient_id = $1)) OR (array_element(generate_series(1, 10000), w.patient_id) > 0)); EXECUTE q(9000000000000000007)
+
+-- Found by CI's 150-second run (seed 41) after the fixes: one memory flag on a CSV table.
+
+-- program 2271 (123 s), peak memory: layout (memory, CSV/NDJSON)
+[csv/replace] SELECT dp_count(sqrt(abs(a.score)), 0.01) FROM (SELECT * FROM visits) AS a RIGHT JOIN (SELECT patient_id, least((NOT coalesce(NULL))) AS h, (to_unixtime(nvl2(1e-300, patient_id, patient_id)) IS NULL) AS h2 FROM visits) AS b ON (a.patient_id = b.patient_id) WHERE (b.h OR coalesce(b.h2, false))
