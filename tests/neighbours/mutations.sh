@@ -49,6 +49,6 @@ for m in "${mutations[@]}"; do
       fuzz_regressions >"$log" 2>&1; then
     echo "corpus holds (the mutation is not caught)"
   else
-    grep -E "regression corpus:|^line .*: \[|error(\[|:)" "$log" | cut -c1-200 | head -8
+    grep -E "regression corpus:|^(open )?line .*: \[|^error(\[|:)" "$log" | cut -c1-200 | head -8
   fi
 done
