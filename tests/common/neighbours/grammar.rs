@@ -849,6 +849,17 @@ impl Generator {
         }
     }
 
+    /// Arguments for `args` over `src`: an interesting literal where the function reads a
+    /// literal, else an expression one level deep.
+    fn arguments(&mut self, args: &[Arg], src: &Source) -> Vec<Expr> {
+        args.iter()
+            .map(|a| match a.literal {
+                true => self.interesting(a.ty),
+                false => self.expr(src, a.ty, 1),
+            })
+            .collect()
+    }
+
     /// A call of a scalar function of the registry returning `ty` (or any, made `ty` by `IS
     /// NULL` or a cast to a string), each argument amplified with probability `amplify`.
     fn call(&mut self, src: &Source, ty: Ty, d: u32, amplify: f64) -> Expr {
@@ -1025,16 +1036,7 @@ impl Generator {
                 }
                 let f = &cat.functions[*self.pick(&aggs)];
                 let (args, ret) = self.pick(&f.sigs).clone();
-                let args: Vec<Expr> = args
-                    .iter()
-                    .map(|a| {
-                        if a.literal {
-                            self.interesting(a.ty)
-                        } else {
-                            self.expr(&visits, a.ty, 1)
-                        }
-                    })
-                    .collect();
+                let args = self.arguments(&args, &visits);
                 let mut c = vec![("s.patient_id".to_string(), Ty::Int)];
                 if matches!(ret, Ty::Int | Ty::Num | Ty::Str | Ty::Bool | Ty::Date) {
                     c.push(("s.a".into(), ret));
@@ -1068,16 +1070,7 @@ impl Generator {
                 }
                 let f = &cat.functions[*self.pick(&windows)];
                 let (args, ret) = self.pick(&f.sigs).clone();
-                let args: Vec<Expr> = args
-                    .iter()
-                    .map(|a| {
-                        if a.literal {
-                            self.interesting(a.ty)
-                        } else {
-                            self.expr(&visits, a.ty, 1)
-                        }
-                    })
-                    .collect();
+                let args = self.arguments(&args, &visits);
                 let over = self
                     .pick(&[
                         "PARTITION BY patient_id ORDER BY visit_date",
@@ -1477,17 +1470,7 @@ impl Generator {
             cols: vec![("k".to_string(), Ty::Str), ("v".to_string(), Ty::Int)],
             unit: None,
         };
-        let args_for = |g: &mut Generator, args: &[Arg]| -> Vec<Expr> {
-            args.iter()
-                .map(|a| {
-                    if a.literal {
-                        g.interesting(a.ty)
-                    } else {
-                        g.expr(&lookup, a.ty, 1)
-                    }
-                })
-                .collect()
-        };
+        let args_for = |g: &mut Generator, args: &[Arg]| g.arguments(args, &lookup);
         let simple = |items: Vec<(Expr, Option<String>)>, from: From| Select {
             items,
             from,
