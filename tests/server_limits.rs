@@ -1076,3 +1076,86 @@ async fn a_query_over_its_memory_share_fails_alone() {
     assert_eq!(charges(&dir.join("alice.ledger")), 0);
     assert_eq!(charges(&dir.join("bob.ledger")), 3);
 }
+
+/// Issue 42's pool attack: one analyst (alice) sends thirty memory-hungry joins at once,
+/// each within `query_memory_limit`, together past the process's `memory_limit`. Each
+/// analyst's queries draw on a share of their own (`analyst_memory_limit`, here half of
+/// `memory_limit` for two analysts), so alice's joins are refused memory naming her share,
+/// and every DP query bob sends meanwhile (over 300,000 rows: about 20 MiB at its peak) is
+/// answered and charged exactly once. When all queries shared the process's pool (checked by
+/// making the queries draw on it), alice's joins left less free than bob's query needs, and
+/// his DP queries failed after their charge with an error saying a protected row's error was
+/// withheld (49 of 49 in the issue's run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_analyst_filling_memory_does_not_fail_another_s_charged_queries() {
+    let dir = test_dir("analyst-memory");
+    let visits = dir.join("visits.csv");
+    let mut csv = String::from("visit_id,patient_id,region,month,exposed,outcome\n");
+    for i in 0..300_000u64 {
+        let patient = i.wrapping_mul(2_654_435_761) % 100_000;
+        csv.push_str(&format!(
+            "{i},{patient},r{},2026-01,{},{}\n",
+            i % 20,
+            i % 2 == 0,
+            i % 5 == 0
+        ));
+    }
+    std::fs::write(&visits, csv).unwrap();
+    let path = config(&dir, "max_queries_per_analyst = 32");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(VISITS, visits.to_str().unwrap())
+        + "[limits]\nmemory_limit = \"256MiB\"\nquery_memory_limit = \"32MiB\"\n\
+           query_timeout_seconds = 60\n";
+    std::fs::write(&path, text).unwrap();
+    let mut server = Server::start(&path);
+    let url = server.url();
+    // A hash join whose build side (300,000 rows) holds 8-16 MiB while its probe side
+    // streams for many seconds.
+    let hungry = "SELECT count(*) AS n FROM (SELECT value AS v FROM range(300000)) a \
+                  JOIN (SELECT value % 3000000 AS w FROM range(400000000)) b ON a.v = b.w";
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let mut hogs = Vec::new();
+    for _ in 0..30 {
+        let mut alice = alice.clone();
+        hogs.push(tokio::spawn(async move { query(&mut alice, hungry).await }));
+    }
+    // Let the joins build their hash tables.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    let mut answered = 0;
+    for _ in 0..5 {
+        let batches = query(&mut bob, DP_QUERY).await.unwrap_or_else(|e| {
+            panic!("bob's DP query failed while alice's joins held memory: {e}")
+        });
+        assert_eq!(rows(&batches), 1);
+        answered += 1;
+    }
+    let mut refused = 0;
+    for hog in &hogs {
+        hog.abort();
+    }
+    for hog in hogs {
+        if let Ok(Err(err)) = hog.await {
+            if err.contains("Resources exhausted") {
+                assert!(
+                    err.contains("analyst_memory_limit") && !err.contains("memory_limit) was full"),
+                    "alice's refusals name her own share: {err}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "alice's joins together pass her share: some are refused"
+    );
+    // Alice can still query within her share once her joins are gone.
+    assert_eq!(
+        rows(&query(&mut alice, "SELECT 1 AS one").await.unwrap()),
+        1
+    );
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("bob.ledger")), answered);
+    assert_eq!(charges(&dir.join("alice.ledger")), 0);
+}

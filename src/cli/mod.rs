@@ -140,7 +140,7 @@ async fn collect_within_deadline(
     let result = MemoryConsumer::new("dpsql result").register(&ctx.runtime_env().memory_pool);
     let mut batches = Vec::new();
     while let Some(batch) = stream.next().await {
-        let batch = batch?;
+        let batch = batch.map_err(name_the_memory_limit)?;
         result
             .try_grow(batch.get_array_memory_size())
             .map_err(|_| {
@@ -153,6 +153,20 @@ async fn collect_within_deadline(
         batches.push(batch);
     }
     Ok(StatementResult { schema, batches })
+}
+
+/// A resources error of an analyst's statement, naming the limit that refused it: the
+/// session's pool is the owner's `[limits] memory_limit` (a DP aggregation's error text is
+/// withheld, but a refusal of memory stays a resources error).
+fn name_the_memory_limit(error: DataFusionError) -> DataFusionError {
+    match error.find_root() {
+        DataFusionError::ResourcesExhausted(message) if !message.contains("[limits]") => {
+            DataFusionError::ResourcesExhausted(format!(
+                "{message}; the session's memory ([limits] memory_limit) was full"
+            ))
+        }
+        _ => error,
+    }
 }
 
 async fn collect(frame: datafusion::prelude::DataFrame) -> Result<StatementResult> {

@@ -36,6 +36,7 @@
 //! [limits]
 //! memory_limit = "4GiB"          # all queries together (the default); then a resources error
 //! query_memory_limit = "1GiB"    # one query (default: a quarter of memory_limit)
+//! # analyst_memory_limit = "1GiB" # one analyst's queries (default: an equal share each)
 //! # spill_directory = "/var/tmp/dp-spill"   # spill there instead; no spilling by default
 //! query_timeout_seconds = 600    # a query running longer is stopped (the default)
 //! ```
@@ -263,6 +264,13 @@ pub struct LimitsConfig {
     /// `memory_limit`: one analyst's query cannot take the whole pool from the others' queries.
     /// At most `memory_limit`; default a quarter of it ([`default_query_memory_limit`]).
     pub query_memory_limit: usize,
+    /// The memory all queries of one analyst may hold together in `dp-server`
+    /// (`analyst_memory_limit = "1GiB"`), in bytes: each analyst's queries draw on a share of
+    /// `memory_limit` of their own, so what one analyst holds never refuses memory to
+    /// another's query (which would fail after its charge for a reason of someone else's
+    /// making). The shares together are at most `memory_limit`; default an equal share for each
+    /// configured analyst ([`default_analyst_memory_limit`]).
+    pub analyst_memory_limit: usize,
     /// Where sorts and aggregations spill when they are over their share of the memory;
     /// `None` (the default): no spilling, the query fails with a resources error instead
     /// (nothing an analyst sends fills the owner's disk).
@@ -285,11 +293,19 @@ pub fn default_query_memory_limit(memory_limit: usize) -> usize {
     (memory_limit / 4).max(1)
 }
 
+/// The default of `[limits] analyst_memory_limit`: `memory_limit` shared equally by the
+/// `analysts` configured (at least one byte each), so every analyst's share is theirs at any
+/// time, whoever else is querying.
+pub fn default_analyst_memory_limit(memory_limit: usize, analysts: usize) -> usize {
+    (memory_limit / analysts.max(1)).max(1)
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             memory_limit: DEFAULT_MEMORY_LIMIT,
             query_memory_limit: default_query_memory_limit(DEFAULT_MEMORY_LIMIT),
+            analyst_memory_limit: DEFAULT_MEMORY_LIMIT,
             spill_directory: None,
             query_timeout_seconds: DEFAULT_QUERY_TIMEOUT_SECONDS,
         }
@@ -368,6 +384,7 @@ struct RawConfig {
 struct RawLimits {
     memory_limit: Option<toml::Value>,
     query_memory_limit: Option<toml::Value>,
+    analyst_memory_limit: Option<toml::Value>,
     spill_directory: Option<String>,
     query_timeout_seconds: Option<u64>,
 }
@@ -867,7 +884,13 @@ impl OwnerConfig {
         };
 
         let limits = match raw.limits {
-            None => LimitsConfig::default(),
+            None => LimitsConfig {
+                analyst_memory_limit: default_analyst_memory_limit(
+                    DEFAULT_MEMORY_LIMIT,
+                    analysts.len(),
+                ),
+                ..LimitsConfig::default()
+            },
             Some(l) => {
                 let memory_limit = match &l.memory_limit {
                     None => DEFAULT_MEMORY_LIMIT,
@@ -886,9 +909,25 @@ impl OwnerConfig {
                          of all queries'"
                     )));
                 }
+                let analyst_memory_limit = match &l.analyst_memory_limit {
+                    None => default_analyst_memory_limit(memory_limit, analysts.len()),
+                    Some(value) => parse_size(value)
+                        .map_err(|e| error(format!("[limits] analyst_memory_limit: {e}")))?,
+                };
+                let shares = analyst_memory_limit.saturating_mul(analysts.len().max(1));
+                if shares > memory_limit {
+                    return Err(error(format!(
+                        "[limits] analyst_memory_limit ({analyst_memory_limit} bytes) times the \
+                         {} analysts ({shares} bytes) must be at most memory_limit \
+                         ({memory_limit} bytes): each analyst's share is kept for them, so that \
+                         one analyst's queries never take memory another's query was promised",
+                        analysts.len()
+                    )));
+                }
                 LimitsConfig {
                     memory_limit,
                     query_memory_limit,
+                    analyst_memory_limit,
                     spill_directory: l.spill_directory.map(|p| PathBuf::from(resolve(&p))),
                     query_timeout_seconds: match l.query_timeout_seconds {
                         Some(0) => {
@@ -1134,6 +1173,29 @@ mod tests {
             err("[limits]\nquery_memory_limit = \"lots\"").contains("[limits] query_memory_limit")
         );
         assert!(err("[limits]\nquery_memory_limit = 0").contains("query_memory_limit"));
+        // analyst_memory_limit: memory_limit shared equally by the analysts by default; the
+        // shares together at most memory_limit.
+        let two = "[[analyst]]\nname = \"a\"\nepsilon_budget = 1.0\nledger = \"a.l\"\n\
+                   [[analyst]]\nname = \"b\"\nepsilon_budget = 1.0\nledger = \"b.l\"\n";
+        assert_eq!(limits("").analyst_memory_limit, 4 << 30);
+        assert_eq!(limits(two).analyst_memory_limit, 2 << 30);
+        assert_eq!(
+            limits(&format!("{two}[limits]\nmemory_limit = \"64MiB\"")).analyst_memory_limit,
+            32 << 20
+        );
+        assert_eq!(
+            limits(&format!("{two}[limits]\nanalyst_memory_limit = \"1GiB\"")).analyst_memory_limit,
+            1 << 30
+        );
+        let over = err(&format!(
+            "{two}[limits]\nmemory_limit = \"64MiB\"\nanalyst_memory_limit = \"33MiB\""
+        ));
+        assert!(
+            over.contains("[limits] analyst_memory_limit") && over.contains("2 analysts"),
+            "{over}"
+        );
+        assert!(err("[limits]\nanalyst_memory_limit = \"lots\"")
+            .contains("[limits] analyst_memory_limit"));
         assert!(
             err("[limits]\nmemory = 1").contains("memory"),
             "unknown keys"

@@ -24,8 +24,10 @@
 //! data, as their share of the cores always did). A stopped query's tasks end at their next yield: every join of a session's
 //! plans yields ([`crate::sql::cooperative`]).
 
+use crate::server::memory::AnalystPools;
 use arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
@@ -65,6 +67,9 @@ pub struct Executor {
     last_used: Mutex<Instant>,
     /// `[limits] query_memory_limit`: the memory pool of each query run here.
     query_memory_limit: usize,
+    /// The analyst's share of the server's memory (`[limits] analyst_memory_limit`), which
+    /// every query of theirs draws on (memory.rs).
+    memory: Arc<dyn MemoryPool>,
 }
 
 impl Executor {
@@ -78,9 +83,13 @@ impl Executor {
     }
 
     /// `task` (a query's context, from its session) with the query's own memory pool of
-    /// `query_memory_limit` bytes within the process's (`memory.rs`).
+    /// `query_memory_limit` bytes within the analyst's share (`memory.rs`).
     pub fn query_task(&self, task: TaskContext) -> TaskContext {
-        crate::server::memory::QueryPool::task(task, self.query_memory_limit)
+        crate::server::memory::QueryPool::task(
+            task,
+            self.query_memory_limit,
+            Arc::clone(&self.memory),
+        )
     }
 
     /// The handle to spawn a query's execution on.
@@ -112,6 +121,8 @@ pub struct Executors {
     /// `max_query_threads / threads` (at least one): the runtimes that may run at once.
     max_lanes: usize,
     query_memory_limit: usize,
+    /// Each analyst's share of the memory, kept when their runtime is shut down.
+    memory: AnalystPools,
     by_analyst: Mutex<HashMap<String, Arc<Executor>>>,
     started: std::sync::atomic::AtomicU64,
 }
@@ -146,13 +157,20 @@ fn last_used(executor: &Executor) -> Instant {
 impl Executors {
     /// Runtimes of `threads` worker threads each (at least one; `[server]
     /// threads_per_analyst`), at most `max_threads` in all (`[server] max_query_threads`; at
-    /// least one runtime), whose queries may hold `query_memory_limit` bytes each.
-    pub fn new(threads: usize, max_threads: usize, query_memory_limit: usize) -> Self {
+    /// least one runtime), whose queries may hold `query_memory_limit` bytes each, and each
+    /// analyst's together `analyst_memory_limit` (`[limits]`).
+    pub fn new(
+        threads: usize,
+        max_threads: usize,
+        query_memory_limit: usize,
+        analyst_memory_limit: usize,
+    ) -> Self {
         let threads = threads.max(1);
         Self {
             threads,
             max_lanes: (max_threads / threads).max(1),
             query_memory_limit,
+            memory: AnalystPools::new(analyst_memory_limit),
             by_analyst: Mutex::new(HashMap::new()),
             started: std::sync::atomic::AtomicU64::new(0),
         }
@@ -201,12 +219,13 @@ impl Executors {
         }))
     }
 
-    fn executor(&self, lane: Arc<Lane>) -> Arc<Executor> {
+    fn executor(&self, analyst: &str, lane: Arc<Lane>) -> Arc<Executor> {
         Arc::new(Executor {
             lane,
             planning: Arc::new(Semaphore::new(self.threads)),
             last_used: Mutex::new(Instant::now()),
             query_memory_limit: self.query_memory_limit,
+            memory: self.memory.of(analyst),
         })
     }
 
@@ -251,7 +270,7 @@ impl Executors {
                 .expect("max_lanes is at least one, and the map has them all")
         };
         drop(lanes);
-        let executor = self.executor(lane);
+        let executor = self.executor(analyst, lane);
         map.insert(analyst.to_string(), Arc::clone(&executor));
         drop(map);
         drop(dropped);
@@ -349,7 +368,7 @@ mod tests {
     /// (ties: the runtime started first), so the threads stay at four.
     #[tokio::test]
     async fn threads_stay_within_the_bound() {
-        let executors = Executors::new(2, 4, 1 << 20);
+        let executors = Executors::new(2, 4, 1 << 20, 1 << 20);
         let a = executors.of("a").unwrap();
         let b = executors.of("b").unwrap();
         assert!(!same(&a, &b));
@@ -372,7 +391,7 @@ mod tests {
     /// runtime takes one of their own at their next query, once one is free.
     #[tokio::test]
     async fn an_idle_runtime_makes_way_and_sharing_ends() {
-        let executors = Executors::new(1, 2, 1 << 20);
+        let executors = Executors::new(1, 2, 1 << 20, 1 << 20);
         let a = executors.of("a").unwrap();
         let b = executors.of("b").unwrap();
         let c = executors.of("c").unwrap();
@@ -397,7 +416,7 @@ mod tests {
     /// statements being planned do not hold up theirs.
     #[tokio::test]
     async fn a_shared_runtime_keeps_each_analyst_s_planning() {
-        let executors = Executors::new(1, 1, 1 << 20);
+        let executors = Executors::new(1, 1, 1 << 20, 1 << 20);
         let a = executors.of("a").unwrap();
         let b = executors.of("b").unwrap();
         assert!(same(&a, &b));

@@ -11,7 +11,7 @@
 //! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections, password
 //! checks and back-off after failed logins (`crate::owner::auth`), token lifetime, sessions, prepared
 //! statements and queries at once (`session.rs`), message and parameter sizes (`service.rs`),
-//! threads per analyst (`executors.rs`) and memory per query (`memory.rs`).
+//! threads per analyst (`executors.rs`) and memory per analyst and per query (`memory.rs`).
 
 mod connections;
 mod executors;
@@ -83,6 +83,7 @@ pub async fn serve(
         server_config.threads_per_analyst,
         server_config.max_query_threads,
         owner.config().limits.query_memory_limit,
+        owner.config().limits.analyst_memory_limit,
     ));
     // Ended sessions and unfetched results are dropped every few seconds, not only when
     // someone logs in, so a client that went away frees its memory and query slots; so are

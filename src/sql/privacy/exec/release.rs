@@ -119,8 +119,18 @@ pub struct ReleaseOnceExec {
     functions: String,
 }
 
-/// The error that replaces one raised while reading protected rows (module docs).
-fn withheld(functions: &str) -> DataFusionError {
+/// The error that replaces `error`, raised while reading protected rows (module docs). A
+/// resources error (memory refused by the query's pool) stays one, so that the server can
+/// name the limit that refused it (`crate::server::memory::name_the_limit`): an analyst whose
+/// query was refused memory is told so, not that a row's error was withheld. Its occurrence
+/// shows, as every error's does; its kind says that it was memory.
+fn withheld(functions: &str, error: &DataFusionError) -> DataFusionError {
+    if matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)) {
+        return DataFusionError::ResourcesExhausted(format!(
+            "{functions}: the query was refused memory while reading protected rows (the \
+             error's text is withheld)"
+        ));
+    }
     DataFusionError::Execution(format!(
         "{functions}: the query failed while reading protected rows. The error is withheld: its \
          text can contain their values. (In a DP query an expression that fails on a row gives \
@@ -213,11 +223,11 @@ impl ExecutionPlan for ReleaseOnceExec {
         let stream = self
             .input
             .execute(partition, context)
-            .map_err(|_| withheld(&functions))?;
+            .map_err(|e| withheld(&functions, &e))?;
         let schema = stream.schema();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            stream.map(move |batch| batch.map_err(|_| withheld(&functions))),
+            stream.map(move |batch| batch.map_err(|e| withheld(&functions, &e))),
         )))
     }
 }
