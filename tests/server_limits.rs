@@ -1036,6 +1036,45 @@ async fn a_stopped_query_stops_using_the_cpu() {
     assert_eq!(charges(&dir.join("alice.ledger")), 1);
 }
 
+/// A stopped query stops inside a batch, not only at its next yield: the function calls of
+/// its expressions over protected rows check the query's cancellation
+/// (`crate::sql::cooperative::QueryCancellation`). The query runs 45 `upper`s, each over
+/// 4,000 rows of 50 KB strings, in one batch (about 0.25 s a call in a debug build, some 11 s
+/// for the batch), and never yields meanwhile: before the check, the deadline answered at 3 s
+/// and the batch burned alice's threads for eight seconds more (issue 42: 4-13 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_query_stops_inside_a_batch() {
+    let dir = test_dir("stopped-batch");
+    let path = config(&dir, "threads_per_analyst = 2");
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nquery_timeout_seconds = 3\n";
+    std::fs::write(&path, text).unwrap();
+    let mut server = Server::start(&path);
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let costly = (0..45).fold("repeat(region, 10000)".to_string(), |e, _| {
+        format!("upper({e})")
+    });
+    let hog = format!("SELECT dp_count(outcome, 0.1) AS n FROM visits WHERE length({costly}) > 3");
+
+    let started = server.cpu_seconds();
+    let err = query(&mut alice, &hog).await.unwrap_err();
+    assert!(err.contains("query_timeout_seconds"), "{err}");
+    let running = server.cpu_seconds() - started;
+    assert!(
+        running > CPU_IDLE,
+        "the query ran on the CPU: {running:.2} s"
+    );
+    let after = cpu_after_stop(&server).await;
+    eprintln!("CPU after the deadline: {after:.2} s in {CPU_WINDOW:?} (running: {running:.2} s)");
+    assert!(
+        after < CPU_IDLE,
+        "the server used {after:.2} s of CPU in {CPU_WINDOW:?} after the deadline"
+    );
+    assert!(server.alive());
+    honest_query(&mut alice).await;
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
 /// `[limits] query_memory_limit`: alice's queries that need more memory than their share (an
 /// `array_agg` of 8 million values, 64 MB, over a per-query limit of 16 MiB in a process pool of
 /// 256 MiB, which alone would hold it) fail with a resources error naming the option, while

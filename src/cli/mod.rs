@@ -132,7 +132,19 @@ async fn collect_within_deadline(
     use datafusion::execution::memory_pool::MemoryConsumer;
     use futures::StreamExt;
     let schema = Arc::new(frame.schema().as_arrow().clone());
-    let stream = frame.execute_stream().await?;
+    // The statement's own configuration with its cancellation, set when the statement ends
+    // (at its deadline, or on an error), so that its function calls stop inside the batch
+    // they are in, not only at their next yield (crate::sql::cooperative::QueryCancellation).
+    let (mut state, logical) = frame.into_parts();
+    let cancellation =
+        crate::sql::cooperative::QueryCancellation::install(state.config_mut().options_mut());
+    state.mark_start_execution();
+    let plan = state.create_physical_plan(&logical).await?;
+    let stream = datafusion::physical_plan::execute_stream(
+        plan,
+        Arc::new(datafusion::execution::TaskContext::from(&state)),
+    )?;
+    let _stop = CancelOnDrop(cancellation);
     let mut stream = match crate::sql::privacy::session::limits::query_deadline(ctx) {
         Some(limit) => crate::sql::privacy::session::limits::with_deadline(stream, limit),
         None => stream,
@@ -153,6 +165,15 @@ async fn collect_within_deadline(
         batches.push(batch);
     }
     Ok(StatementResult { schema, batches })
+}
+
+/// Cancels a statement's function calls when dropped.
+struct CancelOnDrop(crate::sql::cooperative::QueryCancellation);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 /// A resources error of an analyst's statement, naming the limit that refused it: the

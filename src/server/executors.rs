@@ -300,11 +300,19 @@ impl Executors {
     }
 }
 
-/// Aborts a task when dropped.
-struct AbortTask(tokio::task::AbortHandle);
+/// Aborts a task when dropped, and cancels its query's function calls
+/// ([`crate::sql::cooperative::QueryCancellation`]) so that it stops within one call, not only
+/// at its next yield.
+struct AbortTask(
+    tokio::task::AbortHandle,
+    Option<crate::sql::cooperative::QueryCancellation>,
+);
 
 impl Drop for AbortTask {
     fn drop(&mut self) {
+        if let Some(cancellation) = &self.1 {
+            cancellation.cancel();
+        }
         self.0.abort();
     }
 }
@@ -323,7 +331,18 @@ pub fn execute_on(
     // A resources error names the memory limit that refused the query (memory.rs).
     let pool = Arc::clone(task.memory_pool());
     let (mut sender, receiver) = futures::channel::mpsc::channel::<Result<RecordBatch>>(1);
+    let cancellation = task
+        .session_config()
+        .options()
+        .extensions
+        .get::<crate::sql::cooperative::QueryCancellation>()
+        .cloned();
+    // The driver holds the executor until its future is dropped, which, once aborted, is when
+    // it next yields: a runtime still running a stopped query's batch counts as in use, so it
+    // is not shut down (its thread would run on) and replaced by a new one.
+    let in_use = Arc::clone(&executor);
     let driver = executor.handle().spawn(async move {
+        let _in_use = in_use;
         let mut batches = match execute_stream(plan, task) {
             Ok(batches) => batches,
             Err(e) => {
@@ -338,7 +357,7 @@ pub fn execute_on(
             }
         }
     });
-    let abort = AbortTask(driver.abort_handle());
+    let abort = AbortTask(driver.abort_handle(), cancellation);
     let finished = futures::stream::once(async move {
         match driver.await {
             Ok(()) => None,

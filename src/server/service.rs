@@ -31,6 +31,7 @@ use arrow_flight::{
 };
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -260,9 +261,14 @@ async fn plan_query(
             }
             // DP calls not yet bound: planning binds and charges them.
             let charged = crate::sql::accounting::budget::has_unbound_calls(frame.logical_plan())?;
-            // The query's own memory pool, within the process's (memory.rs).
-            let task = Arc::new(query_executor.query_task(frame.task_ctx()));
-            let plan = frame.create_physical_plan().await?;
+            // The query's own configuration, with its cancellation, which its function calls
+            // check (crate::sql::cooperative::QueryCancellation; set when its stream is
+            // dropped: executors.rs), and its own memory pool within its analyst's (memory.rs).
+            let (mut state, logical) = frame.into_parts();
+            crate::sql::cooperative::QueryCancellation::install(state.config_mut().options_mut());
+            state.mark_start_execution();
+            let task = Arc::new(query_executor.query_task(TaskContext::from(&state)));
+            let plan = state.create_physical_plan(&logical).await?;
             let schema = plan.schema();
             let pending = Pending::new(plan, task, slot, charged);
             let handle = session.add_pending(pending).ok_or_else(|| {

@@ -410,6 +410,10 @@ fn or_null(
         )
     };
     let evaluate = |args: ScalarFunctionArgs| evaluate(args).and_then(cap_output);
+    // A stopped query stops here, before each call and each half of the fallback, not only
+    // at its next yield to the runtime (crate::sql::cooperative::QueryCancellation).
+    let cancelled = || crate::sql::cooperative::check_cancelled(&args.config_options);
+    cancelled()?;
     if let Ok(value) = evaluate(args.clone()) {
         return Ok(value);
     }
@@ -436,6 +440,7 @@ fn or_null(
             by_halves(&args, rows / 2, rows, &evaluate, &return_type, &mut parts);
         }
     }
+    cancelled()?;
     let parts: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
     Ok(ColumnarValue::Array(arrow::compute::concat(&parts)?))
 }
@@ -454,6 +459,11 @@ fn by_halves(
     parts: &mut Vec<ArrayRef>,
 ) {
     let rows = end - start;
+    if crate::sql::cooperative::check_cancelled(&args.config_options).is_err() {
+        // The query is stopped: the caller fails; no more calls.
+        parts.push(new_null_array(return_type, rows));
+        return;
+    }
     let slice = ScalarFunctionArgs {
         args: args
             .args
