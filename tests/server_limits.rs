@@ -746,6 +746,271 @@ async fn connections_per_address_are_capped() {
     assert!(server.alive());
 }
 
+/// HTTP/2's connection preface, which a client sends first.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A TCP connection to `address` from the loopback address `from` (`127.0.0.x`: Linux routes
+/// all of 127/8 to loopback), which sends `send` and then nothing; `None` if the connect fails.
+async fn stranger(address: &str, from: u8, send: &[u8]) -> Option<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, from], 0)))
+        .unwrap();
+    let mut tcp = socket.connect(address.parse().unwrap()).await.ok()?;
+    // A connection the server already closed may refuse the bytes: it is idle all the same.
+    let _ = tcp.write_all(send).await;
+    Some(tcp)
+}
+
+/// Whether the server closes `tcp` within `limit`: a read ends (end of stream or an error),
+/// past whatever the server sends first (its HTTP/2 settings after the preface).
+async fn closed_within(tcp: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buffer = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buffer)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// The issue's lock-out, with the default caps: 512 connections from four loopback
+/// addresses (128 each, the per-address cap), half sending nothing and half only the HTTP/2
+/// preface, fill `max_connections`. The honest analyst still connects, logs in and is served
+/// at once, while more strangers keep connecting, even thousands of them after its connect: strangers'
+/// connections hold at most `max_unauthenticated_connections` (256), and a newcomer replaces
+/// the oldest of the address holding the most, never the analyst's connection being logged in
+/// on (replacing the oldest of all closed it). Afterwards the
+/// server holds no more connections than that share (the replaced ones are released), and the
+/// analyst is still served. Before the login window and the strangers' share, every login
+/// failed while the idle connections stayed open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_many_addresses_do_not_lock_out_an_analyst() {
+    let dir = test_dir("idle-flood");
+    let server = Server::start(&config(&dir, ""));
+    let url = server.url();
+    let flood = || async {
+        let mut held = Vec::new();
+        for from in 2..=5u8 {
+            for i in 0..128u32 {
+                let send = if i.is_multiple_of(2) {
+                    &b""[..]
+                } else {
+                    H2_PREFACE
+                };
+                held.extend(stranger(&server.address, from, send).await);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        held
+    };
+    let _first = flood().await;
+    // And strangers keep coming from the four addresses, each of them dropping its oldest
+    // connection beyond 128.
+    let (opened, stop) = (
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let churn: Vec<_> = (2..=5u8)
+        .map(|from| {
+            let (address, opened, stop) = (
+                server.address.clone(),
+                Arc::clone(&opened),
+                Arc::clone(&stop),
+            );
+            tokio::spawn(async move {
+                let mut held = std::collections::VecDeque::new();
+                let mut i = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let send = if i.is_multiple_of(2) {
+                        &b""[..]
+                    } else {
+                        H2_PREFACE
+                    };
+                    held.extend(stranger(&address, from, send).await);
+                    opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if held.len() > 128 {
+                        held.pop_front();
+                    }
+                    i += 1;
+                }
+                held
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The analyst connects, and takes a while to log in (as under a login flood): the
+    // strangers' connections opened meanwhile replace their own, not the analyst's.
+    let connected = common::server::channel(&url).await;
+    // At least 2048 strangers' connections after the analyst's: the server has accepted more
+    // than the strangers' share (256) of them, whatever its accept queue (1024) holds.
+    let at_connect = opened.load(std::sync::atomic::Ordering::Relaxed);
+    let waiting = Instant::now();
+    while opened.load(std::sync::atomic::Ordering::Relaxed) < at_connect + 2048 {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(30),
+            "the strangers stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before_login = opened.load(std::sync::atomic::Ordering::Relaxed) - at_connect;
+    assert!(
+        server.peers().contains(&std::net::Ipv4Addr::LOCALHOST),
+        "the analyst's connection is closed after {before_login} strangers' connections"
+    );
+    let started = Instant::now();
+    let mut alice = FlightSqlServiceClient::new(connected);
+    tokio::time::timeout(Duration::from_secs(10), alice.handshake("alice", "pw"))
+        .await
+        .expect("the login is answered")
+        .expect("an honest login beside 512 idle connections and more coming");
+    honest_query(&mut alice).await;
+    let served = started.elapsed();
+    let during = opened.load(std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _still_held = futures::future::join_all(churn).await;
+    assert!(
+        served < Duration::from_secs(5),
+        "served after {served:?} only"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let connections = server.open_connections();
+    // The analyst's connection and the strangers' share (256), and a few being closed, while
+    // the client still holds 1024.
+    assert!(
+        connections <= 256 + 1 + 8,
+        "the server holds {connections} connections after {} idle ones",
+        512 + during
+    );
+    honest_query(&mut alice).await;
+    eprintln!(
+        "honest login and query in {served:?} while {during} more strangers connected \
+         ({before_login} before the login); \
+         {connections} connections held by the server after them"
+    );
+}
+
+/// With `login_window_seconds = 2`, connections that send nothing, or only the HTTP/2
+/// preface, are closed 2 s after they were accepted (their sockets released), while the
+/// analyst's connection, logged in on, stays open. With `connection_idle_seconds = 6`, the
+/// analyst's connection stays while calls keep coming, and is closed 6 s after the last one;
+/// the client reconnects at its next call with the same token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_after_the_login_window_and_idle_time() {
+    let dir = test_dir("idle-window");
+    let server = Server::start(&config(
+        &dir,
+        "login_window_seconds = 2\nconnection_idle_seconds = 6",
+    ));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let logged_in = Instant::now();
+    let mut idle = Vec::new();
+    for (from, send) in [(2, &b""[..]), (3, H2_PREFACE), (4, b"PRI * HT")] {
+        idle.push(stranger(&server.address, from, send).await.unwrap());
+    }
+    let opened = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.open_connections(), 1 + idle.len());
+    for tcp in &mut idle {
+        assert!(
+            closed_within(tcp, Duration::from_secs(5)).await,
+            "an idle connection is closed"
+        );
+    }
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(1800) && closed_after < Duration::from_secs(4),
+        "closed {closed_after:?} after they were opened, not the window's 2 s"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only the analyst's connection is left.
+    assert_eq!(server.open_connections(), 1);
+    honest_query(&mut alice).await;
+    let last_call = Instant::now();
+    assert!(logged_in.elapsed() < Duration::from_secs(6));
+    // 4 s after that call, more than 6 s after the login: still open.
+    tokio::time::sleep_until((last_call + Duration::from_secs(4)).into()).await;
+    assert!(logged_in.elapsed() > Duration::from_secs(6));
+    assert_eq!(
+        server.open_connections(),
+        1,
+        "the analyst's connection stays"
+    );
+    // 6 s after it, closed; the next call reconnects.
+    tokio::time::sleep_until((last_call + Duration::from_millis(7500)).into()).await;
+    assert_eq!(
+        server.open_connections(),
+        0,
+        "an idle analyst's connection is closed"
+    );
+    honest_query(&mut alice).await;
+    assert_eq!(server.open_connections(), 1);
+}
+
+/// A self-signed certificate for `localhost` and its key, in `dir` (openssl).
+fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success());
+    (cert, key)
+}
+
+/// On TLS, the login window covers the handshake: with `login_window_seconds = 2`, a
+/// connection that sends nothing, or a handshake's first bytes and nothing more, is closed
+/// after 2 s, not the TLS handshake's own 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_window_covers_the_tls_handshake() {
+    let dir = test_dir("idle-tls");
+    let (cert, key) = self_signed(&dir);
+    let server = Server::start(&config(
+        &dir,
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"\nlogin_window_seconds = 2",
+            cert.display(),
+            key.display()
+        ),
+    ));
+    let opened = Instant::now();
+    let mut idle = vec![
+        stranger(&server.address, 2, b"").await.unwrap(),
+        // A TLS record header announcing a handshake that never comes.
+        stranger(&server.address, 3, b"\x16\x03\x01\x02\x00\x01")
+            .await
+            .unwrap(),
+    ];
+    for tcp in &mut idle {
+        assert!(
+            closed_within(tcp, Duration::from_secs(5)).await,
+            "a stalled TLS handshake is closed within the window"
+        );
+    }
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(1800) && closed_after < Duration::from_secs(4),
+        "closed {closed_after:?} after they were opened"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.open_connections(), 0);
+}
+
 /// `CancelFlightInfo` frees a query's slot: an unfetched result is dropped (its ticket then
 /// refused, its charge kept), and a slow streaming one stops at once with `Cancelled`. With
 /// `max_queries_per_analyst = 1`, the next query runs right after each cancel.

@@ -136,6 +136,20 @@ pub struct ServerConfig {
     /// as soon as it is accepted, so a stranger cannot use up the file descriptors.
     pub max_connections: usize,
     pub max_connections_per_address: usize,
+    /// Connections open at once on which no login (nor call with a valid token) succeeded
+    /// yet, 1 to `max_connections`; default [`default_max_unauthenticated_connections`]. The
+    /// rest of `max_connections` is kept for analysts' connections; a new connection beyond
+    /// it closes the oldest such connection of the address holding the most, so idle
+    /// strangers cannot keep an analyst from connecting and logging in.
+    pub max_unauthenticated_connections: usize,
+    /// A connection on which no login (nor call with a valid token) succeeded this long after
+    /// it was accepted is closed, whatever it sent: the TLS handshake, the HTTP/2 preface and
+    /// the login together have this long. Default [`DEFAULT_LOGIN_WINDOW_SECONDS`].
+    pub login_window_seconds: u64,
+    /// An analyst's connection on which no call started for this long is closed (the client
+    /// reconnects on its next call; its session and token stay). Default
+    /// [`DEFAULT_CONNECTION_IDLE_SECONDS`].
+    pub connection_idle_seconds: u64,
     /// A `DoPut` of prepared-statement parameters: at most this many bytes and batches, refused
     /// (never buffered) beyond.
     pub max_parameter_bytes: usize,
@@ -181,6 +195,18 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// The default of `[server] max_connections_per_address`.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
+/// The default of `[server] login_window_seconds`: longer than the 10 s a login may wait for
+/// a password-check permit under a login flood, plus the check itself.
+pub const DEFAULT_LOGIN_WINDOW_SECONDS: u64 = 20;
+/// The default of `[server] connection_idle_seconds`: 1 hour, longer than a query's default
+/// timeout and its result's time to be read, so a streaming result is not cut.
+pub const DEFAULT_CONNECTION_IDLE_SECONDS: u64 = 3600;
+
+/// The default of `[server] max_unauthenticated_connections`: half of `max_connections` (at
+/// least 1), the other half kept for analysts.
+pub fn default_max_unauthenticated_connections(max_connections: usize) -> usize {
+    (max_connections / 2).max(1)
+}
 /// The default of `[server] max_parameter_bytes`: 1 MiB (parameters are one row).
 pub const DEFAULT_MAX_PARAMETER_BYTES: usize = 1 << 20;
 /// The default of `[server] max_parameter_batches`.
@@ -236,6 +262,11 @@ impl Default for ServerConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            max_unauthenticated_connections: default_max_unauthenticated_connections(
+                DEFAULT_MAX_CONNECTIONS,
+            ),
+            login_window_seconds: DEFAULT_LOGIN_WINDOW_SECONDS,
+            connection_idle_seconds: DEFAULT_CONNECTION_IDLE_SECONDS,
             max_parameter_bytes: DEFAULT_MAX_PARAMETER_BYTES,
             max_parameter_batches: DEFAULT_MAX_PARAMETER_BATCHES,
             login_concurrency: default_login_concurrency(),
@@ -426,6 +457,9 @@ struct RawServer {
     max_message_bytes: Option<toml::Value>,
     max_connections: Option<u64>,
     max_connections_per_address: Option<u64>,
+    max_unauthenticated_connections: Option<u64>,
+    login_window_seconds: Option<u64>,
+    connection_idle_seconds: Option<u64>,
     max_parameter_bytes: Option<toml::Value>,
     max_parameter_batches: Option<u64>,
     login_concurrency: Option<u64>,
@@ -796,6 +830,18 @@ impl OwnerConfig {
                         )))
                     }
                 };
+                let max_connections =
+                    count("max_connections", s.max_connections, d.max_connections)?;
+                let max_unauthenticated_connections = match s.max_unauthenticated_connections {
+                    None => default_max_unauthenticated_connections(max_connections),
+                    Some(n) if (1..=max_connections as u64).contains(&n) => n as usize,
+                    Some(n) => {
+                        return Err(error(format!(
+                            "[server] max_unauthenticated_connections must be between 1 and \
+                             max_connections ({max_connections}), got {n}"
+                        )))
+                    }
+                };
                 ServerConfig {
                     listen: s.listen,
                     tls_cert: s.tls_cert.map(|p| PathBuf::from(resolve(&p))),
@@ -825,15 +871,22 @@ impl OwnerConfig {
                         &s.max_message_bytes,
                         d.max_message_bytes,
                     )?,
-                    max_connections: count(
-                        "max_connections",
-                        s.max_connections,
-                        d.max_connections,
-                    )?,
+                    max_connections,
                     max_connections_per_address: count(
                         "max_connections_per_address",
                         s.max_connections_per_address,
                         d.max_connections_per_address,
+                    )?,
+                    max_unauthenticated_connections,
+                    login_window_seconds: positive(
+                        "login_window_seconds",
+                        s.login_window_seconds,
+                        d.login_window_seconds,
+                    )?,
+                    connection_idle_seconds: positive(
+                        "connection_idle_seconds",
+                        s.connection_idle_seconds,
+                        d.connection_idle_seconds,
                     )?,
                     max_parameter_bytes: size(
                         "max_parameter_bytes",
@@ -1222,6 +1275,33 @@ mod tests {
         );
         assert_eq!((s.max_connections, s.max_connections_per_address), (10, 4));
         assert_eq!(d.max_connections, 512);
+        // Strangers' connections: half of max_connections by default, at most all of it.
+        assert_eq!(s.max_unauthenticated_connections, 5);
+        assert_eq!(d.max_unauthenticated_connections, 256);
+        assert_eq!(
+            (d.login_window_seconds, d.connection_idle_seconds),
+            (20, 3600)
+        );
+        let c = server(
+            "[server]\nmax_connections = 10\nmax_unauthenticated_connections = 10\n\
+             login_window_seconds = 2\nconnection_idle_seconds = 30",
+        );
+        assert_eq!(
+            (
+                c.max_unauthenticated_connections,
+                c.login_window_seconds,
+                c.connection_idle_seconds
+            ),
+            (10, 2, 30)
+        );
+        for wrong in [
+            "max_connections = 10\nmax_unauthenticated_connections = 11",
+            "max_unauthenticated_connections = 0",
+            "login_window_seconds = 0",
+            "connection_idle_seconds = 0",
+        ] {
+            assert!(parse(&format!("[server]\n{wrong}")).is_err(), "{wrong}");
+        }
         assert_eq!(
             (s.token_lifetime_seconds, s.max_sessions_per_analyst),
             (60, 2)

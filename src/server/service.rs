@@ -7,6 +7,7 @@
 //! statement again plans, and charges, again.
 
 use super::auth::{self, LoginGate};
+use super::connections::ConnectionInfo;
 use super::executors::{execute_on, Executor, Executors};
 use super::session::{AnalystSession, Pending, Prepared, QuerySlot, QuerySlots, Sessions};
 use super::Execution;
@@ -154,10 +155,22 @@ impl DpFlightSqlService {
         Ok(token.trim().to_string())
     }
 
-    /// The caller's session, from its `authorization: Bearer TOKEN` header.
+    /// The caller's session, from its `authorization: Bearer TOKEN` header. A valid token
+    /// makes the call's connection an analyst's (out of the strangers' share and login window,
+    /// its idle time started again: `connections.rs`).
     #[allow(clippy::result_large_err)]
     fn session<T>(&self, request: &Request<T>) -> Result<Arc<AnalystSession>, Status> {
-        self.sessions.get(&Self::token(request)?)
+        let session = self.sessions.get(&Self::token(request)?)?;
+        if let Some(connection) = Self::connection(request) {
+            connection.authenticated();
+        }
+        Ok(session)
+    }
+
+    /// The call's connection, as the connection gate accepted it (`None` only when the
+    /// service is served without the gate).
+    fn connection<T>(request: &Request<T>) -> Option<&ConnectionInfo> {
+        request.extensions().get::<ConnectionInfo>()
     }
 }
 
@@ -421,16 +434,10 @@ impl FlightSqlService for DpFlightSqlService {
         let (name, password) = auth::parse_basic(&header).ok_or_else(|| {
             Status::unauthenticated("log in with a user name and password (Basic authorization)")
         })?;
-        // The peer's address: tonic's for plain TCP, ours (tls.rs) for TLS connections.
-        let peer = request
-            .remote_addr()
-            .or_else(|| {
-                request
-                    .extensions()
-                    .get::<Option<std::net::SocketAddr>>()
-                    .copied()
-                    .flatten()
-            })
+        // The peer's address: the connection gate's (plain TCP and TLS), else tonic's.
+        let peer = Self::connection(&request)
+            .and_then(|connection| connection.peer)
+            .or_else(|| request.remote_addr())
             .map(|address| address.ip());
         let analyst = self
             .logins
@@ -445,6 +452,9 @@ impl FlightSqlService for DpFlightSqlService {
             .sessions
             .open(&analyst.name, ctx)
             .ok_or_else(|| Status::internal("no randomness from the OS for a token"))?;
+        if let Some(connection) = Self::connection(&request) {
+            connection.authenticated();
+        }
         eprintln!("dp-server: {} logged in", auth::log_name(&name));
         let bearer = MetadataValue::try_from(format!("Bearer {token}"))
             .map_err(|_| Status::internal("token header"))?;

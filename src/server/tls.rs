@@ -1,14 +1,16 @@
 //! TLS for the server with rustls (ring provider): the owner's PEM certificate chain and key,
 //! ALPN `h2` (gRPC clients such as grpc-go require it), connections handshaken as they arrive
-//! and handed to tonic as an incoming stream (connections.rs).
+//! and handed to tonic as an incoming stream (connections.rs). The TLS stream runs over the
+//! [`Guarded`] socket, so the connection gate's login window and caps close it during the
+//! handshake as after it.
 
+use super::connections::{ConnectionInfo, Guarded};
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
@@ -37,13 +39,13 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
 }
 
 /// One TLS connection, as tonic's server takes it.
-pub struct TlsConnection(tokio_rustls::server::TlsStream<TcpStream>);
+pub struct TlsConnection(tokio_rustls::server::TlsStream<Guarded>);
 
 impl tonic::transport::server::Connected for TlsConnection {
-    type ConnectInfo = Option<std::net::SocketAddr>;
+    type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.peer_addr().ok()
+        self.0.get_ref().0.info()
     }
 }
 
@@ -75,8 +77,9 @@ impl AsyncWrite for TlsConnection {
     }
 }
 
-/// The TLS connection of `tcp` once its handshake is done (within 10 s), or `None`.
-pub async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream) -> Option<TlsConnection> {
+/// The TLS connection of `tcp` once its handshake is done (within 10 s, and within the
+/// connection's login window), or `None`.
+pub async fn handshake(acceptor: TlsAcceptor, tcp: Guarded) -> Option<TlsConnection> {
     let handshake =
         tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await;
     match handshake {

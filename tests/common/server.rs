@@ -110,6 +110,51 @@ impl Server {
         ticks as f64 / clock_ticks_per_second()
     }
 
+    /// The connections to its port the server's process holds open now (accepted TCP
+    /// sockets, from `/proc/PID/fd` and `/proc/net/tcp`, Linux): what its clients cost it in
+    /// file descriptors.
+    pub fn open_connections(&self) -> usize {
+        self.peers().len()
+    }
+
+    /// The peer address of each connection [`Server::open_connections`] counts.
+    pub fn peers(&self) -> Vec<std::net::Ipv4Addr> {
+        let held: std::collections::HashSet<String> =
+            std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+                .map(|fds| {
+                    fds.filter_map(Result::ok)
+                        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                        .filter_map(|target| {
+                            let target = target.to_string_lossy().into_owned();
+                            Some(
+                                target
+                                    .strip_prefix("socket:[")?
+                                    .strip_suffix(']')?
+                                    .to_string(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+        let port = self.address.rsplit(':').next().unwrap();
+        let port = format!(":{:04X}", port.parse::<u16>().unwrap());
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        tcp.lines()
+            .skip(1)
+            .filter_map(|line| {
+                // sl local_address rem_address st ... inode (10th); addresses in hex, the
+                // IPv4 address's bytes in memory order.
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let accepted = fields.len() > 9
+                    && fields[1].ends_with(&port)
+                    && fields[3] != "0A"
+                    && held.contains(fields[9]);
+                let peer = u32::from_str_radix(fields.get(2)?.split(':').next()?, 16).ok()?;
+                accepted.then(|| std::net::Ipv4Addr::from(peer.to_le_bytes()))
+            })
+            .collect()
+    }
+
     /// SIGKILL, as a crash or `kill -9` would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
