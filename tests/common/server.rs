@@ -110,6 +110,11 @@ impl Server {
         ticks as f64 / clock_ticks_per_second()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a crash or `kill -9` would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
