@@ -1463,3 +1463,329 @@ async fn one_analyst_filling_memory_does_not_fail_another_s_charged_queries() {
     assert_eq!(charges(&dir.join("bob.ledger")), answered);
     assert_eq!(charges(&dir.join("alice.ledger")), 0);
 }
+
+/// A DP query that takes seconds to plan and nothing to run: 96 sums of 215 terms each, in a
+/// balanced tree of `AND`s (within the nesting limit of 256 levels and the 256 KiB statement
+/// limit: 84 KB). DataFusion's physical planner is quadratic in a chain of arithmetic: 9 s of
+/// planning in a debug `dpsql`, on a machine shared with other builds.
+fn slow_to_plan() -> String {
+    let mut terms: Vec<String> = (0..96)
+        .map(|i| format!("({}) > {i}", vec!["v"; 215].join(" + ")))
+        .collect();
+    while terms.len() > 1 {
+        terms = terms
+            .chunks(2)
+            .map(|pair| match pair {
+                [a, b] => format!("({a} AND {b})"),
+                [a] => a.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+    }
+    format!(
+        "SELECT dp_count(patient_id, 1.0) AS n FROM (SELECT visit_id AS v, patient_id FROM visits) \
+         WHERE {}",
+        terms[0]
+    )
+}
+
+/// `DoPut` of `CommandStatementUpdate`: a statement without a result (`SET`, `PREPARE`,
+/// `DEALLOCATE`) runs and answers 0 rows; a query sent as an update is refused, naming
+/// `CommandStatementQuery`, before it is analysed (nothing charged). Two such updates of a
+/// statement that takes seconds to plan, sent at once, do not delay bob's login and query (each
+/// within 2 s), and the server's memory does not grow by more than 256 MiB. Before, an update
+/// was physically planned on the threads that serve every Flight call (two froze them for as
+/// long as their planning took) and its whole result collected outside the memory pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_is_planned_as_a_query_is_and_a_query_as_an_update_is_refused() {
+    let dir = test_dir("update");
+    let server = Server::start(&config(&dir, ""));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    assert_eq!(
+        alice
+            .execute_update("SET dp.confidence = 0.9".to_string(), None)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        alice
+            .execute_update(format!("PREPARE q AS {DP_QUERY}"), None)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(rows(&query(&mut alice, "EXECUTE q").await.unwrap()), 1);
+    assert_eq!(
+        alice
+            .execute_update("DEALLOCATE q".to_string(), None)
+            .await
+            .unwrap(),
+        0
+    );
+    for refused in [DP_QUERY, "EXECUTE q", "SHOW ALL", "EXPLAIN SELECT 1"] {
+        let err = alice
+            .execute_update(refused.to_string(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("CommandStatementQuery") || err.contains("does not exist"),
+            "{refused}: {err}"
+        );
+    }
+
+    let before = server.peak_rss();
+    let slow = slow_to_plan();
+    let updates: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, slow) = (url.clone(), slow.clone());
+            tokio::spawn(async move {
+                let mut alice = login(&url, "alice", "pw").await.unwrap();
+                let started = Instant::now();
+                let result = alice.execute_update(slow, None).await;
+                (result.map_err(|e| e.to_string()), started.elapsed())
+            })
+        })
+        .collect();
+    // Past the statement's logical planning (half a second), into what follows it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = Instant::now();
+    let mut bob = login(&url, "bob", "pw-b").await.unwrap();
+    let login_time = started.elapsed();
+    honest_query(&mut bob).await;
+    let bob_time = started.elapsed();
+    eprintln!("bob: login {login_time:?}, login and query {bob_time:?}");
+    assert!(bob_time < Duration::from_secs(2), "{bob_time:?}");
+    for update in updates {
+        let (result, took) = update.await.unwrap();
+        eprintln!("update of a slow query: {took:?}");
+        let err = result.unwrap_err();
+        assert!(err.contains("CommandStatementQuery"), "{err}");
+        assert!(err.contains("nothing was charged"), "{err}");
+    }
+    let grown = server.peak_rss().saturating_sub(before);
+    eprintln!("peak memory grew {} MiB", grown >> 20);
+    assert!(grown < 256 << 20, "{grown} bytes");
+    let mut server = server;
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 1);
+    assert_eq!(charges(&dir.join("bob.ledger")), 1);
+}
+
+/// A catalog command whose filters are over `max_catalog_filter_bytes` (two 1.9 MB `LIKE`
+/// patterns in a crafted `CommandGetTables` ticket, sent straight to `DoGet`; a 1.9 MB
+/// `CommandGetDbSchemas` pattern; 10,000 table types) is refused at once with
+/// `InvalidArgument` naming the limit, from four callers at once; an honest pattern is
+/// answered. Before, each such `DoGet` compiled the patterns into regular expressions, with
+/// no slot and no budget: four callers in a loop took bob's p50 from 13 ms to 3.2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_commands_with_huge_filters_are_refused() {
+    use arrow_flight::sql::{CommandGetDbSchemas, CommandGetTables};
+    let dir = test_dir("catalog-filters");
+    let mut server = Server::start(&config(&dir, ""));
+    let url = server.url();
+    let huge = format!("{}%", "_%".repeat(950_000));
+    let tables = CommandGetTables {
+        catalog: None,
+        db_schema_filter_pattern: Some(huge.clone()),
+        table_name_filter_pattern: Some(huge.clone()),
+        table_types: vec![],
+        include_schema: false,
+    };
+    let many_types = CommandGetTables {
+        table_types: vec!["TABLE".to_string(); 10_000],
+        ..Default::default()
+    };
+    let schemas = CommandGetDbSchemas {
+        catalog: None,
+        db_schema_filter_pattern: Some(huge.clone()),
+    };
+    let tickets = [
+        tables.as_any().encode_to_vec(),
+        many_types.as_any().encode_to_vec(),
+        schemas.as_any().encode_to_vec(),
+    ];
+    let started = Instant::now();
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, tickets) = (url.clone(), tickets.clone());
+            tokio::spawn(async move {
+                let mut alice = login(&url, "alice", "pw").await.unwrap();
+                let mut errors = Vec::new();
+                for ticket in tickets {
+                    let err = alice
+                        .do_get(arrow_flight::Ticket::new(ticket))
+                        .await
+                        .map(|_| ())
+                        .unwrap_err();
+                    errors.push(err.to_string());
+                }
+                errors
+            })
+        })
+        .collect();
+    for caller in callers {
+        for err in caller.await.unwrap() {
+            assert!(
+                err.contains("max_catalog_filter_bytes") && err.contains("invalid argument"),
+                "{}",
+                &err[..err.len().min(300)]
+            );
+        }
+    }
+    let took = started.elapsed();
+    eprintln!("12 refused catalog calls from 4 callers: {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // GetFlightInfo of the same command is refused too; an honest pattern is answered.
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let err = alice.get_tables(tables).await.unwrap_err().to_string();
+    assert!(err.contains("max_catalog_filter_bytes"), "{err}");
+    let honest = CommandGetTables {
+        table_name_filter_pattern: Some("vis%".to_string()),
+        ..Default::default()
+    };
+    let info = alice.get_tables(honest).await.unwrap();
+    assert_eq!(rows(&fetch(&mut alice, info).await.unwrap()), 1);
+    assert!(server.alive());
+}
+
+/// SQL `PREPARE`s count with Flight SQL prepared statements against
+/// `max_prepared_statements` (3 here): one Flight statement and two SQL ones fill the session;
+/// a third SQL `PREPARE`, and a Flight one, are refused naming the limit; `DEALLOCATE` makes
+/// room for a Flight statement, and closing it for a SQL one. Before, SQL `PREPARE`s had a cap
+/// of their own (256 a session, each plan stored twice) beside the Flight one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_prepares_count_with_flight_prepared_statements() {
+    let dir = test_dir("sql-prepare");
+    let server = Server::start(&config(&dir, "max_prepared_statements = 3"));
+    let url = server.url();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    let flight = alice.prepare(DP_QUERY.to_string(), None).await.unwrap();
+    for name in ["p1", "p2"] {
+        alice
+            .execute_update(format!("PREPARE {name} AS {DP_QUERY}"), None)
+            .await
+            .unwrap();
+    }
+    let err = alice
+        .execute_update(format!("PREPARE p3 AS {DP_QUERY}"), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_prepared_statements"), "{err}");
+    // As a query (GetFlightInfo) too.
+    let err = query(&mut alice, &format!("PREPARE p3 AS {DP_QUERY}"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("max_prepared_statements"), "{err}");
+    let err = alice
+        .prepare(DP_QUERY.to_string(), None)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_prepared_statements"), "{err}");
+    alice
+        .execute_update("DEALLOCATE p1".to_string(), None)
+        .await
+        .unwrap();
+    let mut again = alice.prepare(DP_QUERY.to_string(), None).await.unwrap();
+    let info = again.execute().await.unwrap();
+    assert_eq!(rows(&fetch(&mut alice, info).await.unwrap()), 1);
+    flight.close().await.unwrap();
+    alice
+        .execute_update(format!("PREPARE p3 AS {DP_QUERY}"), None)
+        .await
+        .unwrap();
+    assert_eq!(rows(&query(&mut alice, "EXECUTE p2").await.unwrap()), 1);
+    // Another session has its own room.
+    let mut other = login(&url, "alice", "pw").await.unwrap();
+    other
+        .execute_update(format!("PREPARE p1 AS {DP_QUERY}"), None)
+        .await
+        .unwrap();
+    let mut server = server;
+    assert!(server.alive());
+    assert_eq!(charges(&dir.join("alice.ledger")), 2);
+}
+
+/// The server's planning threads running or runnable now (`dp-planner`, state `R`).
+fn busy_planners(pid: u32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            let name = stat.find('(').zip(stat.rfind(')'));
+            name.is_some_and(|(open, close)| {
+                &stat[open + 1..close] == "dp-planner"
+                    && stat[close + 1..].trim_start().starts_with('R')
+            })
+        })
+        .count()
+}
+
+/// Planning calls abandoned by their client (`GetFlightInfo` of a statement that takes seconds
+/// to plan, dropped after 400 ms, six in a row) never leave more of alice's statements planning
+/// at once than her `threads_per_analyst` (1 here): the permit and the slot are held by the
+/// planning itself, and a planning whose request is gone stops at its next checkpoint. Sampled
+/// from `/proc/PID/task` every 20 ms. Before, each abandoned call freed its permit at once while
+/// its planning went on: six ran at once. With `query_timeout_seconds = 2`, the same statement
+/// is refused for its planning deadline, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_planning_does_not_outnumber_the_planning_permits() {
+    let dir = test_dir("abandoned-planning");
+    let path = config(&dir, "threads_per_analyst = 1");
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nquery_timeout_seconds = 2\n";
+    std::fs::write(&path, text).unwrap();
+    let server = Server::start(&path);
+    let url = server.url();
+    let pid = server.pid();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        tokio::task::spawn_blocking(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(busy_planners(pid));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
+    let slow = slow_to_plan();
+    let mut alice = login(&url, "alice", "pw").await.unwrap();
+    for _ in 0..6 {
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(400),
+            alice.execute(slow.clone(), None),
+        )
+        .await;
+        assert!(abandoned.is_err(), "planned within 400 ms");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most = sampler.await.unwrap();
+    eprintln!("most planning threads busy at once: {most}");
+    assert!(most >= 1, "the sampler saw the planning");
+    assert!(most <= 1, "{most} planning threads busy for one permit");
+    // The planning deadline: the session's query_timeout_seconds.
+    let started = Instant::now();
+    let err = alice
+        .execute(slow, None)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    eprintln!("refused after {:?}: {err}", started.elapsed());
+    assert!(
+        err.contains("planning stopped") && err.contains("query_timeout_seconds"),
+        "{err}"
+    );
+    let mut server = server;
+    assert!(server.alive());
+    honest_query(&mut alice).await;
+}

@@ -5,12 +5,14 @@
 //! What one analyst holds is bounded (docs/server-limits.md): a session ends when idle for
 //! `session_idle_seconds`, `token_lifetime_seconds` after its login, when the client closes it
 //! (`CloseSession`), or when the analyst opens more than `max_sessions_per_analyst` (the least
-//! recently used is closed); a session keeps at most `max_prepared_statements`; and each query,
+//! recently used is closed); a session keeps at most `max_prepared_statements` (Flight SQL's and
+//! SQL `PREPARE`s together); and each query,
 //! from its planning to the end of its result, holds one of the analyst's
 //! `max_queries_per_analyst` slots and one of the server's `max_queries` ([`QuerySlots`]).
 
 use super::auth;
 use crate::owner::ServerConfig;
+use crate::sql::privacy::session::lock::PreparedStatementCap;
 use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
@@ -155,7 +157,9 @@ pub struct AnalystSession {
     opened: Instant,
     last_used: Mutex<Instant>,
     handles: Mutex<Handles>,
-    max_prepared: usize,
+    /// `max_prepared_statements`, shared with the session's SQL `PREPARE`s
+    /// ([`crate::sql::privacy::session::lock::share_prepared_statement_cap`]).
+    prepared_cap: Arc<PreparedStatementCap>,
 }
 
 /// A poisoned lock is still usable here: every critical section leaves the maps consistent.
@@ -239,20 +243,22 @@ impl AnalystSession {
             .retain(|_, p| p.planned.elapsed() < ttl);
     }
 
-    /// Keeps a prepared statement, or refuses it over `max_prepared_statements`.
+    /// Keeps a prepared statement, or refuses it over `max_prepared_statements`, which counts
+    /// the session's SQL `PREPARE`s too.
     pub fn add_prepared(&self, prepared: Prepared) -> Result<Vec<u8>, Status> {
         let handle = auth::new_token()
             .ok_or_else(|| Status::internal("no randomness from the OS for a handle"))?
             .into_bytes();
-        let mut handles = lock(&self.handles);
-        if handles.prepared.len() >= self.max_prepared {
+        if !self.prepared_cap.try_take() {
             return Err(Status::resource_exhausted(format!(
-                "too many prepared statements in this session: {} (max_prepared_statements); \
-                 close one first",
-                self.max_prepared
+                "too many prepared statements in this session: {} (max_prepared_statements, \
+                 SQL PREPAREs included); close or DEALLOCATE one first",
+                self.prepared_cap.max()
             )));
         }
-        handles.prepared.insert(handle.clone(), prepared);
+        lock(&self.handles)
+            .prepared
+            .insert(handle.clone(), prepared);
         Ok(handle)
     }
 
@@ -269,7 +275,9 @@ impl AnalystSession {
     }
 
     pub fn close_prepared(&self, handle: &[u8]) {
-        lock(&self.handles).prepared.remove(handle);
+        if lock(&self.handles).prepared.remove(handle).is_some() {
+            self.prepared_cap.give_back();
+        }
     }
 }
 
@@ -314,13 +322,22 @@ impl Sessions {
     pub fn open(&self, analyst: &str, ctx: SessionContext) -> Option<String> {
         let token = auth::new_token()?;
         let now = Instant::now();
+        // One cap for the session's Flight SQL and SQL prepared statements.
+        let prepared_cap = Arc::new(PreparedStatementCap::new(
+            self.max_prepared,
+            "max_prepared_statements, Flight SQL prepared statements included",
+        ));
+        crate::sql::privacy::session::lock::share_prepared_statement_cap(
+            &ctx,
+            Arc::clone(&prepared_cap),
+        );
         let session = Arc::new(AnalystSession {
             analyst: analyst.to_string(),
             ctx,
             opened: now,
             last_used: Mutex::new(now),
             handles: Mutex::new(Handles::default()),
-            max_prepared: self.max_prepared,
+            prepared_cap,
         });
         let mut sessions = lock(&self.by_token);
         sessions.retain(|_, s| self.ended(s).is_none());

@@ -438,6 +438,150 @@ impl PlanningThreads {
     }
 }
 
+/// What stops the planning of one statement on its planning thread: its deadline, and its
+/// request's end (`dp-server`: the client gave up). Set by [`watch_planning`] for the thread's
+/// current statement; read by [`planning_checkpoint`].
+struct PlanningWatch {
+    started: std::time::Instant,
+    limit: Option<std::time::Duration>,
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+thread_local! {
+    /// The watch over the statement planned on this thread, if its planner set one.
+    static PLANNING_WATCH: std::cell::RefCell<Option<PlanningWatch>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Ends the watch [`watch_planning`] set when dropped.
+pub struct PlanningWatchGuard(());
+
+impl Drop for PlanningWatchGuard {
+    fn drop(&mut self) {
+        PLANNING_WATCH.with(|watch| watch.borrow_mut().take());
+    }
+}
+
+/// Watches the statement planned on this thread until the guard is dropped: from now,
+/// [`planning_checkpoint`] fails once `limit` has passed (the session's
+/// `query_timeout_seconds`) or `abandoned` is set (the request that wanted the plan is gone).
+/// Planning runs on one thread from start to end ([`on_planning_stack`]), so a thread-local
+/// watch reaches every rule that runs for it.
+pub fn watch_planning(
+    limit: Option<std::time::Duration>,
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> PlanningWatchGuard {
+    PLANNING_WATCH.with(|watch| {
+        *watch.borrow_mut() = Some(PlanningWatch {
+            started: std::time::Instant::now(),
+            limit,
+            abandoned,
+        })
+    });
+    PlanningWatchGuard(())
+}
+
+/// Fails when the statement planned on this thread must stop ([`watch_planning`]): past its
+/// deadline (a resources error naming `query_timeout_seconds`), or abandoned. Without a watch
+/// (`dpsql`, an embedding application), always `Ok`. Checked between the stages of
+/// `dp-server`'s planning and between the optimiser's rules ([`PlanningCheckpoint`]): a
+/// planning step in progress is not interrupted, so a statement stops at the end of the step
+/// running at its deadline.
+pub fn planning_checkpoint() -> Result<()> {
+    PLANNING_WATCH.with(|watch| match watch.borrow().as_ref() {
+        Some(watch) if watch.abandoned.load(std::sync::atomic::Ordering::SeqCst) => Err(
+            DataFusionError::Execution("planning stopped: its request was abandoned".to_string()),
+        ),
+        Some(PlanningWatch {
+            started,
+            limit: Some(limit),
+            ..
+        }) if started.elapsed() > *limit => Err(DataFusionError::ResourcesExhausted(format!(
+            "planning stopped: it ran over the limit of {} s (query_timeout_seconds)",
+            limit.as_secs()
+        ))),
+        _ => Ok(()),
+    })
+}
+
+/// A logical and physical optimiser rule that changes nothing and fails at
+/// [`planning_checkpoint`]: a locked session runs one after each of its optimiser rules
+/// ([`interleave_checkpoints`]), so that a statement's planning stops between rules once it is
+/// past its deadline or abandoned, rather than running every rule to the end.
+#[derive(Debug)]
+pub struct PlanningCheckpoint;
+
+/// The name of [`PlanningCheckpoint`] in a session's rule lists.
+pub const PLANNING_CHECKPOINT: &str = "dp_planning_checkpoint";
+
+impl datafusion::optimizer::OptimizerRule for PlanningCheckpoint {
+    fn name(&self) -> &str {
+        PLANNING_CHECKPOINT
+    }
+
+    fn rewrite(
+        &self,
+        plan: datafusion::logical_expr::LogicalPlan,
+        _config: &dyn datafusion::optimizer::OptimizerConfig,
+    ) -> Result<datafusion::common::tree_node::Transformed<datafusion::logical_expr::LogicalPlan>>
+    {
+        planning_checkpoint()?;
+        Ok(datafusion::common::tree_node::Transformed::no(plan))
+    }
+}
+
+impl datafusion::physical_optimizer::PhysicalOptimizerRule for PlanningCheckpoint {
+    fn optimize(
+        &self,
+        plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        _config: &datafusion::common::config::ConfigOptions,
+    ) -> Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        planning_checkpoint()?;
+        Ok(plan)
+    }
+
+    fn name(&self) -> &str {
+        PLANNING_CHECKPOINT
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `state` with a [`PlanningCheckpoint`] after each of its logical and physical optimiser
+/// rules (none added twice).
+pub fn interleave_checkpoints(
+    state: datafusion::execution::SessionState,
+) -> datafusion::execution::SessionState {
+    use std::sync::Arc;
+    if state
+        .optimizer()
+        .rules
+        .iter()
+        .any(|rule| rule.name() == PLANNING_CHECKPOINT)
+    {
+        return state;
+    }
+    let checkpoint = Arc::new(PlanningCheckpoint);
+    let mut logical: Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>> = Vec::new();
+    for rule in &state.optimizer().rules {
+        logical.push(Arc::clone(rule));
+        logical.push(Arc::clone(&checkpoint) as _);
+    }
+    let mut physical: Vec<
+        Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>,
+    > = Vec::new();
+    for rule in state.physical_optimizers() {
+        physical.push(Arc::clone(rule));
+        physical.push(Arc::clone(&checkpoint) as _);
+    }
+    datafusion::execution::SessionStateBuilder::new_from_existing(state)
+        .with_optimizer_rules(logical)
+        .with_physical_optimizer_rules(physical)
+        .build()
+}
+
 /// The owner's per-query deadline (`[limits] query_timeout_seconds`), kept in a locked
 /// session's configuration ([`datafusion::prelude::SessionConfig::with_extension`]) by
 /// [`crate::owner::Owner::locked_session`]; `dpsql --config` and `dp-server` stop a query's
@@ -571,6 +715,50 @@ mod tests {
             references("SELECT 1 FROM t JOIN u ON true WHERE EXISTS (SELECT 1 FROM v)"),
             1 + 2 + 1 + 1
         );
+    }
+
+    /// A watched planning stops at its checkpoints once abandoned or past its deadline, with
+    /// the deadline's error naming the limit; unwatched (or after its guard), never.
+    #[test]
+    fn a_watched_planning_stops_at_its_checkpoints() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        assert!(planning_checkpoint().is_ok());
+        let abandoned = std::sync::Arc::new(AtomicBool::new(false));
+        {
+            let _watch = watch_planning(None, std::sync::Arc::clone(&abandoned));
+            assert!(planning_checkpoint().is_ok());
+            abandoned.store(true, Ordering::SeqCst);
+            let err = planning_checkpoint().unwrap_err().to_string();
+            assert!(err.contains("abandoned"), "{err}");
+        }
+        assert!(planning_checkpoint().is_ok());
+        let _watch = watch_planning(
+            Some(std::time::Duration::from_millis(1)),
+            std::sync::Arc::new(AtomicBool::new(false)),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let err = planning_checkpoint().unwrap_err().to_string();
+        assert!(err.contains("query_timeout_seconds"), "{err}");
+    }
+
+    /// A checkpoint follows each optimiser rule, once however often the state is rebuilt.
+    #[test]
+    fn checkpoints_follow_every_optimiser_rule_once() {
+        let state = datafusion::execution::SessionStateBuilder::new()
+            .with_default_features()
+            .build();
+        let rules = state.optimizer().rules.len();
+        let physical = state.physical_optimizers().len();
+        let state = interleave_checkpoints(interleave_checkpoints(state));
+        assert_eq!(state.optimizer().rules.len(), 2 * rules);
+        assert_eq!(state.physical_optimizers().len(), 2 * physical);
+        assert!(state
+            .optimizer()
+            .rules
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|rule| rule.name() == PLANNING_CHECKPOINT));
     }
 
     #[test]

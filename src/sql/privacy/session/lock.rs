@@ -105,9 +105,12 @@ fn lock_execution(ctx: &SessionContext) {
     let planner: &dyn std::any::Any = state.query_planner().as_ref();
     if planner.downcast_ref::<LockedQueryPlanner>().is_none() {
         let locked = Arc::new(LockedQueryPlanner::new(Arc::clone(state.query_planner())));
-        *state = datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
+        let rebuilt = datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
             .with_query_planner(locked)
             .build();
+        // A statement's planning stops between optimiser rules once past its deadline or
+        // abandoned (`dp-server`; limits::planning_checkpoint).
+        *state = limits::interleave_checkpoints(rebuilt);
     }
 }
 
@@ -196,23 +199,7 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
             plan_datafusion_err!("{e} (this session is locked: the data owner manages tables)")
         })?;
     match plan {
-        LogicalPlan::Statement(Statement::Prepare(prepare)) => {
-            let prepared = prepared_statements(ctx);
-            if prepared.count() >= MAX_PREPARED_STATEMENTS {
-                return plan_err!(
-                    "PREPARE '{}': this session holds {MAX_PREPARED_STATEMENTS} prepared \
-                     statements, the limit; DEALLOCATE one first",
-                    prepare.name
-                );
-            }
-            // DataFusion checks and stores it (a name in use is refused there); EXECUTE reads
-            // the copy kept here.
-            let frame = ctx
-                .execute_logical_plan(LogicalPlan::Statement(Statement::Prepare(prepare.clone())))
-                .await?;
-            prepared.insert(prepare);
-            Ok(frame)
-        }
+        LogicalPlan::Statement(Statement::Prepare(prepare)) => prepare_once(ctx, &state, prepare),
         LogicalPlan::Statement(Statement::Execute(execute)) => {
             match prepared_statements(ctx).get(&execute.name) {
                 Some(prepare) => Ok(DataFrame::new(state, bind_parameters(&prepare, execute)?)),
@@ -223,12 +210,13 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
             }
         }
         LogicalPlan::Statement(Statement::Deallocate(deallocate)) => {
-            let name = deallocate.name.clone();
-            let frame = ctx
-                .execute_logical_plan(LogicalPlan::Statement(Statement::Deallocate(deallocate)))
-                .await?;
-            prepared_statements(ctx).remove(&name);
-            Ok(frame)
+            // The analyst's own statements are kept here only; a name not here may be one the
+            // owner prepared before the lock, in DataFusion's store.
+            if prepared_statements(ctx).remove(&deallocate.name) {
+                return empty_frame(state);
+            }
+            ctx.execute_logical_plan(LogicalPlan::Statement(Statement::Deallocate(deallocate)))
+                .await
         }
         // What `execute_logical_plan` does itself (SET, ...).
         LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => ctx.execute_logical_plan(plan).await,
@@ -238,38 +226,160 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
     }
 }
 
-/// The most statements one locked session keeps prepared (each holds a plan in memory).
+/// The most statements one locked session keeps prepared (each holds a plan in memory), unless
+/// the program serving it shares another cap ([`share_prepared_statement_cap`]: `dp-server`
+/// counts these with its Flight SQL prepared statements against `[server]
+/// max_prepared_statements`).
 pub const MAX_PREPARED_STATEMENTS: usize = 256;
 
+/// The cap on the prepared statements of one locked session: SQL `PREPARE`s, and whatever else
+/// the serving program counts with them (`dp-server`'s Flight SQL prepared statements), so that
+/// the session's statements together stay under one limit. A statement takes a place
+/// ([`PreparedStatementCap::try_take`]) before it is kept and gives it back when it is dropped.
+#[derive(Debug)]
+pub struct PreparedStatementCap {
+    max: usize,
+    /// The option (or the fixed limit) a refusal names.
+    name: &'static str,
+    held: std::sync::atomic::AtomicUsize,
+}
+
+impl PreparedStatementCap {
+    /// A cap of `max` statements, named `name` in refusals.
+    pub fn new(max: usize, name: &'static str) -> Self {
+        Self {
+            max,
+            name,
+            held: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes a place for one more statement; `false` (nothing taken) at the cap.
+    pub fn try_take(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                (held < self.max).then_some(held + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the place of a statement dropped.
+    pub fn give_back(&self) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                held.checked_sub(1)
+            });
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Makes `cap` the cap of `ctx`'s SQL prepared statements, shared with the caller's own
+/// (`dp-server` counts its Flight SQL prepared statements in it). Call it before the analyst's
+/// first statement: statements prepared before are not counted.
+pub fn share_prepared_statement_cap(ctx: &SessionContext, cap: Arc<PreparedStatementCap>) {
+    let prepared = Arc::new(PreparedStatements {
+        statements: Default::default(),
+        cap,
+    });
+    ctx.state_ref().write().config_mut().set_extension(prepared);
+}
+
 /// The statements an analyst prepared in a locked session, as planned, before any analysis
-/// or optimisation. DataFusion (55) stores a prepared statement optimised, before the analyzer
-/// rules have run: projection pushdown then pruned a protected table's unit column from its
-/// scan, and the planner rule refused every `EXECUTE` of a DP query over a unit-protected
-/// table ("the scan does not read the unit column"). `EXECUTE` in a locked session binds its
-/// parameters to this copy instead, which is analysed, charged and optimised like any query.
-#[derive(Debug, Default)]
-struct PreparedStatements(std::sync::Mutex<std::collections::HashMap<String, Prepare>>);
+/// or optimisation: the one copy kept (DataFusion's own store is not used for them). DataFusion
+/// (55) stores a prepared statement optimised, before the analyzer rules have run: projection
+/// pushdown then pruned a protected table's unit column from its scan, and the planner rule
+/// refused every `EXECUTE` of a DP query over a unit-protected table ("the scan does not read
+/// the unit column"). `EXECUTE` in a locked session binds its parameters to this copy instead,
+/// which is analysed, charged and optimised like any query. Storing DataFusion's optimised copy
+/// too doubled each statement's memory and ran the whole optimiser over it for nothing.
+#[derive(Debug)]
+struct PreparedStatements {
+    statements: std::sync::Mutex<std::collections::HashMap<String, Prepare>>,
+    cap: Arc<PreparedStatementCap>,
+}
+
+impl Default for PreparedStatements {
+    fn default() -> Self {
+        Self {
+            statements: Default::default(),
+            cap: Arc::new(PreparedStatementCap::new(
+                MAX_PREPARED_STATEMENTS,
+                "a locked session's fixed limit",
+            )),
+        }
+    }
+}
 
 impl PreparedStatements {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Prepare>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.statements.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn count(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn insert(&self, prepare: Prepare) {
-        self.lock().insert(prepare.name.clone(), prepare);
+    /// Keeps `prepare`, or refuses it: its name in use, or the cap reached.
+    fn insert(&self, prepare: Prepare) -> Result<()> {
+        let mut statements = self.lock();
+        if statements.contains_key(&prepare.name) {
+            return plan_err!("Prepared statement '{}' already exists", prepare.name);
+        }
+        if !self.cap.try_take() {
+            return Err(datafusion::error::DataFusionError::ResourcesExhausted(
+                format!(
+                    "PREPARE '{}': this session holds {} prepared statements, the limit ({}); \
+                 DEALLOCATE or close one first",
+                    prepare.name,
+                    self.cap.max(),
+                    self.cap.name()
+                ),
+            ));
+        }
+        statements.insert(prepare.name.clone(), prepare);
+        Ok(())
     }
 
     fn get(&self, name: &str) -> Option<Prepare> {
         self.lock().get(name).cloned()
     }
 
-    fn remove(&self, name: &str) {
-        self.lock().remove(name);
+    /// Drops the statement `name`; whether there was one.
+    fn remove(&self, name: &str) -> bool {
+        let removed = self.lock().remove(name).is_some();
+        if removed {
+            self.cap.give_back();
+        }
+        removed
     }
+}
+
+/// A locked session's `PREPARE`: checked as DataFusion checks it (the declared parameter types
+/// against the parameters used), then kept once, in [`PreparedStatements`], within its cap.
+fn prepare_once(ctx: &SessionContext, state: &SessionState, prepare: Prepare) -> Result<DataFrame> {
+    if !prepare.fields.is_empty() {
+        let used = prepare.input.get_parameter_names()?.len();
+        if used != prepare.fields.len() {
+            return plan_err!(
+                "Prepare specifies {} data types but query has {used} parameters",
+                prepare.fields.len()
+            );
+        }
+    }
+    prepared_statements(ctx).insert(prepare)?;
+    empty_frame(state.clone())
+}
+
+/// The empty result of a statement (as DataFusion's `PREPARE`, `DEALLOCATE` and `SET` answer).
+fn empty_frame(state: SessionState) -> Result<DataFrame> {
+    let plan = datafusion::logical_expr::LogicalPlanBuilder::empty(false).build()?;
+    Ok(DataFrame::new(state, plan))
 }
 
 /// `ctx`'s [`PreparedStatements`], installed on first use.
