@@ -87,11 +87,26 @@ impl Server {
 
     /// The server's peak resident memory so far (`VmHWM`, Linux), in bytes.
     pub fn peak_rss(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// The server's resident memory now (`VmRSS`, Linux), in bytes.
+    pub fn rss(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A field of the server's `/proc/PID/status` given in kB, in bytes (0 if unknown).
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .find_map(|line| line.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |kib| kib * 1024)
     }
