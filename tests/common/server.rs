@@ -170,10 +170,6 @@ impl Server {
             .collect()
     }
 
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 
     /// SIGKILL, as a crash or `kill -9` would.
     pub fn kill(&mut self) {
