@@ -170,7 +170,6 @@ impl Server {
             .collect()
     }
 
-
     /// SIGKILL, as a crash or `kill -9` would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -132,9 +132,10 @@ impl ScalarUDFImpl for TryFunction {
             // Past the cap on one row's output the function is not run: an allocation that
             // fails aborts the process (session 14's red team, `repeat` nested through
             // subqueries). Only a constant argument can still be over here.
-            Some(bounds) if bounds.iter().any(|b| *b > MAX_OUTPUT_BYTES) => {
+            Some(bounds) if bounds.iter().any(|b| *b > row_cap(&args.config_options)) => {
                 Err(datafusion::common::DataFusionError::Execution(format!(
-                    "{name}: output over {MAX_OUTPUT_BYTES} bytes a row"
+                    "{name}: output over {} bytes a row",
+                    row_cap(&args.config_options)
                 )))
             }
             _ => self.inner.invoke_with_args(args),
@@ -143,26 +144,26 @@ impl ScalarUDFImpl for TryFunction {
 }
 
 /// `args` with every array argument NULL on the rows whose bound in `bounds` is over
-/// [`MAX_OUTPUT_BYTES`] (each size-multiplying function gives NULL for a NULL input); or,
+/// [`row_cap`] (each size-multiplying function gives NULL for a NULL input); or,
 /// when every argument is a constant and the row is over, the NULL the call returns.
 fn without_rows_over_the_cap(
     args: ScalarFunctionArgs,
     bounds: &[u64],
 ) -> Result<std::result::Result<ScalarFunctionArgs, ColumnarValue>> {
+    let cap = row_cap(&args.config_options);
     let constant = args
         .args
         .iter()
         .all(|a| matches!(a, ColumnarValue::Scalar(_)));
     if constant {
         return Ok(match bounds.first() {
-            Some(bound) if *bound > MAX_OUTPUT_BYTES => Err(ColumnarValue::Scalar(
-                ScalarValue::try_from(args.return_field.data_type())?,
-            )),
+            Some(bound) if *bound > cap => Err(ColumnarValue::Scalar(ScalarValue::try_from(
+                args.return_field.data_type(),
+            )?)),
             _ => Ok(args),
         });
     }
-    let over: arrow::array::BooleanArray =
-        bounds.iter().map(|b| Some(*b > MAX_OUTPUT_BYTES)).collect();
+    let over: arrow::array::BooleanArray = bounds.iter().map(|b| Some(*b > cap)).collect();
     let masked = args
         .args
         .iter()
@@ -179,9 +180,24 @@ fn without_rows_over_the_cap(
     }))
 }
 
-/// The most bytes a size-multiplying function (`repeat`, `replace`, ...) may produce for one
-/// row in a DP query; a row past it gets NULL.
+/// The most bytes any one value may take, whatever the batch size: the per-row cap of a
+/// total form's output ([`row_cap`]) at small batches, and the largest fixed width of a type
+/// (`crate::sql::privacy::plan::size::max_value_bytes`).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
+
+/// The most bytes one row's output of a total form may take in a query whose configuration
+/// is `config`; a row past it gets NULL. It is the bound on a type's fixed width
+/// (`crate::sql::privacy::plan::size::max_value_bytes`): [`MAX_OUTPUT_BYTES`] (64 KiB), and
+/// at most `MAX_FIXED_ARRAY_BYTES` (64 MiB) for a batch of the session's `batch_size` rows, 8
+/// KiB at the default 8,192. So one array an expression computes for a batch takes at most
+/// 64 MiB. DataFusion's memory pool counts what operators hold, not the arrays expressions
+/// hand on: at 64 KiB a row, a chain of `upper`s over 4,000 rows of 50 KB strings held arrays
+/// of 200 MB each, and a few such queries, cancelled, took `dp-server` 800 MB past its
+/// `memory_limit` (issue 42). The cap reads the session's settings only, never another row,
+/// so a row's output stays a function of that row.
+pub fn row_cap(config: &datafusion::common::config::ConfigOptions) -> u64 {
+    crate::sql::privacy::plan::size::max_value_bytes(config.execution.batch_size.get())
+}
 
 /// An upper bound on the bytes `name(args)` produces for each row, for the functions whose
 /// output can be many times their input; `None` for the others.
@@ -409,7 +425,8 @@ fn or_null(
             },
         )
     };
-    let evaluate = |args: ScalarFunctionArgs| evaluate(args).and_then(cap_output);
+    let cap = row_cap(&args.config_options);
+    let evaluate = |args: ScalarFunctionArgs| evaluate(args).and_then(|v| cap_output(v, cap));
     // A stopped query stops here, before each call and each half of the fallback, not only
     // at its next yield to the runtime (crate::sql::cooperative::QueryCancellation).
     let cancelled = || crate::sql::cooperative::check_cancelled(&args.config_options);
@@ -489,11 +506,11 @@ fn by_halves(
     }
 }
 
-/// `value` with NULL on each row whose string, bytes or list takes more than
-/// [`MAX_OUTPUT_BYTES`]: every total form's output is capped, so no chain of them (`s || s`
-/// once per CTE level, `array_concat(a, a)`) grows a row past it, and a function that
-/// multiplies its input's size by a bounded factor stays within memory.
-fn cap_output(value: ColumnarValue) -> Result<ColumnarValue> {
+/// `value` with NULL on each row whose string, bytes or list takes more than `cap`
+/// ([`row_cap`]): every total form's output is capped, so no chain of them (`s || s` once per
+/// CTE level, `array_concat(a, a)`) grows a row past it, and a function that multiplies its
+/// input's size by a bounded factor stays within memory.
+fn cap_output(value: ColumnarValue, cap: u64) -> Result<ColumnarValue> {
     let ColumnarValue::Array(array) = value else {
         return Ok(value);
     };
@@ -504,7 +521,7 @@ fn cap_output(value: ColumnarValue) -> Result<ColumnarValue> {
     // The rows over the cap made NULL through the validity bitmap on every batch, whether or
     // not one is over: the values stay where they are (no copy whose size would depend on
     // one person's row), and only the bitmap is rebuilt.
-    let keep: arrow::buffer::BooleanBuffer = sizes.iter().map(|s| *s <= MAX_OUTPUT_BYTES).collect();
+    let keep: arrow::buffer::BooleanBuffer = sizes.iter().map(|s| *s <= cap).collect();
     let nulls = arrow::buffer::NullBuffer::union(
         array.nulls(),
         Some(&arrow::buffer::NullBuffer::new(keep)),
@@ -1245,6 +1262,24 @@ mod tests {
             out.iter().collect::<Vec<_>>(),
             vec![Some(12), None, Some(14)]
         );
+    }
+
+    #[test]
+    fn the_row_cap_is_a_batch_s_share_of_64_mib() {
+        let mut config = datafusion::common::config::ConfigOptions::default();
+        assert_eq!(row_cap(&config), 8 << 10, "8 KiB at 8,192 rows a batch");
+        let mut with_batch = |rows: usize| {
+            config
+                .set("datafusion.execution.batch_size", &rows.to_string())
+                .unwrap();
+            row_cap(&config)
+        };
+        assert_eq!(with_batch(65_536), 1 << 10);
+        assert_eq!(with_batch(512), MAX_OUTPUT_BYTES);
+        // The output of one total form for a batch: at most 64 MiB whatever the batch size.
+        for batch_size in [8, 512, 1024, 8192, 65_536] {
+            assert!(with_batch(batch_size) * batch_size as u64 <= 64 << 20);
+        }
     }
 
     #[test]
