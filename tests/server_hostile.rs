@@ -470,12 +470,7 @@ async fn attack(n: usize, attacker: Attacker, deadline: Instant) -> Tally {
         8 => {
             spawn_tasks(&attacker, 2, deadline, |a, i, deadline| async move {
                 let mut client = a.client(i);
-                let costly = (0..45).fold("repeat(region, 10000)".to_string(), |e, _| {
-                    format!("upper({e})")
-                });
-                let hog = format!(
-                    "SELECT dp_count(outcome, 0.1) AS n FROM visits WHERE length({costly}) > 3"
-                );
+                let hog = common::costly_batch_query();
                 let mut tally = Tally::new();
                 let mut j = i;
                 while Instant::now() < deadline {

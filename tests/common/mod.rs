@@ -212,3 +212,28 @@ pub fn enforce_credentials(port: u16) {
     .unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
+
+/// A DP query over `data/visits.csv` whose one batch takes seconds of CPU without yielding to
+/// the runtime: five CTEs of 45 nested `initcap`s each over every row's region repeated to
+/// 8,000 bytes (within the 8 KiB a row the total forms allow at the default 8,192 rows a
+/// batch), 225 calls of about 30 ms each over the batch's 4,000 rows (7 s in a debug build),
+/// within the expression depth limit of 256. For the tests that a stopped query stops inside
+/// its batch (issue 42).
+pub fn costly_batch_query() -> String {
+    let nest = |x: &str| (0..45).fold(x.to_string(), |e, _| format!("initcap({e})"));
+    let mut ctes = vec![format!(
+        "c0 AS (SELECT patient_id, outcome, {} AS s FROM visits)",
+        nest("repeat(region, 1600)")
+    )];
+    for i in 1..5 {
+        ctes.push(format!(
+            "c{i} AS (SELECT patient_id, outcome, {} AS s FROM c{})",
+            nest("s"),
+            i - 1
+        ));
+    }
+    format!(
+        "WITH {} SELECT dp_count(outcome, 0.1) AS n FROM c4 WHERE length(s) > 3",
+        ctes.join(", ")
+    )
+}
