@@ -955,6 +955,67 @@ async fn failed_logins_back_off_as_on_dp_server() {
     }
 }
 
+/// The client port has `dp-server`'s connection limits (issue 42): strangers' connections
+/// that never log in (sending nothing, or only the HTTP/2 preface) are closed at the end of
+/// `login_window_seconds`, and the analyst, logged in on a connection of their own, keeps it
+/// and is answered. Before, the port was Ballista's plain tonic server: no idle connection was
+/// ever closed, so enough of them locked the analyst out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_cluster_closes_strangers_idle_connections() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = dir().join("idle");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [server]\nlogin_window_seconds = 2\n\n\
+             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data("regions.csv"),
+            dir.join("team.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap();
+    let url = locked::start_local_cluster(&cluster, 0, 1)
+        .await
+        .unwrap()
+        .replace("df://", "http://");
+    let address = url.trim_start_matches("http://").to_string();
+    let opened = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for preface in [&b""[..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"] {
+        for _ in 0..3 {
+            let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+            tcp.write_all(preface).await.unwrap();
+            idle.push(tcp);
+        }
+    }
+    // The analyst logs in (a connection of its own) and keeps being answered past the window.
+    log_in(&url, "team", PASSWORD).await.unwrap();
+    for mut tcp in idle {
+        let mut buffer = [0u8; 256];
+        let closed = loop {
+            match tokio::time::timeout(Duration::from_secs(6), tcp.read(&mut buffer)).await {
+                Err(_) => break false,
+                Ok(Ok(0) | Err(_)) => break true,
+                Ok(Ok(_)) => {}
+            }
+        };
+        assert!(closed, "a stranger's idle connection is closed");
+    }
+    let took = opened.elapsed();
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(5),
+        "closed {took:?} after they were opened, not at the 2 s window"
+    );
+    log_in(&url, "team", PASSWORD).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_locked_cluster_needs_its_analysts_credential() {
     let err = refused_cluster("no-credential", "", "").await;

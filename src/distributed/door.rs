@@ -89,6 +89,11 @@ pub(crate) fn not_found(job_id: &str) -> Status {
 }
 
 impl Door {
+    /// The owner's configuration the port serves.
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
     /// The door for `analyst`, the one whose budget the cluster spends; the analyst must have
     /// a `password` or `password_hash` in the owner's configuration.
     pub fn new(owner: Arc<Owner>, analyst: &AnalystConfig) -> Result<Self, String> {

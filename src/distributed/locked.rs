@@ -37,6 +37,7 @@
 use super::door::{self, Caller, Door, Job};
 use super::{session_config, session_state_placed, start_executors};
 use super::{DpLogicalCodec, DpPhysicalCodec};
+use crate::owner::connections::ConnectionInfo;
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
@@ -78,7 +79,6 @@ use futures::StreamExt;
 use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -310,6 +310,7 @@ pub async fn serve(
     internal: TcpListener,
 ) -> Result<()> {
     let locked = Arc::clone(cluster);
+    let locked_server = cluster.door.owner().config().server.clone();
     let to_df = |e: ballista_core::error::BallistaError| DataFusionError::External(Box::new(e));
     let cluster = BallistaCluster::new_from_config(&config)
         .await
@@ -348,7 +349,16 @@ pub async fn serve(
                 .max_decoding_message_size(decoding)
                 .max_encoding_message_size(encoding),
         )
-        .serve_with_incoming(TcpListenerStream::new(clients));
+        // dp-server's connection limits (`[server]` max_connections and the rest): strangers'
+        // connections capped, replaced oldest first and closed after the login window, so
+        // idle connections cannot lock the analyst out of the port (issue 42).
+        .serve_with_incoming(crate::owner::connections::incoming(
+            clients,
+            crate::owner::connections::ConnectionGate::new(
+                crate::owner::connections::ConnectionLimits::of(&locked_server),
+            ),
+            |tcp| std::future::ready(Some(tcp)),
+        ));
     let client_port = async {
         client_port
             .await
@@ -415,16 +425,31 @@ struct ClientPort {
 
 /// The address a request came from (the login back-off counts failures per address).
 fn peer<T>(request: &Request<T>) -> Option<IpAddr> {
-    request.remote_addr().map(|address| address.ip())
+    match request.extensions().get::<ConnectionInfo>() {
+        Some(connection) => connection.peer.map(|address| address.ip()),
+        None => request.remote_addr().map(|address| address.ip()),
+    }
+}
+
+/// Marks the connection of `request` an analyst's (it leaves the strangers' share and login
+/// window: [`crate::owner::connections`]), once its credentials or its result capability
+/// passed.
+fn authenticated<T>(request: &Request<T>) {
+    if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
+        connection.authenticated();
+    }
 }
 
 impl ClientPort {
     /// The caller of `request`: refused without the analyst's credentials.
     async fn caller<T>(&self, request: &Request<T>) -> std::result::Result<Caller, Status> {
-        self.cluster
+        let caller = self
+            .cluster
             .door
             .caller(request.metadata(), peer(request))
-            .await
+            .await?;
+        authenticated(request);
+        Ok(caller)
     }
 
     /// The job `job_id` if it was submitted through this port, answered as not found
@@ -758,6 +783,7 @@ impl ReleasedPartitions {
         let job = door.job(&job_id);
         if door::header(request.metadata()).is_some() {
             door.caller(request.metadata(), peer(request)).await?;
+            authenticated(request);
             return job.ok_or_else(|| door::not_found(&job_id));
         }
         // The same refusal for a job that does not exist, is not the port's, or whose
@@ -766,6 +792,7 @@ impl ReleasedPartitions {
             Some(job)
                 if crate::owner::auth::constant_time_eq(job.result.as_bytes(), host.as_bytes()) =>
             {
+                authenticated(request);
                 Ok(job)
             }
             _ => Err(door::no_credentials()),

@@ -10,6 +10,8 @@
 #[cfg(any(feature = "server", feature = "ballista"))]
 pub mod auth;
 pub mod config;
+#[cfg(any(feature = "server", feature = "ballista"))]
+pub mod connections;
 mod lockdown;
 pub mod tables;
 

@@ -9,20 +9,19 @@
 //!
 //! What one analyst, or anyone reaching the port, may take from the server is bounded by the
 //! owner's `[server]` and `[limits]` options (docs/server-limits.md): connections (caps, a
-//! login window for strangers' connections, an idle time for analysts', `connections.rs`),
+//! login window for strangers' connections, an idle time for analysts', `crate::owner::connections`),
 //! password checks and back-off after failed logins (`crate::owner::auth`), token lifetime,
 //! sessions, prepared statements and queries at once (`session.rs`), message and parameter
 //! sizes (`service.rs`), threads per analyst (`executors.rs`) and memory per analyst and per
 //! query (`memory.rs`).
 
-mod connections;
 mod executors;
 mod memory;
 mod service;
 mod session;
 mod tls;
 
-use crate::owner::auth;
+use crate::owner::{auth, connections};
 pub use auth::hash_password;
 pub use service::{status, DpFlightSqlService};
 
@@ -111,13 +110,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .add_service(flight);
-    let gate = connections::ConnectionGate::new(connections::ConnectionLimits {
-        max_connections: server_config.max_connections,
-        max_connections_per_address: server_config.max_connections_per_address,
-        max_unauthenticated_connections: server_config.max_unauthenticated_connections,
-        login_window: Duration::from_secs(server_config.login_window_seconds),
-        connection_idle: Duration::from_secs(server_config.connection_idle_seconds),
-    });
+    let gate = connections::ConnectionGate::new(connections::ConnectionLimits::of(&server_config));
     let served = match (&server_config.tls_cert, &server_config.tls_key) {
         (Some(cert), Some(key)) => {
             let acceptor = tls::acceptor(cert, key).inspect_err(|_| sweeper.abort())?;

@@ -7,10 +7,10 @@
 //! statement again plans, and charges, again.
 
 use super::auth::{self, LoginGate};
-use super::connections::ConnectionInfo;
 use super::executors::{execute_on, Executor, Executors};
 use super::session::{AnalystSession, Pending, Prepared, QuerySlot, QuerySlots, Sessions};
 use super::Execution;
+use crate::owner::connections::ConnectionInfo;
 use crate::owner::{Owner, ServerConfig};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;

@@ -4,7 +4,7 @@
 //! [`Guarded`] socket, so the connection gate's login window and caps close it during the
 //! handshake as after it.
 
-use super::connections::{ConnectionInfo, Guarded};
+use crate::owner::connections::{ConnectionInfo, Guarded};
 use std::io;
 use std::path::Path;
 use std::pin::Pin;

@@ -51,6 +51,20 @@ pub struct ConnectionLimits {
     pub connection_idle: Duration,
 }
 
+impl ConnectionLimits {
+    /// The limits of the owner's `[server]` section: `dp-server`'s port and a locked
+    /// cluster's client port.
+    pub fn of(server: &crate::owner::ServerConfig) -> Self {
+        Self {
+            max_connections: server.max_connections,
+            max_connections_per_address: server.max_connections_per_address,
+            max_unauthenticated_connections: server.max_unauthenticated_connections,
+            login_window: Duration::from_secs(server.login_window_seconds),
+            connection_idle: Duration::from_secs(server.connection_idle_seconds),
+        }
+    }
+}
+
 /// The open connections: counted in total and per peer address, strangers' and analysts'
 /// apart, so that strangers' can be capped, replaced oldest first and timed out.
 pub struct ConnectionGate {
