@@ -41,7 +41,6 @@
 //! the optimiser, and after physical planning) against [`SECOND_LINE`] times the same limits,
 //! as a second line.
 
-use crate::sql::privacy::rewrite::total::MAX_OUTPUT_BYTES;
 use arrow::datatypes::{DataType, FieldRef, UnionMode};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -69,6 +68,11 @@ pub const MAX_EXPRESSION_DEPTH: u32 = 256;
 /// column replaced by the expression that computes it (`max_plan_size`). A statement of the
 /// largest size (256 KiB) has at most about 50,000.
 pub const MAX_PLAN_SIZE: u64 = 1_000_000;
+
+/// The most bytes any one value may take, whatever the batch size (`max_value_bytes` at small
+/// batches): the largest fixed width of a type, and the per-row cap of a total form's output
+/// (`crate::sql::privacy::rewrite::total::row_cap`).
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
 
 /// The most bytes the fixed part of one batch's array of one type may take
 /// (`max_fixed_array_bytes`): 64 MiB, far below any memory an owner gives a query, so that no

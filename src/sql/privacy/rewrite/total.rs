@@ -28,6 +28,7 @@
 //! function's overflow, memory exhausted) are still possible; [`crate::sql::privacy::exec::release`] withholds
 //! the text of every error raised below a DP aggregation, so at most their occurrence shows.
 
+use crate::sql::privacy::plan::size::max_value_bytes;
 use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::config::ConfigOptions;
@@ -180,14 +181,9 @@ fn without_rows_over_the_cap(
     }))
 }
 
-/// The most bytes any one value may take, whatever the batch size: the per-row cap of a
-/// total form's output ([`row_cap`]) at small batches, and the largest fixed width of a type
-/// (`crate::sql::privacy::plan::size::max_value_bytes`).
-pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
-
 /// The most bytes one row's output of a total form may take in a query whose configuration
 /// is `config`; a row past it gets NULL. It is the bound on a type's fixed width
-/// (`crate::sql::privacy::plan::size::max_value_bytes`): [`MAX_OUTPUT_BYTES`] (64 KiB), and
+/// ([`max_value_bytes`]): `MAX_OUTPUT_BYTES` (64 KiB), and
 /// at most `MAX_FIXED_ARRAY_BYTES` (64 MiB) for a batch of the session's `batch_size` rows, 8
 /// KiB at the default 8,192. So one array an expression computes for a batch takes at most
 /// 64 MiB. DataFusion's memory pool counts what operators hold, not the arrays expressions
@@ -196,7 +192,7 @@ pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
 /// `memory_limit` (issue 42). The cap reads the session's settings only, never another row,
 /// so a row's output stays a function of that row.
 pub fn row_cap(config: &datafusion::common::config::ConfigOptions) -> u64 {
-    crate::sql::privacy::plan::size::max_value_bytes(config.execution.batch_size.get())
+    max_value_bytes(config.execution.batch_size.get())
 }
 
 /// An upper bound on the bytes `name(args)` produces for each row, for the functions whose
@@ -1275,7 +1271,10 @@ mod tests {
             row_cap(&config)
         };
         assert_eq!(with_batch(65_536), 1 << 10);
-        assert_eq!(with_batch(512), MAX_OUTPUT_BYTES);
+        assert_eq!(
+            with_batch(512),
+            crate::sql::privacy::plan::size::MAX_OUTPUT_BYTES
+        );
         // The output of one total form for a batch: at most 64 MiB whatever the batch size.
         for batch_size in [8, 512, 1024, 8192, 65_536] {
             assert!(with_batch(batch_size) * batch_size as u64 <= 64 << 20);
