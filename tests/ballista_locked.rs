@@ -912,19 +912,18 @@ async fn the_client_port_needs_the_analysts_credentials() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn failed_logins_back_off_as_on_dp_server() {
-    // A second locked cluster (no executors) whose owner makes every failed login wait: the
-    // first failure starts a wait of 1 s, during which even the right password is refused
-    // without a password check.
-    let dir = dir().join("backoff");
+/// A second locked cluster without executors, in `dir()/name`: the public `regions` table,
+/// analyst `team` (password [`PASSWORD`]), and `server` as the `[server]` section's body.
+/// Returns the client port's `http://` URL.
+async fn second_cluster(name: &str, server: &str) -> String {
+    let dir = dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("owner.toml");
     std::fs::write(
         &config,
         format!(
             "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [server]\nlogin_name_failures = 0\n\n\
+             [server]\n{server}\n\n\
              [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
             data("regions.csv"),
             dir.join("team.ledger").display(),
@@ -934,10 +933,18 @@ async fn failed_logins_back_off_as_on_dp_server() {
     let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
         .await
         .unwrap();
-    let url = locked::start_local_cluster(&cluster, 0, 1)
+    locked::start_local_cluster(&cluster, 0, 1)
         .await
         .unwrap()
-        .replace("df://", "http://");
+        .replace("df://", "http://")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_logins_back_off_as_on_dp_server() {
+    // A second locked cluster (no executors) whose owner makes every failed login wait: the
+    // first failure starts a wait of 1 s, during which even the right password is refused
+    // without a password check.
+    let url = second_cluster("backoff", "login_name_failures = 0").await;
     let mut attempts = Vec::new();
     for password in ["wrong", "wrong", PASSWORD] {
         attempts.push(log_in(&url, "team", password).await.unwrap_err());
@@ -964,27 +971,7 @@ async fn failed_logins_back_off_as_on_dp_server() {
 async fn a_locked_cluster_closes_strangers_idle_connections() {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = dir().join("idle");
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("owner.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [server]\nlogin_window_seconds = 2\n\n\
-             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
-            data("regions.csv"),
-            dir.join("team.ledger").display(),
-        ),
-    )
-    .unwrap();
-    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
-        .await
-        .unwrap();
-    let url = locked::start_local_cluster(&cluster, 0, 1)
-        .await
-        .unwrap()
-        .replace("df://", "http://");
+    let url = second_cluster("idle", "login_window_seconds = 2").await;
     let address = url.trim_start_matches("http://").to_string();
     let opened = std::time::Instant::now();
     let mut idle = Vec::new();

@@ -33,7 +33,7 @@
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandGetTables, ProstMessageExt};
 use arrow_flight::{Action, Ticket};
-use common::server::{fetch, login, query, Server};
+use common::server::{closed_within, fetch, login, query, stranger, Server, H2_PREFACE};
 use futures::TryStreamExt;
 use prost::Message;
 use std::collections::BTreeMap;
@@ -598,36 +598,6 @@ async fn attack(n: usize, attacker: Attacker, deadline: Instant) -> Tally {
             .await
         }
         _ => unreachable!("no attack {n}"),
-    }
-}
-
-/// HTTP/2's connection preface, which a client sends first.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// A TCP connection to `address` from the loopback address `127.0.0.{from}`, which sends
-/// `send` and then nothing; `None` if the connect fails.
-async fn stranger(address: &str, from: u8, send: &[u8]) -> Option<tokio::net::TcpStream> {
-    use tokio::io::AsyncWriteExt;
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(std::net::SocketAddr::from(([127, 0, 0, from], 0)))
-        .unwrap();
-    let mut tcp = socket.connect(address.parse().unwrap()).await.ok()?;
-    let _ = tcp.write_all(send).await;
-    Some(tcp)
-}
-
-/// Whether the server closed `tcp` (a read ends within `limit`, past what it sent first).
-async fn closed_within(tcp: &mut tokio::net::TcpStream, limit: Duration) -> bool {
-    use tokio::io::AsyncReadExt;
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut buffer = [0u8; 1024];
-    loop {
-        match tokio::time::timeout_at(deadline, tcp.read(&mut buffer)).await {
-            Err(_) => return false,
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => {}
-        }
     }
 }
 

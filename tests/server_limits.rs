@@ -11,7 +11,7 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandPreparedStatementQuery, ProstMessageExt};
 use arrow_flight::{Action, FlightDescriptor};
-use common::server::{fetch, login, query, Server};
+use common::server::{closed_within, fetch, login, query, stranger, Server, H2_PREFACE};
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use std::path::{Path, PathBuf};
@@ -744,38 +744,6 @@ async fn connections_per_address_are_capped() {
     let mut alice = login(&url, "alice", "pw").await.unwrap();
     honest_query(&mut alice).await;
     assert!(server.alive());
-}
-
-/// HTTP/2's connection preface, which a client sends first.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// A TCP connection to `address` from the loopback address `from` (`127.0.0.x`: Linux routes
-/// all of 127/8 to loopback), which sends `send` and then nothing; `None` if the connect fails.
-async fn stranger(address: &str, from: u8, send: &[u8]) -> Option<tokio::net::TcpStream> {
-    use tokio::io::AsyncWriteExt;
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(std::net::SocketAddr::from(([127, 0, 0, from], 0)))
-        .unwrap();
-    let mut tcp = socket.connect(address.parse().unwrap()).await.ok()?;
-    // A connection the server already closed may refuse the bytes: it is idle all the same.
-    let _ = tcp.write_all(send).await;
-    Some(tcp)
-}
-
-/// Whether the server closes `tcp` within `limit`: a read ends (end of stream or an error),
-/// past whatever the server sends first (its HTTP/2 settings after the preface).
-async fn closed_within(tcp: &mut tokio::net::TcpStream, limit: Duration) -> bool {
-    use tokio::io::AsyncReadExt;
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut buffer = [0u8; 1024];
-    loop {
-        match tokio::time::timeout_at(deadline, tcp.read(&mut buffer)).await {
-            Err(_) => return false,
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => {}
-        }
-    }
 }
 
 /// Asserts that every connection of `idle`, opened at `opened`, is closed at the end of a
