@@ -144,7 +144,7 @@ async fn collect_within_deadline(
         plan,
         Arc::new(datafusion::execution::TaskContext::from(&state)),
     )?;
-    let _stop = CancelOnDrop(cancellation);
+    let _stop = cancellation.on_drop();
     let mut stream = match crate::sql::privacy::session::limits::query_deadline(ctx) {
         Some(limit) => crate::sql::privacy::session::limits::with_deadline(stream, limit),
         None => stream,
@@ -165,15 +165,6 @@ async fn collect_within_deadline(
         batches.push(batch);
     }
     Ok(StatementResult { schema, batches })
-}
-
-/// Cancels a statement's function calls when dropped.
-struct CancelOnDrop(crate::sql::cooperative::QueryCancellation);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
 }
 
 /// A resources error of an analyst's statement, naming the limit that refused it: the

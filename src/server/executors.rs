@@ -300,20 +300,17 @@ impl Executors {
     }
 }
 
-/// Aborts a task when dropped, and cancels its query's function calls
-/// ([`crate::sql::cooperative::QueryCancellation`]) so that it stops within one call, not only
-/// at its next yield.
-struct AbortTask(
-    tokio::task::AbortHandle,
-    Option<crate::sql::cooperative::QueryCancellation>,
-);
+/// Aborts a task when dropped, and cancels its query's function calls (`_cancel`, dropped
+/// just after: [`crate::sql::cooperative::QueryCancellation`]) so that it stops within one
+/// call, not only at its next yield.
+struct AbortTask {
+    task: tokio::task::AbortHandle,
+    _cancel: Option<crate::sql::cooperative::CancelOnDrop>,
+}
 
 impl Drop for AbortTask {
     fn drop(&mut self) {
-        if let Some(cancellation) = &self.1 {
-            cancellation.cancel();
-        }
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -357,7 +354,10 @@ pub fn execute_on(
             }
         }
     });
-    let abort = AbortTask(driver.abort_handle(), cancellation);
+    let abort = AbortTask {
+        task: driver.abort_handle(),
+        _cancel: cancellation.map(|c| c.on_drop()),
+    };
     let finished = futures::stream::once(async move {
         match driver.await {
             Ok(()) => None,

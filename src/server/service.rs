@@ -266,17 +266,40 @@ impl Drop for AbandonOnDrop {
     }
 }
 
+/// Runs `planning` on a planning thread of its own
+/// ([`crate::sql::privacy::session::limits::on_planning_stack`]), holding `held` (its planning
+/// permit, its query slot) until the planning itself has stopped, whatever happened to the
+/// request: a client that gives up (drops its call) does not free them while its statement is
+/// still planned, so an analyst never has more statements planned at once than permits. The
+/// planning is watched ([`crate::sql::privacy::session::limits::watch_planning`]): it stops at
+/// its next checkpoint once the request is gone or the session's `query_timeout_seconds` has
+/// passed.
+async fn on_watched_planning_thread<T: Send + 'static>(
+    session: &AnalystSession,
+    held: impl Send + 'static,
+    planning: impl std::future::Future<Output = datafusion::error::Result<T>> + Send + 'static,
+) -> datafusion::error::Result<T> {
+    let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _abandon = AbandonOnDrop(Arc::clone(&abandoned));
+    let limit = crate::sql::privacy::session::limits::query_deadline(&session.ctx);
+    crate::sql::privacy::session::limits::on_planning_stack(async move {
+        let _held = held;
+        let _watch = crate::sql::privacy::session::limits::watch_planning(limit, abandoned);
+        planning.await
+    })
+    .await
+}
+
 /// Plans `sql` (with `params` bound) as the session's analyst: analysed and charged now.
 /// Planned, physical plan included, on a thread with a large stack
 /// ([`crate::sql::privacy::session::limits::on_planning_stack`]), after the statement limits,
 /// with the query's own memory pool (`executor`). The query holds `slot` from here to the end
 /// of its result; it is planned when one of the analyst's planning permits is free.
 ///
-/// The permit and the slot are held by the planning work itself, not by the request: a client
-/// that gives up (drops its call) does not free them while its statement is still planned, so
-/// an analyst never has more statements planned at once than permits. The planning stops at
-/// its next checkpoint once the request is gone or the session's `query_timeout_seconds` has
-/// passed (between planning stages and between optimiser rules).
+/// The permit is held by the planning work itself ([`on_watched_planning_thread`]); the slot
+/// by the plan it makes, and dropped with it if planning fails or its request is gone. The
+/// planning stops at its next checkpoint (between planning stages and between optimiser rules)
+/// once the request is gone or past the session's `query_timeout_seconds`.
 async fn plan_statement(
     session: &Arc<AnalystSession>,
     sql: &str,
@@ -286,15 +309,11 @@ async fn plan_statement(
     purpose: Purpose,
 ) -> Result<Pending, Status> {
     let permit = executor.planning_permit().await?;
-    let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let _abandon = AbandonOnDrop(Arc::clone(&abandoned));
-    let limit = crate::sql::privacy::session::limits::query_deadline(&session.ctx);
-    let session = Arc::clone(session);
+    let planner = Arc::clone(session);
     let sql = sql.to_string();
-    let planned = crate::sql::privacy::session::limits::on_planning_stack(async move {
-        use crate::sql::privacy::session::limits::{planning_checkpoint, watch_planning};
-        // Held until this planning has stopped, whatever happened to the request.
-        let (_permit, _watch) = (permit, watch_planning(limit, abandoned));
+    let planned = on_watched_planning_thread(session, permit, async move {
+        use crate::sql::privacy::session::limits::planning_checkpoint;
+        let session = planner;
         // This future runs on the planning thread alone: a charge made while it runs is its
         // query's (crate::sql::accounting::budget::charges_on_this_thread).
         let charges_before = crate::sql::accounting::budget::charges_on_this_thread();
@@ -747,21 +766,15 @@ impl FlightSqlService for DpFlightSqlService {
             .of(&session.analyst)?
             .planning_permit()
             .await?;
-        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let _abandon = AbandonOnDrop(Arc::clone(&abandoned));
-        let limit = crate::sql::privacy::session::limits::query_deadline(&session.ctx);
         let ctx = session.ctx.clone();
         let sql = query.query.clone();
         let (dataset, parameters) =
-            crate::sql::privacy::session::limits::on_planning_stack(async move {
-                use crate::sql::privacy::session::limits::{planning_checkpoint, watch_planning};
-                let (_slot, _permit) = (slot, permit);
-                let _watch = watch_planning(limit, abandoned);
+            on_watched_planning_thread(&session, (slot, permit), async move {
                 if !is_query(&sql) {
                     return Ok(Ok(Default::default()));
                 }
                 let plan = crate::sql::privacy::session::lock::limited_plan(&ctx, &sql).await?;
-                planning_checkpoint()?;
+                crate::sql::privacy::session::limits::planning_checkpoint()?;
                 Ok(schema_bytes(plan.schema().as_arrow())
                     .and_then(|dataset| Ok((dataset, parameter_schema(&plan)?))))
             })

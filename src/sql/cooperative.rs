@@ -214,8 +214,23 @@ impl QueryCancellation {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// A guard that cancels the query when dropped (its stream's end, whatever ended it).
+    pub fn on_drop(self) -> CancelOnDrop {
+        CancelOnDrop(self)
+    }
+
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Cancels its query when dropped ([`QueryCancellation::on_drop`]).
+#[derive(Debug)]
+pub struct CancelOnDrop(QueryCancellation);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 
