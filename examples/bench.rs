@@ -31,13 +31,16 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
 /// Datasets with several rows per patient (names ending in `u`, the number of patients) are
 /// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
-const DATASETS: [(&str, u64, u64, u64); 6] = [
+const DATASETS: [(&str, u64, u64, u64); 7] = [
     ("10M_100g", 10_000_000, 100, 1),
     ("10M_100kg", 10_000_000, 100_000, 1),
     ("10M_1Mg", 10_000_000, 1_000_000, 1),
     ("20M_1Mg", 20_000_000, 1_000_000, 1),
     ("2M_100g_1Mu", 2_000_000, 100, 2),
     ("2M_100g_200ku", 2_000_000, 100, 10),
+    // Issue 43's workload: 10M visits of 1M patients (10 each, in about 10 groups) in 1,000
+    // groups.
+    ("10M_1000g_1Mu", 10_000_000, 1000, 10),
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
@@ -143,7 +146,7 @@ const PAIRS: [(&str, &str, &str, &str); 15] = [
 /// `patient_id` (the bounding rewrite) and protected row by row (no rewrite), and the unit
 /// query against DataFusion's exact count. (name, DP query, baseline, DP side's settings,
 /// baseline side's settings.)
-const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 3] = [
+const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 4] = [
     (
         "dp_count unit vs row protection",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -162,6 +165,13 @@ const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 3] = [
         "dp_count unit vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
         "SELECT grp, count(patient_id) FROM visits GROUP BY grp",
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "",
+    ),
+    (
+        "dp_rr_ci unit vs 4 exact counts",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
         "SET dp.protected_tables = 'visits(patient_id)'",
         "",
     ),
@@ -495,6 +505,10 @@ async fn one_query(dataset: &str, source: &str, query: &str) -> Result<()> {
             ctx.sql(UNIT_PAIRS[0].3).await?;
             UNIT_PAIRS[0].1
         }
+        "dp_rr_ci_unit" => {
+            ctx.sql(UNIT_PAIRS[3].3).await?;
+            UNIT_PAIRS[3].1
+        }
         other => return Err(format!("unknown query {other}").into()),
     };
     let start = Instant::now();
@@ -513,6 +527,6 @@ async fn main() -> Result<()> {
         Some("sampler") => sampler(),
         Some("intervals") => intervals(args.get(1).cloned()),
         Some("query") if args.len() == 4 => one_query(&args[1], &args[2], &args[3]).await,
-        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals [filter] | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_or_ci|dp_rd_ci|dp_count_unit>".into()),
+        _ => Err("usage: bench generate [dataset] | pairs [filter] | sampler | intervals [filter] | query <dataset> <memory|parquet> <count|dp_count|four_counts|dp_relative_risk|dp_rr_ci|dp_or_ci|dp_rd_ci|dp_count_unit|dp_rr_ci_unit>".into()),
     }
 }

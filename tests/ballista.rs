@@ -326,3 +326,42 @@ async fn total_expressions_run_on_the_executors() {
     let released = run(&ctx, sql).await;
     assert_eq!(released.lines().count(), 40 + 4, "{released}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bounding_runs_on_the_executors_after_one_shuffle_by_the_unit() {
+    // Contribution bounding is one operator (issue 43): its input is hash-partitioned by the
+    // unit, which Ballista makes one shuffle; the operator runs in the next stage, on the
+    // executors, below the partial aggregate. The distributed plan shows it.
+    let ctx = remote().await;
+    let sql = "SET dp.protected_tables = 't(patient)'; SET dp.public_groups = 'assert';
+         EXPLAIN SELECT region, dp_count(1, 1.0) AS n FROM t GROUP BY region";
+    let text = run(&ctx, sql).await;
+    let distributed = text
+        .split("distributed_plan")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no distributed plan: {text}"));
+    // The stages: each line under its `Stage[stage_id=...]` header.
+    let mut stages: Vec<Vec<&str>> = vec![];
+    for line in distributed.lines() {
+        if line.contains("Stage[stage_id=") {
+            stages.push(vec![]);
+        } else if let Some(stage) = stages.last_mut() {
+            stage.push(line);
+        }
+    }
+    let has = |stage: &Vec<&str>, what: &str| stage.iter().filter(|l| l.contains(what)).count();
+    let bounding: Vec<&Vec<&str>> = stages
+        .iter()
+        .filter(|s| has(s, "BoundContributionsExec: unit=patient") == 1)
+        .collect();
+    assert_eq!(bounding.len(), 1, "{distributed}");
+    // It reads one shuffle, written by a stage that hash-partitions the scan by the unit.
+    let reads = has(bounding[0], "UnresolvedShuffleExec") + has(bounding[0], "ShuffleReaderExec");
+    assert_eq!(reads, 1, "{distributed}");
+    let by_unit = stages
+        .iter()
+        .filter(|s| has(s, "ShuffleWriterExec: partitioning=Hash([patient@") == 1)
+        .count();
+    assert_eq!(by_unit, 1, "{distributed}");
+    assert!(!distributed.contains("SortExec"), "{distributed}");
+}

@@ -14,10 +14,13 @@
 use crate::distributed::unread_sort::without_unread_sorts;
 use crate::sql::cooperative::YieldExec;
 use crate::sql::functions::aggregate::{statistic_named, DpAggregate};
+use crate::sql::privacy::exec::bound_contributions::{
+    BoundContributionsExec, BoundSpec, CODEC_MARKER as BOUND_EXEC, NODE_CODEC_MARKER as BOUND_NODE,
+};
 use crate::sql::privacy::exec::drain::{DrainOnDropExec, DrainedExec};
 use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::exec::release::ReleaseOnceExec;
-use crate::sql::privacy::rewrite::bounding::{internal_udf, internal_udwf};
+use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
 use crate::sql::privacy::rewrite::eager;
 use crate::sql::privacy::rewrite::total::{
     operator_from_name, TryBinary, TryCastRows, TryFunction,
@@ -58,10 +61,11 @@ const TRY_FUNCTION: &[u8] = b"datafusion-dp/try/1:";
 /// A [`TryCastRows`] travels as its marker and its type's name.
 const TRY_CAST: &[u8] = b"datafusion-dp/try-cast/1:";
 
-/// What a locked cluster's scheduler answers a client's plan that names one of the bounding
-/// rewrite's functions (the scheduler rewrites plans itself; a client never sends them).
+/// What a locked cluster's scheduler answers a client's plan that names one of the privacy
+/// layer's internal functions or nodes (the scheduler rewrites plans itself; a client never
+/// sends them).
 const INTERNAL_REFUSED: &str = "this Ballista cluster is locked by its data owner: a client's \
-    plan cannot call the contribution-bounding rewrite's internal function";
+    plan cannot name the privacy planner's internal";
 
 /// The scalar function registered as `name` in a session with DataFusion's default functions
 /// and this crate's, where a decoded [`TryFunction`] finds the function it wraps.
@@ -76,7 +80,7 @@ fn registered_function(name: &str) -> Result<Arc<ScalarUDF>> {
         let _ = crate::register(&ctx);
         ctx.state()
     });
-    match internal_udf(name).or_else(|| eager::internal_udf(name)) {
+    match eager::internal_udf(name) {
         Some(udf) => Ok(udf),
         None => state.udf(name),
     }
@@ -128,10 +132,10 @@ macro_rules! function_methods {
                 };
                 return Ok(Arc::new(ScalarUDF::new_from_impl(TryFunction::new(inner))));
             }
-            if let Some(udf) = internal_udf(name).or_else(|| eager::internal_udf(name)) {
+            if let Some(udf) = eager::internal_udf(name) {
                 return match self.accept_bound_calls {
                     true => Ok(udf),
-                    false => plan_err!("{INTERNAL_REFUSED} '{name}'"),
+                    false => plan_err!("{INTERNAL_REFUSED} function '{name}'"),
                 };
             }
             self.inner.try_decode_udf(name, buf)
@@ -184,12 +188,6 @@ macro_rules! function_methods {
         }
 
         fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-            if let Some(udwf) = internal_udwf(name) {
-                return match self.accept_bound_calls {
-                    true => Ok(udwf),
-                    false => plan_err!("{INTERNAL_REFUSED} '{name}'"),
-                };
-            }
             self.inner.try_decode_udwf(name, buf)
         }
 
@@ -239,10 +237,26 @@ impl LogicalExtensionCodec for DpLogicalCodec {
         inputs: &[LogicalPlan],
         ctx: &TaskContext,
     ) -> Result<Extension> {
+        if let Some(spec) = buf.strip_prefix(BOUND_NODE) {
+            if !self.accept_bound_calls {
+                return plan_err!("{INTERNAL_REFUSED} node BoundContributions");
+            }
+            let [input] = inputs else {
+                return plan_err!("BoundContributions takes one input, got {}", inputs.len());
+            };
+            let node = BoundSpec::decode(spec)?.node(input.clone())?;
+            return Ok(Extension {
+                node: Arc::new(node),
+            });
+        }
         self.inner.try_decode(buf, inputs, ctx)
     }
 
     fn try_encode(&self, node: &Extension, buf: &mut Vec<u8>) -> Result<()> {
+        if let Some(bounding) = node.node.as_any().downcast_ref::<BoundContributions>() {
+            buf.extend_from_slice(&BoundSpec::of(bounding)?.encode(BOUND_NODE));
+            return Ok(());
+        }
         self.inner.try_encode(node, buf)
     }
 
@@ -346,6 +360,19 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
                 false => Arc::new(DrainOnDropExec::new(Arc::clone(input))),
             });
         }
+        if let Some(spec) = buf.strip_prefix(BOUND_EXEC) {
+            let [input] = inputs else {
+                return plan_err!(
+                    "BoundContributionsExec takes one input, got {}",
+                    inputs.len()
+                );
+            };
+            let spec = BoundSpec::decode(spec)?;
+            return Ok(Arc::new(BoundContributionsExec::try_new(
+                Arc::clone(input),
+                spec,
+            )?));
+        }
         if buf == RELEASE_ONCE {
             let [input] = inputs else {
                 return plan_err!("ReleaseOnceExec takes one input, got {}", inputs.len());
@@ -361,6 +388,10 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some(bounding) = node.downcast_ref::<BoundContributionsExec>() {
+            buf.extend_from_slice(&bounding.spec().encode(BOUND_EXEC));
+            return Ok(());
+        }
         if node.downcast_ref::<ReleaseOnceExec>().is_some() {
             buf.extend_from_slice(RELEASE_ONCE);
             return Ok(());
@@ -430,5 +461,54 @@ mod tests {
         assert!(codec
             .try_decode_udf("try_no_such_function", &unknown)
             .is_err());
+    }
+
+    /// The bounding node travels from a trusted client to its scheduler as itself; a locked
+    /// cluster's scheduler refuses it (it bounds plans itself, with its owner's settings).
+    #[test]
+    fn the_bounding_node_travels_and_a_locked_scheduler_refuses_it() {
+        use datafusion::common::Column;
+        use datafusion::logical_expr::{col, LogicalPlanBuilder};
+        let input = LogicalPlanBuilder::values(vec![vec![
+            datafusion::logical_expr::lit(1i64),
+            datafusion::logical_expr::lit("a"),
+        ]])
+        .unwrap()
+        .project(vec![
+            col("column1").alias("unit"),
+            col("column2").alias("key"),
+        ])
+        .unwrap()
+        .build()
+        .unwrap();
+        let node = BoundContributions {
+            unit: Column::from_name("unit"),
+            keys: vec![Column::from_name("key")],
+            row_order: vec![],
+            max_rows: 3,
+            max_groups: 2,
+            salt: 11,
+            input: input.clone(),
+        };
+        let extension = Extension {
+            node: Arc::new(node.clone()),
+        };
+        let mut buf = Vec::new();
+        DpLogicalCodec::default()
+            .try_encode(&extension, &mut buf)
+            .unwrap();
+        let ctx = datafusion::prelude::SessionContext::new().task_ctx();
+        let decoded = DpLogicalCodec::default()
+            .try_decode(&buf, std::slice::from_ref(&input), &ctx)
+            .unwrap();
+        assert_eq!(
+            decoded.node.as_any().downcast_ref::<BoundContributions>(),
+            Some(&node)
+        );
+        let refused = DpLogicalCodec::refusing_bound_calls()
+            .try_decode(&buf, std::slice::from_ref(&input), &ctx)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("node BoundContributions"), "{refused}");
     }
 }

@@ -16,7 +16,8 @@
 //! [[table]]
 //! name = "regions"
 //! location = "data/regions.csv"
-//! protection = "public"          # "rows" (each row a person; the default), "unit", "public"
+//! protection = "public"          # "rows" (each row a person; the default), "unit",
+//!                                # "unique_unit" (one row per unit: no bounding), "public"
 //!
 //! [options]                      # dp.* options fixed by the owner (analysts cannot SET them)
 //! public_groups = "regions"
@@ -589,9 +590,10 @@ impl OwnerConfig {
                 (Some(p), None) if p == "rows" => Protection::Rows,
                 (Some(p), None) if p == "public" => Protection::Public,
                 (Some(p), Some(unit)) if p == "unit" => Protection::Unit(unit),
-                (Some(p), None) if p == "unit" => {
+                (Some(p), Some(unit)) if p == "unique_unit" => Protection::UniqueUnit(unit),
+                (Some(p), None) if p == "unit" || p == "unique_unit" => {
                     return Err(error(format!(
-                        "table '{}': protection = \"unit\" needs unit = \"COLUMN\" (the column that identifies a person)",
+                        "table '{}': protection = \"{p}\" needs unit = \"COLUMN\" (the column that identifies a person)",
                         t.name
                     )))
                 }
@@ -603,12 +605,12 @@ impl OwnerConfig {
                 }
                 (Some(p), _) => {
                     return Err(error(format!(
-                        "table '{}': unknown protection '{p}' (expected \"rows\", \"unit\" or \"public\")",
+                        "table '{}': unknown protection '{p}' (expected \"rows\", \"unit\", \"unique_unit\" or \"public\")",
                         t.name
                     )))
                 }
             };
-            if let Protection::Unit(unit) = &protection {
+            if let Some(unit) = protection.unit_column() {
                 if unit.trim().is_empty() {
                     return Err(error(format!("table '{}': unit is empty", t.name)));
                 }
@@ -653,8 +655,8 @@ impl OwnerConfig {
                     twice.name()
                 )));
             }
-            if let (Protection::Unit(unit), Some(_)) = (&protection, &columns) {
-                if !declared.contains(&unit.as_str()) {
+            if let (Some(unit), Some(_)) = (protection.unit_column(), &columns) {
+                if !declared.contains(&unit) {
                     return Err(error(format!(
                         "table '{}': unit '{unit}' is not one of its declared columns",
                         t.name

@@ -44,10 +44,6 @@ pub fn register_placed(
         }
     }
     functions::register_all(ctx)?;
-    // The contribution-bounding rewrite's functions (`dp_keyed_hash`, `dp_unit_sample`) are
-    // not registered: an analyst's SQL must not resolve them (one took its bounds from its
-    // first row). The rewrite inserts them as values, and a Ballista codec resolves them by
-    // name (`privacy::rewrite::bounding::internal_udf`).
     // One accountant per session, shared by the planner rule (which charges) and dp_budget()
     // (which reports). Registering twice keeps the first rule: a second would charge twice.
     let registered = ctx
@@ -85,7 +81,12 @@ pub fn register_placed(
         );
         // After DataFusion's own rules, every join yields to the runtime, so that a stopped
         // query (deadline, cancel, Ctrl-C) stops: `cooperative`.
+        // The privacy layer's logical nodes (contribution bounding) are planned by its own
+        // extension planner: `privacy::session::planner::DpQueryPlanner`.
+        let planner =
+            privacy::session::planner::DpQueryPlanner::new(Arc::clone(state.query_planner()));
         let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
+            .with_query_planner(Arc::new(planner))
             .with_physical_optimizer_rules(rules)
             // Over protected rows, no join or limit stops reading an input early by what
             // another held: `privacy::exec::drain`.

@@ -1,5 +1,6 @@
 //! Physical operators and physical optimiser rules of the privacy layer.
 
+pub mod bound_contributions;
 pub mod constant_args;
 pub mod drain;
 pub mod protected_scan;

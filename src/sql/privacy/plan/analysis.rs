@@ -32,7 +32,7 @@
 
 use crate::sql::functions::aggregate::DpAggregate;
 use crate::sql::privacy::plan::protection::{Protection, Protections};
-use crate::sql::privacy::rewrite::bounding::unit_sample::is_unit_sample;
+use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
 use crate::stats::Contribution;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
@@ -40,10 +40,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Column, DFSchema, Result};
 use datafusion::datasource::cte_worktable::CteWorkTable;
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::expr::WindowFunction;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    BinaryExpr, Distinct, Expr, JoinType, LogicalPlan, Operator, WindowFunctionDefinition,
+    BinaryExpr, Distinct, Expr, Extension, JoinType, LogicalPlan, Operator,
 };
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -68,6 +67,9 @@ pub struct Protected {
     pub unit: Unit,
     /// Why one protected row may appear more than once (`None`: it cannot).
     pub repeats: Option<String>,
+    /// Whether each unit has at most one row (a scan of a table declared
+    /// [`Protection::UniqueUnit`], through operators that keep a subset of its rows).
+    pub unique_units: bool,
 }
 
 impl Protected {
@@ -87,6 +89,7 @@ impl Protected {
     }
 
     fn repeated(mut self, why: impl Into<String>) -> Self {
+        self.unique_units = false;
         if self.repeats.is_none() {
             self.repeats = Some(why.into());
         }
@@ -161,6 +164,13 @@ impl Relation {
                  cannot be bounded, so the query is refused",
                 p.names()
             ),
+            // One row per unit, none repeated: one row in one group per person, and nothing
+            // to bound.
+            Unit::Column(_) if p.unique_units && p.repeats.is_none() => Ok(InputBound {
+                contribution: Contribution::ONE_ROW,
+                unit: None,
+                tables,
+            }),
             Unit::Column(i) => {
                 let (qualifier, field) = schema.qualified_field(*i);
                 Ok(InputBound {
@@ -355,7 +365,7 @@ impl<'a> PlanAnalysis<'a> {
                 let unit = match &protection {
                     Protection::Public => return Ok(Relation::Public),
                     Protection::Rows => Unit::Rows,
-                    Protection::Unit(column) => {
+                    Protection::Unit(column) | Protection::UniqueUnit(column) => {
                         let schema = scan.source.schema();
                         match schema.index_of(column) {
                             Ok(i) => Unit::Column(i),
@@ -373,6 +383,7 @@ impl<'a> PlanAnalysis<'a> {
                     tables: BTreeSet::from([name]),
                     unit,
                     repeats: None,
+                    unique_units: matches!(protection, Protection::UniqueUnit(_)),
                 };
                 let p = project_unit(p, scan.projection.as_deref());
                 if scan.fetch.is_some() {
@@ -557,6 +568,7 @@ impl<'a> PlanAnalysis<'a> {
                     tables,
                     unit,
                     repeats,
+                    unique_units: false,
                 })
             }
             LogicalPlan::Unnest(unnest) => match one(&unnest.input)? {
@@ -604,19 +616,44 @@ impl<'a> PlanAnalysis<'a> {
             // Writing rows out is outputting them.
             LogicalPlan::Dml(dml) => one(&dml.input)?,
             LogicalPlan::Copy(copy) => one(&copy.input)?,
-            LogicalPlan::Extension(extension) => {
-                for input in extension.node.inputs() {
-                    if let Relation::Protected(p) = one(input)? {
-                        return plan_err!(
-                            "extension node {} over protected table {}: the planner cannot \
-                             bound what it does with protected rows",
-                            extension.node.name(),
-                            p.names()
-                        );
+            LogicalPlan::Extension(extension) => match bounding(extension) {
+                // Contribution bounding keeps a subset of each unit's rows, chosen from that
+                // unit's rows alone: a per-unit transformation, like a filter.
+                Some(node) => match one(&node.input)? {
+                    Relation::Protected(p) => {
+                        let unit_column = match &p.unit {
+                            Unit::Column(i) => {
+                                let (q, f) = node.input.schema().qualified_field(*i);
+                                Some(Column::new(q.cloned(), f.name()))
+                            }
+                            _ => None,
+                        };
+                        if unit_column.as_ref() != Some(&node.unit) {
+                            return plan_err!(
+                                "contribution bounding over protected table {} on {}, which is \
+                                 not its unit column",
+                                p.names(),
+                                node.unit
+                            );
+                        }
+                        Relation::Protected(p)
                     }
+                    r => r,
+                },
+                None => {
+                    for input in extension.node.inputs() {
+                        if let Relation::Protected(p) = one(input)? {
+                            return plan_err!(
+                                "extension node {} over protected table {}: the planner cannot \
+                                 bound what it does with protected rows",
+                                extension.node.name(),
+                                p.names()
+                            );
+                        }
+                    }
+                    Relation::Public
                 }
-                Relation::Public
-            }
+            },
         })
     }
 
@@ -695,6 +732,7 @@ impl<'a> PlanAnalysis<'a> {
                     tables,
                     unit,
                     repeats,
+                    unique_units: false,
                 })
             }
         })
@@ -779,10 +817,13 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
     }
 }
 
+/// The contribution-bounding node `extension` is, if it is one.
+fn bounding(extension: &Extension) -> Option<&BoundContributions> {
+    extension.node.as_any().downcast_ref::<BoundContributions>()
+}
+
 /// Whether each value of a window expression depends only on one person's rows: it is
-/// partitioned by `unit`, or it is the bounding's `dp_unit_sample(unit, ...)` (which groups
-/// its partition's rows by its first argument and reads only the row's own unit's rows, in any
-/// partitioning and order: [`crate::sql::privacy::rewrite::bounding::unit_sample`]).
+/// partitioned by `unit`.
 fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let Some(unit) = unit else {
         return false;
@@ -792,21 +833,12 @@ fn partitioned_by(expr: &Expr, unit: Option<&Column>) -> bool {
     let _ = expr.apply(|e| {
         if let Expr::WindowFunction(window) = e {
             found_window = true;
-            let WindowFunction { fun, params } = window.as_ref();
-            let partitioned = params
+            let partitioned = window
+                .params
                 .partition_by
                 .iter()
                 .any(|p| plain_column(p) == Some(unit));
-            // The bounds (the last two arguments) are constants, as the rewrite writes them: a
-            // bound read from a row would let one person's row bound everyone's.
-            let constant_bounds = params.args.len() >= 2
-                && params.args[params.args.len() - 2..]
-                    .iter()
-                    .all(|a| matches!(a, Expr::Literal(..)));
-            let unit_sample = matches!(fun, WindowFunctionDefinition::WindowUDF(udwf) if is_unit_sample(udwf))
-                && params.args.first().and_then(plain_column) == Some(unit)
-                && constant_bounds;
-            if !(partitioned || unit_sample) {
+            if !partitioned {
                 all = false;
             }
         }

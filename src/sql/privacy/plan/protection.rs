@@ -2,6 +2,7 @@
 //!
 //! ```sql
 //! SET dp.protected_tables = 'visits(patient_id), survey';  -- a unit column; row by row
+//! SET dp.protected_tables = 'patients(patient_id unique)';  -- one row per unit
 //! SET dp.public_tables = 'regions, calendar';               -- lookup tables, key lists
 //! ```
 //!
@@ -31,6 +32,23 @@ pub enum Protection {
     /// Private, a person is every row with one value of this column (e.g. `patient_id`):
     /// neighbours differ in all the rows of one unit, whose contributions are bounded.
     Unit(String),
+    /// Private, a person is the one row with a value of this column: the owner declares that
+    /// the table holds at most one row per unit (`patients(patient_id unique)`). A query that
+    /// cannot repeat its rows then needs no contribution bounding (one row in one group per
+    /// person); joined on the unit with other protected tables, it is a unit column as
+    /// [`Protection::Unit`] is. A declaration the data breaks breaks the guarantee, as a table
+    /// protected row by row with several rows per person does.
+    UniqueUnit(String),
+}
+
+impl Protection {
+    /// The unit column, if the table has one.
+    pub fn unit_column(&self) -> Option<&str> {
+        match self {
+            Self::Unit(column) | Self::UniqueUnit(column) => Some(column),
+            Self::Public | Self::Rows => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Protection {
@@ -39,6 +57,9 @@ impl std::fmt::Display for Protection {
             Self::Public => f.write_str("public"),
             Self::Rows => f.write_str("protected row by row"),
             Self::Unit(column) => write!(f, "protected by unit column '{column}'"),
+            Self::UniqueUnit(column) => {
+                write!(f, "protected by unit column '{column}', one row per unit")
+            }
         }
     }
 }
@@ -61,7 +82,7 @@ impl Protections {
         if table.is_empty() {
             return Err("a table name is empty".to_string());
         }
-        if let Protection::Unit(column) = &protection {
+        if let Some(column) = protection.unit_column() {
             if column.trim().is_empty() {
                 return Err(format!("table '{table}': the unit column is empty"));
             }
@@ -85,7 +106,20 @@ impl Protections {
                     let column = rest.strip_suffix(')').ok_or_else(|| {
                         format!("'{item}': write table(unit_column), e.g. visits(patient_id)")
                     })?;
-                    (table.trim(), Protection::Unit(column.trim().to_string()))
+                    let column = column.trim();
+                    let protection = match column.rsplit_once(char::is_whitespace) {
+                        Some((column, flag)) if flag.eq_ignore_ascii_case("unique") => {
+                            Protection::UniqueUnit(column.trim().to_string())
+                        }
+                        Some(_) => {
+                            return Err(format!(
+                                "'{item}': write table(unit_column) or table(unit_column \
+                                 unique), e.g. visits(patient_id) or patients(patient_id unique)"
+                            ))
+                        }
+                        None => Protection::Unit(column.to_string()),
+                    };
+                    (table.trim(), protection)
                 }
                 None => (item, Protection::Rows),
             };
@@ -148,6 +182,7 @@ impl Protections {
                 Protection::Public => None,
                 Protection::Rows => Some(name.clone()),
                 Protection::Unit(column) => Some(format!("{name}({column})")),
+                Protection::UniqueUnit(column) => Some(format!("{name}({column} unique)")),
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -241,5 +276,27 @@ mod tests {
         for bad in ["visits(patient_id", "a,,b", "t()"] {
             assert!(Protections::default().set_protected(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_unit_declared_unique_parses_and_prints_back() {
+        let mut p = Protections::default();
+        p.set_protected("patients(patient_id unique), visits(patient_id)")
+            .unwrap();
+        let config = ConfigOptions::new();
+        let of = |p: &Protections, t: &str| p.of(&TableReference::parse_str(t), &config);
+        assert_eq!(
+            of(&p, "patients"),
+            Protection::UniqueUnit("patient_id".into())
+        );
+        assert_eq!(of(&p, "visits"), Protection::Unit("patient_id".into()));
+        assert_eq!(
+            p.protected_value(),
+            "patients(patient_id unique), visits(patient_id)"
+        );
+        let err = p
+            .set_protected("patients(patient_id distinct)")
+            .unwrap_err();
+        assert!(err.contains("table(unit_column unique)"), "{err}");
     }
 }

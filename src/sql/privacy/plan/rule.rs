@@ -37,7 +37,7 @@ use crate::sql::functions::aggregate::{CallPlan, DpAggregate};
 use crate::sql::options::{DpOptions, PublicGroups};
 use crate::sql::privacy::plan::analysis::PlanAnalysis;
 use crate::sql::privacy::plan::protection::Protection;
-use crate::sql::privacy::rewrite::bounding::{self, bound_contributions};
+use crate::sql::privacy::rewrite::bounding::bound_contributions;
 use crate::sql::privacy::rewrite::public_groups::DeclaredKeys;
 use crate::sql::privacy::rewrite::selection::select_groups;
 use crate::stats::Contribution;
@@ -661,7 +661,6 @@ fn bind_aggregate(
             &keys,
             (session.max_rows_per_unit, session.max_groups_per_unit),
             session.seed,
-            bounding::buckets(config),
         )?;
     }
     let rebuilt = match &declared {

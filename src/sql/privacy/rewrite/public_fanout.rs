@@ -30,7 +30,7 @@
 //! person's rows by that person's own data, and are capped out of the same allowance:
 //! - a join of two protected relations (allowed only on their unit columns): the side whose
 //!   rows are repeated keeps a uniformly random sample of at most `max_public_fanout / f` rows
-//!   of each person ([`bounding::sample_rows_per_unit`], a window named `__dp_own_rows`). The
+//!   of each person ([`bounding::sample_rows_per_unit`], a `BoundContributions` node without keys). The
 //!   sample depends on that person's rows only, so the contribution bound is untouched;
 //! - `UNNEST` of a list: each list keeps its first `max_public_fanout / f` elements
 //!   (`array_slice`); nested lists unnested recursively are refused.
@@ -96,7 +96,6 @@ impl OptimizerRule for BoundPublicFanout {
         let mut bounder = Bounder {
             analysis: PlanAnalysis::new(&session.protections, &options, None),
             seed: session.seed,
-            buckets: bounding::buckets(&options),
             allowance: u64::from(session.max_public_fanout),
             changed: false,
         };
@@ -146,8 +145,6 @@ fn merge(a: Fanout, b: Fanout, times: impl Fn(u64, u64) -> u64, allowance: u64) 
 struct Bounder<'a> {
     analysis: PlanAnalysis<'a>,
     seed: Option<u64>,
-    /// The sampling window's partitions ([`bounding::buckets`]).
-    buckets: u64,
     /// Rows one protected row may meet in all (the owner's `dp.max_public_fanout`).
     allowance: u64,
     changed: bool,
@@ -330,7 +327,6 @@ impl Bounder<'_> {
             unit,
             rows,
             self.seed,
-            self.buckets,
         )?))
     }
 

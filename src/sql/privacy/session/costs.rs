@@ -42,7 +42,6 @@
 //! aggregate's output), are not restricted.
 
 use crate::sql::functions::aggregate::DpAggregate;
-use crate::sql::privacy::rewrite::bounding::{keyed_hash, unit_sample};
 use crate::sql::privacy::rewrite::total::{
     operator_from_name, TryBinary, TryCastRows, TryFunction,
 };
@@ -531,32 +530,12 @@ pub const FUNCTION_COSTS: &[(&str, Kind, Cost)] = &[
     ("with_metadata", Scalar, Constant),
 ];
 
-/// The functions the planner rule's rewrites insert, which no analyst can call (a session does
-/// not register them), classified for the plans where they appear: a plan analysed again
-/// after binding, or sent bound by a client of a locked cluster. The total forms
-/// (`try_f`, `try_divide`, `try_cast_to_*`) are looked through instead: `try_f` costs what `f`
-/// does, `try_<operator>` what the operator does, a cast is linear.
-#[rustfmt::skip]
-pub const REWRITE_COSTS: &[(&str, Kind, Cost)] = &[
-    // A keyed hash of each row's values.
-    (keyed_hash::NAME, Scalar, Linear),
-    // Hash tables over each unit's rows, then a sort of each unit's groups.
-    (unit_sample::NAME, Window, Linear),
-    (unit_sample::ORDERED_NAME, Window, Linear),
-];
-
 /// The declared cost of `name` as a function of `kind`, if it has one.
 pub fn cost(name: &str, kind: Kind) -> Option<Cost> {
     FUNCTION_COSTS
         .binary_search_by(|(n, k, _)| (*n, *k).cmp(&(name, kind)))
         .ok()
         .map(|i| FUNCTION_COSTS[i].2)
-        .or_else(|| {
-            REWRITE_COSTS
-                .iter()
-                .find(|(n, k, _)| *n == name && *k == kind)
-                .map(|(_, _, c)| *c)
-        })
 }
 
 /// Refuses, with the function, the argument and the reason, every call in `plan` (and its
@@ -986,12 +965,6 @@ mod tests {
             let (a, b) = ((pair[0].0, pair[0].1), (pair[1].0, pair[1].1));
             assert!(a < b, "{a:?} is not before {b:?}");
         }
-        for (name, kind, _) in REWRITE_COSTS {
-            assert!(
-                FUNCTION_COSTS.iter().all(|(n, _, _)| n != name),
-                "{name} ({kind:?}) is both an analyst's function and a rewrite's"
-            );
-        }
     }
 
     /// Every function a locked session resolves, with its kind and the name it is registered
@@ -1052,10 +1025,6 @@ mod tests {
         assert!(registered.len() > 300, "{}", registered.len());
         for kind in [Scalar, Aggregate, Window, Table, HigherOrder] {
             assert!(registered.iter().any(|(_, k, _)| *k == kind), "{kind:?}");
-        }
-        // The rewrites' functions are not an analyst's.
-        for (name, _, _) in REWRITE_COSTS {
-            assert!(!registered.iter().any(|(k, _, _)| k == name), "{name}");
         }
     }
 

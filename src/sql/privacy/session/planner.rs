@@ -15,8 +15,10 @@
 //! A locked Ballista cluster's scheduler locks each job's session the same way, so its plans
 //! are checked and made eager on the scheduler, before they reach the executors.
 
+use crate::sql::privacy::exec::bound_contributions::BoundingPlanner;
 use crate::sql::privacy::exec::protected_scan::ProtectedTable;
 use crate::sql::privacy::plan::size;
+use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
 use crate::sql::privacy::rewrite::eager;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -26,6 +28,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::DefaultPhysicalPlanner;
 use std::sync::Arc;
 
 /// A locked session's query planner around the one it had (module docs).
@@ -83,5 +86,53 @@ impl QueryPlanner for LockedQueryPlanner {
         };
         size::check_physical(&physical)?;
         Ok(physical)
+    }
+}
+
+/// Every DP session's query planner: a plan that holds one of the privacy layer's logical
+/// nodes ([`BoundContributions`]) is planned by DataFusion's physical planner with the
+/// privacy layer's [`BoundingPlanner`]; every other plan by the planner the session had.
+/// [`crate::register`] installs it; a locked session's [`LockedQueryPlanner`] wraps it; a
+/// Ballista client replaces it with Ballista's, which sends the plan to the scheduler, whose
+/// session plans it with this one.
+#[derive(Debug)]
+pub struct DpQueryPlanner {
+    inner: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+impl DpQueryPlanner {
+    pub fn new(inner: Arc<dyn QueryPlanner + Send + Sync>) -> Self {
+        Self { inner }
+    }
+}
+
+/// Whether `plan` or one of its subqueries holds a [`BoundContributions`] node.
+fn has_privacy_nodes(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found =
+            matches!(node, LogicalPlan::Extension(e) if e.node.as_any().is::<BoundContributions>());
+        Ok(match found {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    })?;
+    Ok(found)
+}
+
+#[async_trait]
+impl QueryPlanner for DpQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if has_privacy_nodes(logical_plan)? {
+            use datafusion::physical_planner::PhysicalPlanner;
+            let planner =
+                DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(BoundingPlanner)]);
+            return planner.create_physical_plan(logical_plan, session).await;
+        }
+        self.inner.create_physical_plan(logical_plan, session).await
     }
 }

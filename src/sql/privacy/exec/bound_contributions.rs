@@ -1,0 +1,944 @@
+//! `BoundContributionsExec`: contribution bounding as one streaming pass, the physical form
+//! of [`BoundContributions`] (issue 43).
+//!
+//! Its input is hash-partitioned by the unit (its required distribution: DataFusion inserts a
+//! `RepartitionExec`, Ballista a shuffle), so all of one unit's rows reach one partition. Each
+//! partition reads its input once and keeps, per unit, the sample the bound allows, in memory:
+//!
+//! - units are interned with DataFusion's own group table (`GroupValues`, as a hash aggregate
+//!   does), so the per-row work is a hash aggregate's;
+//! - each unit keeps its `max_groups_per_unit` groups of smallest (keyed hash of (unit, keys),
+//!   keys); a group that arrives with a smaller order evicts the unit's largest, and a row of a
+//!   group not kept is dropped as it arrives. The hash is [`keyed_hash`]'s, so the choice is the
+//!   one the sorted window made before (ties broken by the keys' row encoding, exact);
+//! - each kept group keeps the `max_rows_per_unit` rows of smallest priority: a fresh draw from
+//!   the operating system's source per row (bottom-k of independent uniform priorities is a
+//!   uniformly random k-subset: a streaming reservoir sample, Vitter 1985,
+//!   doi:10.1145/3147.3165), or, in seeded (non-private) mode, the keyed hash of the row's
+//!   values, so the sample does not depend on arrival order.
+//!
+//! Kept rows are copied out of each input batch (`take`) into batches of their own, so memory
+//! holds the samples, not the input; when evicted rows make up half of what is held, the held
+//! rows are compacted. Everything held is reserved from the query's memory pool, and a
+//! reservation that fails fails the query with DataFusion's resources error (which the server
+//! names as its memory limit). At the end of its input the partition emits its kept rows.
+//!
+//! No sort, and no work per partition beyond the rows: the window this replaces sorted every row
+//! by a bucket of its unit and cost 34x the exact query on 10M rows (BENCHMARKS.md, issue 43).
+//! Every choice depends only on the unit's own rows and the salt, so the bound holds whatever
+//! the other rows are, in any partitioning and any order.
+
+use crate::sql::privacy::rewrite::bounding::keyed_hash::hash_row;
+use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
+use crate::stats::rng::{secure_rng, NoiseRng};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow::compute::{interleave_record_batch, take_record_batch};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{exec_err, internal_err, plan_err, DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties,
+};
+use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
+use futures::{StreamExt, TryStreamExt};
+use rand::RngCore;
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// What a partition bounds, by column index of the input (see [`BoundContributions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundSpec {
+    pub unit: usize,
+    pub keys: Vec<usize>,
+    /// Seeded mode only: the columns whose keyed hash orders a group's rows.
+    pub row_order: Vec<usize>,
+    pub max_rows: u32,
+    pub max_groups: u32,
+    pub salt: u64,
+}
+
+/// The codec's marker of a [`BoundContributionsExec`], followed by its [`BoundSpec`].
+pub const CODEC_MARKER: &[u8] = b"datafusion-dp/bound-contributions-exec/1:";
+/// The codec's marker of a [`BoundContributions`] node, followed by its [`BoundSpec`] (column
+/// indices into the node's input).
+pub const NODE_CODEC_MARKER: &[u8] = b"datafusion-dp/bound-contributions/1:";
+
+impl BoundSpec {
+    /// The spec's bytes: `marker`, then little-endian u64s (unit, #keys, keys, #row order,
+    /// row order, max_rows, max_groups, salt).
+    pub fn encode(&self, marker: &[u8]) -> Vec<u8> {
+        let mut out = marker.to_vec();
+        let mut put = |v: u64| out.extend_from_slice(&v.to_le_bytes());
+        put(self.unit as u64);
+        put(self.keys.len() as u64);
+        self.keys.iter().for_each(|&k| put(k as u64));
+        put(self.row_order.len() as u64);
+        self.row_order.iter().for_each(|&k| put(k as u64));
+        put(u64::from(self.max_rows));
+        put(u64::from(self.max_groups));
+        put(self.salt);
+        out
+    }
+
+    /// The spec written by [`encode`](Self::encode) (without the marker), or an error.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut words = bytes
+            .chunks(8)
+            .map(|c| <[u8; 8]>::try_from(c).map(u64::from_le_bytes));
+        let mut next = || match words.next() {
+            Some(Ok(v)) => Ok(v),
+            _ => plan_err!("BoundContributionsExec: malformed definition"),
+        };
+        let index = |v: u64| usize::try_from(v).map_err(|e| DataFusionError::Plan(e.to_string()));
+        let bound = |v: u64| u32::try_from(v).map_err(|e| DataFusionError::Plan(e.to_string()));
+        let unit = index(next()?)?;
+        let n = next()?.min(bytes.len() as u64);
+        let keys = (0..n).map(|_| index(next()?)).collect::<Result<_>>()?;
+        let n = next()?.min(bytes.len() as u64);
+        let row_order = (0..n).map(|_| index(next()?)).collect::<Result<_>>()?;
+        let spec = Self {
+            unit,
+            keys,
+            row_order,
+            max_rows: bound(next()?)?,
+            max_groups: bound(next()?)?,
+            salt: next()?,
+        };
+        if next().is_ok() {
+            return plan_err!("BoundContributionsExec: malformed definition");
+        }
+        Ok(spec)
+    }
+
+    /// The spec of `node`, by column index of its input.
+    pub fn of(node: &BoundContributions) -> Result<Self> {
+        let schema = node.input.schema();
+        let index = |c| schema.index_of_column(c);
+        Ok(Self {
+            unit: index(&node.unit)?,
+            keys: node.keys.iter().map(index).collect::<Result<_>>()?,
+            row_order: node.row_order.iter().map(index).collect::<Result<_>>()?,
+            max_rows: node.max_rows,
+            max_groups: node.max_groups,
+            salt: node.salt,
+        })
+    }
+
+    /// The node this spec describes over `input` (a Ballista scheduler decoding a trusted
+    /// client's plan).
+    pub fn node(&self, input: LogicalPlan) -> Result<BoundContributions> {
+        let schema = input.schema();
+        let width = schema.fields().len();
+        let column = |&i: &usize| match i < width {
+            true => Ok(datafusion::common::Column::from(schema.qualified_field(i))),
+            false => plan_err!("BoundContributions: no column {i} in an input of {width}"),
+        };
+        Ok(BoundContributions {
+            unit: column(&self.unit)?,
+            keys: self.keys.iter().map(column).collect::<Result<_>>()?,
+            row_order: self.row_order.iter().map(column).collect::<Result<_>>()?,
+            max_rows: self.max_rows,
+            max_groups: self.max_groups,
+            salt: self.salt,
+            input,
+        })
+    }
+
+    /// Groups one unit keeps: `max_groups` with keys, one without.
+    fn groups_per_unit(&self) -> usize {
+        match self.keys.is_empty() {
+            true => 1,
+            false => self.max_groups as usize,
+        }
+    }
+}
+
+/// Contribution bounding in one streaming pass (module docs).
+#[derive(Debug)]
+pub struct BoundContributionsExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: BoundSpec,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl BoundContributionsExec {
+    pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: BoundSpec) -> Result<Self> {
+        let width = input.schema().fields().len();
+        let columns = std::iter::once(&spec.unit)
+            .chain(&spec.keys)
+            .chain(&spec.row_order);
+        if let Some(c) = columns.into_iter().find(|&&c| c >= width) {
+            return plan_err!("BoundContributionsExec: no column {c} in an input of {width}");
+        }
+        if spec.max_rows == 0 || spec.max_groups == 0 {
+            return plan_err!("BoundContributionsExec: the bounds must be at least 1");
+        }
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(input.schema()),
+            input.output_partitioning().clone(),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Ok(Self {
+            input,
+            spec,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    pub fn spec(&self) -> &BoundSpec {
+        &self.spec
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    fn column_name(&self, i: usize) -> String {
+        self.input.schema().field(i).name().clone()
+    }
+}
+
+impl DisplayAs for BoundContributionsExec {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let keys: Vec<String> = self
+            .spec
+            .keys
+            .iter()
+            .map(|&k| format!("{}@{k}", self.column_name(k)))
+            .collect();
+        write!(
+            f,
+            "BoundContributionsExec: unit={}@{}, keys=[{}], max_rows_per_unit={}, \
+             max_groups_per_unit={}, sample={}",
+            self.column_name(self.spec.unit),
+            self.spec.unit,
+            keys.join(", "),
+            self.spec.max_rows,
+            self.spec.groups_per_unit(),
+            if self.spec.row_order.is_empty() {
+                "random"
+            } else {
+                "seeded (non-private)"
+            }
+        )
+    }
+}
+
+impl ExecutionPlan for BoundContributionsExec {
+    fn name(&self) -> &str {
+        "BoundContributionsExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    /// All of one unit's rows in one partition.
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        let unit = Column::new(&self.column_name(self.spec.unit), self.spec.unit);
+        vec![Distribution::KeyPartitioned(vec![Arc::new(unit)])]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("BoundContributionsExec takes one input");
+        }
+        Ok(Arc::new(Self::try_new(
+            children.swap_remove(0),
+            self.spec.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let reservation = MemoryConsumer::new(format!("BoundContributionsExec[{partition}]"))
+            .register(context.memory_pool());
+        let batch_size = context.session_config().batch_size().max(1);
+        let bounder = Bounder::try_new(self.schema(), self.spec.clone(), reservation)?;
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let output = futures::stream::once(bound_all(input, bounder, baseline, batch_size))
+            .map_ok(futures::stream::iter)
+            .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            output,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Reads `input` to its end into `bounder`, then its kept rows in batches of `batch_size`.
+async fn bound_all(
+    mut input: SendableRecordBatchStream,
+    mut bounder: Bounder,
+    baseline: BaselineMetrics,
+    batch_size: usize,
+) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
+    while let Some(batch) = input.next().await {
+        let batch = batch?;
+        let _timer = baseline.elapsed_compute().timer();
+        bounder.push(&batch)?;
+    }
+    baseline.record_output(bounder.live);
+    baseline.done();
+    Ok(bounder.into_batches(batch_size))
+}
+
+/// One kept row: its priority and where it is held (batch << 32 | row).
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    priority: u64,
+    row: u64,
+}
+
+/// One group a unit keeps (a (unit, keys) group; the unit itself without keys).
+#[derive(Debug, Default)]
+struct Slot {
+    /// The keyed hash of (unit, keys); 0 without keys.
+    order: u64,
+    /// The (unit, keys) row encoding, for exact equality and ties; empty without keys.
+    key: Box<[u8]>,
+    samples: SmallVec<[Sample; 1]>,
+    /// The index in `samples` of the largest priority, once `samples` is full.
+    worst: u32,
+}
+
+/// The per-partition state of [`BoundContributionsExec`] (module docs).
+struct Bounder {
+    spec: BoundSpec,
+    schema: SchemaRef,
+    groups_per_unit: usize,
+    max_rows: usize,
+    units: Box<dyn GroupValues>,
+    unit_of_row: Vec<usize>,
+    /// The kept groups of each unit (indices into `slots`).
+    unit_slots: Vec<SmallVec<[u32; 1]>>,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    /// Converts (unit, keys) to rows; `None` without keys.
+    group_rows: Option<RowConverter>,
+    /// Converts the row-order columns to rows (seeded mode); `None` otherwise.
+    order_rows: Option<RowConverter>,
+    rng: Option<NoiseRng>,
+    /// Kept rows, copied out of the input (some since evicted).
+    held: Vec<RecordBatch>,
+    held_rows: usize,
+    held_bytes: usize,
+    /// Rows in samples.
+    live: usize,
+    /// Bytes of keys and of samples beyond the inline one.
+    extra_bytes: usize,
+    reservation: MemoryReservation,
+}
+
+impl Bounder {
+    fn try_new(schema: SchemaRef, spec: BoundSpec, reservation: MemoryReservation) -> Result<Self> {
+        let unit_schema = Arc::new(schema.project(&[spec.unit])?);
+        let units = new_group_values(unit_schema, &GroupOrdering::None)?;
+        let converter = |columns: &[usize]| -> Result<Option<RowConverter>> {
+            let fields = columns
+                .iter()
+                .map(|&c| SortField::new(schema.field(c).data_type().clone()))
+                .collect();
+            Ok(Some(RowConverter::new(fields)?))
+        };
+        let group_rows = match spec.keys.is_empty() {
+            true => None,
+            false => {
+                let mut columns = vec![spec.unit];
+                columns.extend(&spec.keys);
+                converter(&columns)?
+            }
+        };
+        let (order_rows, rng) = match spec.row_order.is_empty() {
+            true => (
+                None,
+                Some(secure_rng().map_err(|e| {
+                    DataFusionError::Execution(format!("contribution bounding: {e}"))
+                })?),
+            ),
+            false => (converter(&spec.row_order)?, None),
+        };
+        Ok(Self {
+            groups_per_unit: spec.groups_per_unit(),
+            max_rows: spec.max_rows as usize,
+            spec,
+            schema,
+            units,
+            unit_of_row: vec![],
+            unit_slots: vec![],
+            slots: vec![],
+            free_slots: vec![],
+            group_rows,
+            order_rows,
+            rng,
+            held: vec![],
+            held_rows: 0,
+            held_bytes: 0,
+            live: 0,
+            extra_bytes: 0,
+            reservation,
+        })
+    }
+
+    /// A free slot for a group of `order` and `key`.
+    fn new_slot(&mut self, order: u64, key: &[u8]) -> u32 {
+        self.extra_bytes += key.len();
+        let slot = Slot {
+            order,
+            key: key.into(),
+            samples: SmallVec::new(),
+            worst: 0,
+        };
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Drops slot `i` and its samples.
+    fn free_slot(&mut self, i: u32) {
+        let slot = std::mem::take(&mut self.slots[i as usize]);
+        self.live -= slot.samples.len();
+        self.extra_bytes -= slot.key.len() + sample_heap_bytes(&slot.samples);
+        self.free_slots.push(i);
+    }
+
+    /// The slot of the row's group for unit `unit`, making one if the group is kept, or
+    /// `None` if the unit keeps other groups.
+    fn slot_for(&mut self, unit: usize, order: u64, key: &[u8]) -> Option<u32> {
+        let mut worst: Option<u32> = None;
+        for &s in &self.unit_slots[unit] {
+            let slot = &self.slots[s as usize];
+            if slot.order == order && *slot.key == *key {
+                return Some(s);
+            }
+            let larger = worst.is_none_or(|w| {
+                let w = &self.slots[w as usize];
+                (slot.order, &*slot.key) > (w.order, &*w.key)
+            });
+            if larger {
+                worst = Some(s);
+            }
+        }
+        if self.unit_slots[unit].len() < self.groups_per_unit {
+            let s = self.new_slot(order, key);
+            self.unit_slots[unit].push(s);
+            return Some(s);
+        }
+        let w = worst?;
+        let w_slot = &self.slots[w as usize];
+        if (order, key) >= (w_slot.order, &*w_slot.key) {
+            return None;
+        }
+        self.free_slot(w);
+        let s = self.new_slot(order, key);
+        let list = &mut self.unit_slots[unit];
+        let at = list.iter().position(|&x| x == w).unwrap_or(0);
+        list[at] = s;
+        Some(s)
+    }
+
+    /// Offers the row held at `row` with `priority` to slot `s`; whether it was kept.
+    fn offer(&mut self, s: u32, priority: u64, row: u64) -> bool {
+        let max_rows = self.max_rows;
+        let slot = &mut self.slots[s as usize];
+        let sample = Sample { priority, row };
+        if slot.samples.len() < max_rows {
+            let before = sample_heap_bytes(&slot.samples);
+            slot.samples.push(sample);
+            self.extra_bytes += sample_heap_bytes(&slot.samples) - before;
+            self.live += 1;
+            if slot.samples.len() == max_rows {
+                slot.worst = worst_of(&slot.samples);
+            }
+            return true;
+        }
+        let worst = slot.worst as usize;
+        if priority >= slot.samples[worst].priority {
+            return false;
+        }
+        slot.samples[worst] = sample;
+        slot.worst = worst_of(&slot.samples);
+        true
+    }
+
+    /// Reads one input batch.
+    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(());
+        }
+        let unit = Arc::clone(batch.column(self.spec.unit));
+        self.units.intern(&[unit], &mut self.unit_of_row)?;
+        self.unit_slots.resize_with(self.units.len(), SmallVec::new);
+        let column = |c: &usize| Arc::clone(batch.column(*c));
+        let group_rows = match &self.group_rows {
+            Some(converter) => {
+                let mut columns: Vec<ArrayRef> = vec![column(&self.spec.unit)];
+                columns.extend(self.spec.keys.iter().map(column));
+                Some(converter.convert_columns(&columns)?)
+            }
+            None => None,
+        };
+        let row_orders: Option<UInt64Array> = match &self.order_rows {
+            Some(converter) => {
+                let columns: Vec<ArrayRef> = self.spec.row_order.iter().map(column).collect();
+                let encoded = converter.convert_columns(&columns)?;
+                Some(
+                    encoded
+                        .iter()
+                        .map(|r| hash_row(self.spec.salt, r.as_ref()))
+                        .collect::<Vec<u64>>()
+                        .into(),
+                )
+            }
+            None => None,
+        };
+        let batch_index = self.held.len() as u64;
+        let mut kept: Vec<u32> = vec![];
+        for row in 0..rows {
+            let unit = self.unit_of_row[row];
+            let slot = match &group_rows {
+                Some(encoded) => {
+                    let key = encoded.row(row);
+                    let key = key.as_ref();
+                    let order = hash_row(self.spec.salt, key);
+                    self.slot_for(unit, order, key)
+                }
+                None => self.slot_for(unit, 0, &[]),
+            };
+            let Some(slot) = slot else {
+                continue;
+            };
+            let priority = match (&row_orders, &mut self.rng) {
+                (Some(orders), _) => orders.value(row),
+                (None, Some(rng)) => rng.next_u64(),
+                (None, None) => return internal_err!("BoundContributionsExec: no sample order"),
+            };
+            if self.offer(slot, priority, batch_index << 32 | kept.len() as u64) {
+                kept.push(row as u32);
+            }
+        }
+        if !kept.is_empty() {
+            let taken = take_record_batch(batch, &UInt32Array::from(kept))?;
+            self.held_rows += taken.num_rows();
+            self.held_bytes += taken.get_array_memory_size();
+            self.held.push(taken);
+        }
+        if self.held_rows > 2 * self.live + 65_536 {
+            self.compact()?;
+        }
+        self.reservation.try_resize(self.memory_size())
+    }
+
+    /// Bytes held: the unit table, the slots, the samples and the kept rows.
+    fn memory_size(&self) -> usize {
+        use std::mem::size_of;
+        self.units.size()
+            + self.unit_of_row.capacity() * size_of::<usize>()
+            + self.unit_slots.capacity() * size_of::<SmallVec<[u32; 1]>>()
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.free_slots.capacity() * size_of::<u32>()
+            + self.extra_bytes
+            + self.held_bytes
+    }
+
+    /// Every kept row's place, in slot order.
+    fn kept_rows(&self) -> Vec<(usize, usize)> {
+        let mut rows = Vec::with_capacity(self.live);
+        for list in &self.unit_slots {
+            for &s in list {
+                for sample in &self.slots[s as usize].samples {
+                    rows.push((
+                        (sample.row >> 32) as usize,
+                        (sample.row & 0xffff_ffff) as usize,
+                    ));
+                }
+            }
+        }
+        rows
+    }
+
+    /// Copies the kept rows into fresh batches, dropping evicted ones.
+    fn compact(&mut self) -> Result<()> {
+        const CHUNK: usize = 8192;
+        let rows = self.kept_rows();
+        let held: Vec<&RecordBatch> = self.held.iter().collect();
+        let mut fresh = Vec::with_capacity(rows.len().div_ceil(CHUNK));
+        for chunk in rows.chunks(CHUNK) {
+            fresh.push(interleave_record_batch(&held, chunk)?);
+        }
+        let mut next = 0u64;
+        for list in &self.unit_slots {
+            for &s in list {
+                for sample in self.slots[s as usize].samples.iter_mut() {
+                    sample.row = (next / CHUNK as u64) << 32 | (next % CHUNK as u64);
+                    next += 1;
+                }
+            }
+        }
+        self.held_rows = rows.len();
+        self.held_bytes = fresh.iter().map(|b| b.get_array_memory_size()).sum();
+        self.held = fresh;
+        Ok(())
+    }
+
+    /// The kept rows, in batches of `batch_size`.
+    fn into_batches(self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
+        let rows = self.kept_rows();
+        let schema = self.schema;
+        let held = self.held;
+        // The reservation lives until the last batch is made.
+        let reservation = self.reservation;
+        let chunks: Vec<Vec<(usize, usize)>> =
+            rows.chunks(batch_size).map(|c| c.to_vec()).collect();
+        chunks.into_iter().map(move |chunk| {
+            let _ = &reservation;
+            let held: Vec<&RecordBatch> = held.iter().collect();
+            if held.is_empty() {
+                return Ok(RecordBatch::new_empty(Arc::clone(&schema)));
+            }
+            Ok(interleave_record_batch(&held, &chunk)?)
+        })
+    }
+}
+
+/// Heap bytes of a sample list past its inline one.
+fn sample_heap_bytes(samples: &SmallVec<[Sample; 1]>) -> usize {
+    match samples.spilled() {
+        true => samples.capacity() * std::mem::size_of::<Sample>(),
+        false => 0,
+    }
+}
+
+/// The index of the largest priority.
+fn worst_of(samples: &[Sample]) -> u32 {
+    let mut worst = 0;
+    for (i, s) in samples.iter().enumerate() {
+        if s.priority > samples[worst].priority {
+            worst = i;
+        }
+    }
+    worst as u32
+}
+
+/// Plans a [`BoundContributions`] node as a [`BoundContributionsExec`].
+#[derive(Debug, Default)]
+pub struct BoundingPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for BoundingPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn Session,
+        _planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<BoundContributions>() else {
+            return Ok(None);
+        };
+        let ([_], [physical]) = (logical_inputs, physical_inputs) else {
+            return exec_err!("BoundContributions takes one input");
+        };
+        let spec = BoundSpec::of(node)?;
+        Ok(Some(Arc::new(BoundContributionsExec::try_new(
+            Arc::clone(physical),
+            spec,
+        )?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("unit", DataType::Utf8, true),
+            Field::new("key", DataType::Int64, false),
+            Field::new("row", DataType::Int64, false),
+        ]))
+    }
+
+    fn batch(units: &[Option<&str>], keys: &[i64]) -> RecordBatch {
+        let rows: Vec<i64> = (0..units.len() as i64).collect();
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(StringArray::from(units.to_vec())),
+                Arc::new(Int64Array::from(keys.to_vec())),
+                Arc::new(Int64Array::from(rows)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn bounder(spec: BoundSpec, pool_bytes: usize) -> Bounder {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(pool_bytes));
+        Bounder::try_new(schema(), spec, MemoryConsumer::new("test").register(&pool)).unwrap()
+    }
+
+    fn spec(keys: bool, seeded: bool, max_rows: u32, max_groups: u32) -> BoundSpec {
+        BoundSpec {
+            unit: 0,
+            keys: if keys { vec![1] } else { vec![] },
+            row_order: if seeded { vec![0, 1, 2] } else { vec![] },
+            max_rows,
+            max_groups,
+            salt: 7,
+        }
+    }
+
+    /// The kept rows' (unit, key, row), sorted.
+    fn kept(b: Bounder) -> Vec<(Option<String>, i64, i64)> {
+        let mut out = vec![];
+        for batch in b.into_batches(3) {
+            let batch = batch.unwrap();
+            let units = batch.column(0).as_string::<i32>();
+            let keys = batch
+                .column(1)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            let rows = batch
+                .column(2)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            for i in 0..batch.num_rows() {
+                out.push((
+                    units.is_valid(i).then(|| units.value(i).to_string()),
+                    keys.value(i),
+                    rows.value(i),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Rows in no order: p1 has groups 1 (rows 0, 4, 7), 2 (row 2) and 3 (row 5); the NULL
+    /// unit is one unit with groups 1 (row 3) and 2 (row 6); p2 has group 1 (row 1).
+    const UNITS: [Option<&str>; 8] = [
+        Some("p1"),
+        Some("p2"),
+        Some("p1"),
+        None,
+        Some("p1"),
+        Some("p1"),
+        None,
+        Some("p1"),
+    ];
+    const KEYS: [i64; 8] = [1, 1, 2, 1, 1, 3, 2, 1];
+
+    /// Each unit keeps its `max_groups` groups of smallest keyed hash, the same groups the
+    /// keyed hash orders first (checked against `hash_row` directly), with at most `max_rows`
+    /// rows each, whatever the batches.
+    #[test]
+    fn keeps_each_units_first_groups_and_at_most_max_rows_of_each() {
+        let order = |unit: Option<&str>, key: i64| {
+            let converter = RowConverter::new(vec![
+                SortField::new(DataType::Utf8),
+                SortField::new(DataType::Int64),
+            ])
+            .unwrap();
+            let rows = converter
+                .convert_columns(&[
+                    Arc::new(StringArray::from(vec![unit])) as ArrayRef,
+                    Arc::new(Int64Array::from(vec![key])),
+                ])
+                .unwrap();
+            hash_row(7, rows.row(0).as_ref())
+        };
+        for (max_rows, max_groups) in [(1, 1), (2, 1), (1, 2), (2, 2), (5, 5)] {
+            for split in [1, 3, 8] {
+                let mut b = bounder(spec(true, false, max_rows, max_groups), usize::MAX);
+                let whole = batch(&UNITS, &KEYS);
+                let mut start = 0;
+                while start < 8 {
+                    let len = split.min(8 - start);
+                    b.push(&whole.slice(start, len)).unwrap();
+                    start += len;
+                }
+                let kept = kept(b);
+                for unit in [Some("p1"), Some("p2"), None] {
+                    let mut groups: Vec<i64> = (0..8)
+                        .filter(|&r| UNITS[r] == unit)
+                        .map(|r| KEYS[r])
+                        .collect();
+                    groups.sort_by_key(|&k| (order(unit, k), k));
+                    groups.dedup();
+                    let chosen: Vec<i64> = groups.into_iter().take(max_groups as usize).collect();
+                    let mine: Vec<&(Option<String>, i64, i64)> =
+                        kept.iter().filter(|k| k.0.as_deref() == unit).collect();
+                    for k in &chosen {
+                        let in_group = (0..8)
+                            .filter(|&r| UNITS[r] == unit && KEYS[r] == *k)
+                            .count();
+                        let n = mine.iter().filter(|m| m.1 == *k).count();
+                        assert_eq!(n, in_group.min(max_rows as usize), "{unit:?} {k}");
+                    }
+                    assert!(mine.iter().all(|m| chosen.contains(&m.1)), "{mine:?}");
+                }
+            }
+        }
+    }
+
+    /// Seeded: the rows of smallest keyed hash of the row, whatever the arrival order.
+    #[test]
+    fn the_seeded_sample_does_not_depend_on_the_order() {
+        let units = [Some("p"); 6];
+        let keys = [1, 1, 1, 1, 1, 1];
+        let forward = {
+            let mut b = bounder(spec(false, true, 2, 1), usize::MAX);
+            b.push(&batch(&units, &keys)).unwrap();
+            kept(b)
+        };
+        let whole = batch(&units, &keys);
+        let reversed = {
+            let mut b = bounder(spec(false, true, 2, 1), usize::MAX);
+            for i in (0..6).rev() {
+                b.push(&whole.slice(i, 1)).unwrap();
+            }
+            kept(b)
+        };
+        assert_eq!(forward.len(), 2);
+        assert_eq!(forward, reversed);
+    }
+
+    #[test]
+    fn the_row_sample_is_uniform() {
+        // One group of 4 rows, 1 kept: each row is kept with probability 1/4. Over 4000 draws
+        // each count is Binomial(4000, 1/4): mean 1000, sd sqrt(4000·3/16) ≈ 27.4; 5 sd = 137.
+        let mut counts = [0usize; 4];
+        let whole = batch(&[Some("p"); 4], &[1; 4]);
+        for draw in 0..4000 {
+            let mut b = bounder(spec(true, false, 1, 1), usize::MAX);
+            // Arrival in one batch or row by row: the same distribution.
+            if draw % 2 == 0 {
+                b.push(&whole).unwrap();
+            } else {
+                (0..4).for_each(|i| b.push(&whole.slice(i, 1)).unwrap());
+            }
+            for k in kept(b) {
+                counts[k.2 as usize] += 1;
+            }
+        }
+        for c in counts {
+            assert!((c as i64 - 1000).abs() < 137, "{counts:?}");
+        }
+    }
+
+    /// Evicted rows are dropped from what is held once they are most of it.
+    #[test]
+    fn compaction_keeps_exactly_the_samples() {
+        let n = 200_000;
+        let units: Vec<String> = (0..n).map(|i| format!("p{}", i % 1000)).collect();
+        let units: Vec<Option<&str>> = units.iter().map(|u| Some(u.as_str())).collect();
+        let keys: Vec<i64> = (0..n as i64).collect();
+        let mut b = bounder(spec(true, false, 1, 1), usize::MAX);
+        let whole = batch(&units, &keys);
+        for start in (0..n).step_by(8192) {
+            b.push(&whole.slice(start, 8192.min(n - start))).unwrap();
+        }
+        assert!(
+            b.held_rows <= 2 * b.live + 65_536,
+            "{} {}",
+            b.held_rows,
+            b.live
+        );
+        let kept = kept(b);
+        assert_eq!(kept.len(), 1000);
+        let mut seen: Vec<&Option<String>> = kept.iter().map(|k| &k.0).collect();
+        seen.dedup();
+        assert_eq!(seen.len(), 1000);
+        // Each kept row is the input's row of its key.
+        assert!(kept
+            .iter()
+            .all(|k| k.1 == k.2 && units[k.2 as usize].map(String::from) == k.0));
+    }
+
+    /// What is held is reserved: a pool too small for it fails with a resources error.
+    #[test]
+    fn memory_is_reserved_from_the_pool() {
+        let units: Vec<String> = (0..50_000).map(|i| format!("p{i}")).collect();
+        let units: Vec<Option<&str>> = units.iter().map(|u| Some(u.as_str())).collect();
+        let keys = vec![1; 50_000];
+        let mut b = bounder(spec(true, false, 1, 1), 1 << 20);
+        let err = b.push(&batch(&units, &keys)).unwrap_err();
+        assert!(
+            matches!(err.find_root(), DataFusionError::ResourcesExhausted(_)),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_spec_round_trips_and_malformed_bytes_are_refused() {
+        let spec = BoundSpec {
+            unit: 3,
+            keys: vec![0, 5],
+            row_order: vec![0, 1, 2, 3],
+            max_rows: 7,
+            max_groups: u32::MAX,
+            salt: u64::MAX - 1,
+        };
+        let bytes = spec.encode(CODEC_MARKER);
+        let body = bytes.strip_prefix(CODEC_MARKER).unwrap();
+        assert_eq!(BoundSpec::decode(body).unwrap(), spec);
+        assert!(BoundSpec::decode(&body[..body.len() - 1]).is_err());
+        assert!(BoundSpec::decode(&body[..body.len() - 8]).is_err());
+        let mut longer = body.to_vec();
+        longer.extend_from_slice(&[0; 8]);
+        assert!(BoundSpec::decode(&longer).is_err());
+        let mut huge = body.to_vec();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(BoundSpec::decode(&huge).is_err());
+    }
+}
