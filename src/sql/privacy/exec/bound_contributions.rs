@@ -335,7 +335,9 @@ struct Slot {
     /// The keyed hash of (unit, keys); 0 without keys.
     order: u64,
     /// The (unit, keys) row encoding, for exact equality and ties; empty without keys.
-    key: Box<[u8]>,
+    /// Inline up to 24 bytes (two integers and a short string): a slot is made and dropped
+    /// each time a unit's choice of group changes.
+    key: SmallVec<[u8; 24]>,
     samples: SmallVec<[Sample; 1]>,
     /// The index in `samples` of the largest priority, once `samples` is full.
     worst: u32,
@@ -421,10 +423,11 @@ impl Bounder {
 
     /// A free slot for a group of `order` and `key`.
     fn new_slot(&mut self, order: u64, key: &[u8]) -> u32 {
-        self.extra_bytes += key.len();
+        let key = SmallVec::from_slice(key);
+        self.extra_bytes += key_heap_bytes(&key);
         let slot = Slot {
             order,
-            key: key.into(),
+            key,
             samples: SmallVec::new(),
             worst: 0,
         };
@@ -444,7 +447,7 @@ impl Bounder {
     fn free_slot(&mut self, i: u32) {
         let slot = std::mem::take(&mut self.slots[i as usize]);
         self.live -= slot.samples.len();
-        self.extra_bytes -= slot.key.len() + sample_heap_bytes(&slot.samples);
+        self.extra_bytes -= key_heap_bytes(&slot.key) + sample_heap_bytes(&slot.samples);
         self.free_slots.push(i);
     }
 
@@ -507,14 +510,50 @@ impl Bounder {
         true
     }
 
+    /// Each row's unit id into `unit_of_row`. A unit's rows often come together (a table
+    /// written in the order of its unit, or of time within it): consecutive rows of one unit
+    /// are looked up once. Otherwise every row is looked up.
+    fn intern_units(&mut self, unit: &ArrayRef) -> Result<()> {
+        let rows = unit.len();
+        let heads: Option<Vec<usize>> = (rows > 1)
+            .then(|| {
+                let next = unit.slice(1, rows - 1);
+                let previous = unit.slice(0, rows - 1);
+                // NULL units are one unit: `IS DISTINCT FROM`.
+                arrow::compute::kernels::cmp::distinct(&next, &previous).ok()
+            })
+            .flatten()
+            .map(|differs| {
+                std::iter::once(0)
+                    .chain(differs.values().set_indices().map(|i| i + 1))
+                    .collect()
+            })
+            .filter(|heads: &Vec<usize>| heads.len() <= rows / 2);
+        let Some(heads) = heads else {
+            return self
+                .units
+                .intern(&[Arc::clone(unit)], &mut self.unit_of_row);
+        };
+        let indices = UInt32Array::from_iter_values(heads.iter().map(|&h| h as u32));
+        let first = arrow::compute::take(unit.as_ref(), &indices, None)?;
+        let mut ids = Vec::with_capacity(heads.len());
+        self.units.intern(&[first], &mut ids)?;
+        self.unit_of_row.clear();
+        for (k, &id) in ids.iter().enumerate() {
+            let end = heads.get(k + 1).copied().unwrap_or(rows);
+            let run = end - heads[k];
+            self.unit_of_row.extend(std::iter::repeat_n(id, run));
+        }
+        Ok(())
+    }
+
     /// Reads one input batch.
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         let rows = batch.num_rows();
         if rows == 0 {
             return Ok(());
         }
-        let unit = Arc::clone(batch.column(self.spec.unit));
-        self.units.intern(&[unit], &mut self.unit_of_row)?;
+        self.intern_units(batch.column(self.spec.unit))?;
         self.unit_slots.resize_with(self.units.len(), SmallVec::new);
         let column = |c: &usize| Arc::clone(batch.column(*c));
         let group_rows = match &self.group_rows {
@@ -645,6 +684,14 @@ impl Bounder {
             }
             Ok(interleave_record_batch(&held, &chunk)?)
         })
+    }
+}
+
+/// Heap bytes of a key past its inline ones.
+fn key_heap_bytes(key: &SmallVec<[u8; 24]>) -> usize {
+    match key.spilled() {
+        true => key.capacity(),
+        false => 0,
     }
 }
 
@@ -829,6 +876,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Runs of one unit are looked up once, NULL runs included, with the ids a lookup of
+    /// every row gives; a unit that comes back after another keeps its id.
+    #[test]
+    fn runs_of_one_unit_get_the_ids_of_a_row_by_row_lookup() {
+        let units: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("p1"),
+            Some("p1"),
+            Some("p1"),
+            None,
+            None,
+            Some("p2"),
+            Some("p2"),
+            Some("p1"),
+            Some("p1"),
+            Some("p1"),
+        ]));
+        let mut b = bounder(spec(false, false, 1, 1), usize::MAX);
+        b.intern_units(&units).unwrap();
+        let runs = b.unit_of_row.clone();
+        let mut direct = new_group_values(
+            Arc::new(schema().project(&[0]).unwrap()),
+            &GroupOrdering::None,
+        )
+        .unwrap();
+        let mut ids = vec![];
+        direct.intern(&[units], &mut ids).unwrap();
+        assert_eq!(runs, ids);
+        assert_eq!(runs, [0, 0, 0, 1, 1, 2, 2, 0, 0, 0]);
     }
 
     /// Seeded: the rows of smallest keyed hash of the row, whatever the arrival order.
