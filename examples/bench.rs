@@ -31,7 +31,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
 /// Datasets with several rows per patient (names ending in `u`, the number of patients) are
 /// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
-const DATASETS: [(&str, u64, u64, u64); 7] = [
+const DATASETS: [(&str, u64, u64, u64); 10] = [
     ("10M_100g", 10_000_000, 100, 1),
     ("10M_100kg", 10_000_000, 100_000, 1),
     ("10M_1Mg", 10_000_000, 1_000_000, 1),
@@ -41,10 +41,15 @@ const DATASETS: [(&str, u64, u64, u64); 7] = [
     // Issue 43's workload: 10M visits of 1M patients (10 each, in about 10 groups) in 1,000
     // groups.
     ("10M_1000g_1Mu", 10_000_000, 1000, 10),
+    // The same shape at 3x and 10x the rows, for how the bounding scales (`query` mode).
+    ("30M_1000g_3Mu", 30_000_000, 1000, 10),
+    ("100M_1000g_10Mu", 100_000_000, 1000, 10),
+    // One row per patient, 1M patients, for the unique-unit pair (no bounding at all).
+    ("1M_1000g", 1_000_000, 1000, 1),
 ];
 
 /// (name, DP query, exact baseline, session settings for the DP side)
-const PAIRS: [(&str, &str, &str, &str); 15] = [
+const PAIRS: [(&str, &str, &str, &str); 16] = [
     (
         "dp_count vs count",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -139,6 +144,13 @@ const PAIRS: [(&str, &str, &str, &str); 15] = [
         "SELECT grp, dp_count(patient_id, 1.0, 'mechanism=gaussian, delta=1e-6') FROM visits GROUP BY grp",
         "SELECT grp, count(patient_id) FROM visits GROUP BY grp",
         "",
+    ),
+    (
+        // A unit column declared one row per unit (issue 43): no bounding work.
+        "dp_rr_ci unique unit vs 4 exact counts",
+        "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
+        FOUR_COUNTS,
+        "SET dp.protected_tables = 'visits(patient_id unique)'",
     ),
 ];
 
