@@ -11,6 +11,7 @@
 //! Data lives in `$DP_BENCH_DIR` (default `$TMPDIR/datafusion-dp-bench`). Each pair is run
 //! interleaved (A, B, A, B, ...) after one warm-up of each, so both sides see the same
 //! machine state; the report gives the median of each side and the ratio of medians.
+//! `DP_BENCH_MEMORY_LIMIT=<bytes>` gives every session a memory pool of that size.
 
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::MemTable;
@@ -207,7 +208,15 @@ fn dataset_path(name: &str) -> PathBuf {
 }
 
 async fn session() -> Result<SessionContext> {
-    let ctx = SessionContext::new();
+    // DP_BENCH_MEMORY_LIMIT=1073741824: a memory pool of that many bytes (a locked session's
+    // default per-query limit is 1 GiB), so that operators spill or fail as they would there.
+    let runtime = match std::env::var("DP_BENCH_MEMORY_LIMIT") {
+        Ok(bytes) => datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_limit(bytes.parse()?, 1.0)
+            .build_arc()?,
+        Err(_) => Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default()),
+    };
+    let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
     datafusion_dp::register(&ctx)?;
     // The generated group keys are public.
     ctx.sql("SET dp.public_groups = 'assert'").await?;

@@ -19,9 +19,10 @@
 //!
 //! Kept rows are copied out of each input batch (`take`) into batches of their own, so memory
 //! holds the samples, not the input; when evicted rows make up half of what is held, the held
-//! rows are compacted. Everything held is reserved from the query's memory pool, and a
-//! reservation that fails fails the query with DataFusion's resources error (which the server
-//! names as its memory limit). At the end of its input the partition emits its kept rows.
+//! rows are compacted. Everything held is reserved from the query's memory pool; when the pool
+//! refuses, the partition spills what it holds and the rest of its input to disk by bucket of
+//! the unit and bounds each bucket alone at the end ([`Spill`]). At the end of its input the
+//! partition emits its kept rows.
 //!
 //! No sort, and no work per partition beyond the rows: the window this replaces sorted every row
 //! by a bucket of its unit and cost 34x the exact query on 10M rows (BENCHMARKS.md, issue 43).
@@ -40,6 +41,7 @@ use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{exec_err, internal_err, plan_err, DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::SpillFile;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_expr::expressions::Column;
@@ -47,13 +49,17 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet, SpillMetrics,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::SpillManager;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties,
 };
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use rand::RngCore;
 use smallvec::SmallVec;
@@ -290,10 +296,14 @@ impl ExecutionPlan for BoundContributionsExec {
             .register(context.memory_pool());
         let batch_size = context.session_config().batch_size().max(1);
         let bounder = Bounder::try_new(self.schema(), self.spec.clone(), reservation)?;
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
-        let output = futures::stream::once(bound_all(input, bounder, baseline, batch_size))
-            .map_ok(futures::stream::iter)
-            .try_flatten();
+        let run = Run {
+            baseline: BaselineMetrics::new(&self.metrics, partition),
+            spill: SpillMetrics::new(&self.metrics, partition),
+            context,
+            partition,
+            batch_size,
+        };
+        let output = futures::stream::once(bound_all(input, bounder, run)).try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
             output,
@@ -305,21 +315,104 @@ impl ExecutionPlan for BoundContributionsExec {
     }
 }
 
+/// What one partition's run needs besides its input.
+struct Run {
+    baseline: BaselineMetrics,
+    spill: SpillMetrics,
+    context: Arc<TaskContext>,
+    partition: usize,
+    batch_size: usize,
+}
+
+/// Whether `error` is a refusal of memory.
+fn refused_memory(error: &DataFusionError) -> bool {
+    matches!(error.find_root(), DataFusionError::ResourcesExhausted(_))
+}
+
 /// Reads `input` to its end into `bounder`, then its kept rows in batches of `batch_size`.
+/// When the partition is refused memory, what it holds and the rest of its input go to disk
+/// by bucket of the unit ([`Spill`]), and each bucket is bounded alone at the end.
 async fn bound_all(
     mut input: SendableRecordBatchStream,
-    mut bounder: Bounder,
-    baseline: BaselineMetrics,
-    batch_size: usize,
-) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
+    bounder: Bounder,
+    run: Run,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let schema = Arc::clone(&bounder.schema);
+    let spec = bounder.spec.clone();
+    let mut bounder = Some(bounder);
+    let mut spill: Option<(Spill, Priority)> = None;
     while let Some(batch) = input.next().await {
         let batch = batch?;
-        let _timer = baseline.elapsed_compute().timer();
-        bounder.push(&batch)?;
+        let _timer = run.baseline.elapsed_compute().timer();
+        if let Some((spill, priority)) = &mut spill {
+            let priorities = priority.of(&batch, &spec)?;
+            spill.write(&with_priority(&batch, priorities)?)?;
+            continue;
+        }
+        let Some(active) = bounder.as_mut() else {
+            return internal_err!("BoundContributionsExec: no bounder");
+        };
+        match active.push(&batch) {
+            Ok(()) => {}
+            Err(e) if refused_memory(&e) => {
+                let Some(mut full) = bounder.take() else {
+                    return internal_err!("BoundContributionsExec: no bounder");
+                };
+                let priority = std::mem::replace(&mut full.priority, Priority::Given(0));
+                let reservation =
+                    MemoryConsumer::new(format!("BoundContributionsExec[{}] spill", run.partition))
+                        .register(run.context.memory_pool());
+                let mut to_disk =
+                    Spill::try_new(&run.context, &schema, &spec, run.spill.clone(), reservation)?;
+                for held in full.into_prioritised(run.batch_size)? {
+                    to_disk.write(&held)?;
+                }
+                spill = Some((to_disk, priority));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    baseline.record_output(bounder.live);
-    baseline.done();
-    Ok(bounder.into_batches(batch_size))
+    let Some((spill, _)) = spill else {
+        let Some(bounder) = bounder else {
+            return internal_err!("BoundContributionsExec: no bounder");
+        };
+        run.baseline.record_output(bounder.live);
+        run.baseline.done();
+        return Ok(futures::stream::iter(bounder.into_batches(run.batch_size)).boxed());
+    };
+    let (manager, buckets) = spill.finish()?;
+    run.baseline.done();
+    let width = schema.fields().len();
+    let spilled_schema = spill_schema(&schema);
+    let Run {
+        context,
+        partition,
+        batch_size,
+        ..
+    } = run;
+    let bounded = futures::stream::iter(buckets).then(move |files| {
+        let manager = manager.clone();
+        let spec = spec.clone();
+        let schema = Arc::clone(&spilled_schema);
+        let pool = Arc::clone(context.memory_pool());
+        async move {
+            let reservation =
+                MemoryConsumer::new(format!("BoundContributionsExec[{partition}] bucket"))
+                    .register(&pool);
+            let mut bucket =
+                Bounder::with_priority(schema, spec, reservation, Priority::Given(width))?;
+            for file in files {
+                let mut stream = manager.read_spill_as_stream(file, None)?;
+                while let Some(batch) = stream.next().await {
+                    bucket.push(&batch?)?;
+                }
+            }
+            Ok::<_, DataFusionError>(futures::stream::iter(
+                bucket.into_batches(batch_size).collect::<Vec<_>>(),
+            ))
+        }
+    });
+    Ok(bounded.try_flatten().boxed())
 }
 
 /// One kept row: its priority and where it is held (batch << 32 | row).
@@ -357,9 +450,8 @@ struct Bounder {
     free_slots: Vec<u32>,
     /// Converts (unit, keys) to rows; `None` without keys.
     group_rows: Option<RowConverter>,
-    /// Converts the row-order columns to rows (seeded mode); `None` otherwise.
-    order_rows: Option<RowConverter>,
-    rng: Option<NoiseRng>,
+    /// Where each row's priority comes from.
+    priority: Priority,
     /// Kept rows, copied out of the input (some since evicted).
     held: Vec<RecordBatch>,
     held_rows: usize,
@@ -372,7 +464,18 @@ struct Bounder {
 }
 
 impl Bounder {
+    /// A bounder of batches of `schema`, their priorities drawn or hashed as `spec` says.
     fn try_new(schema: SchemaRef, spec: BoundSpec, reservation: MemoryReservation) -> Result<Self> {
+        let priority = Priority::try_new(&schema, &spec)?;
+        Self::with_priority(schema, spec, reservation, priority)
+    }
+
+    fn with_priority(
+        schema: SchemaRef,
+        spec: BoundSpec,
+        reservation: MemoryReservation,
+        priority: Priority,
+    ) -> Result<Self> {
         let unit_schema = Arc::new(schema.project(&[spec.unit])?);
         let units = new_group_values(unit_schema, &GroupOrdering::None)?;
         let converter = |columns: &[usize]| -> Result<Option<RowConverter>> {
@@ -390,15 +493,6 @@ impl Bounder {
                 converter(&columns)?
             }
         };
-        let (order_rows, rng) = match spec.row_order.is_empty() {
-            true => (
-                None,
-                Some(secure_rng().map_err(|e| {
-                    DataFusionError::Execution(format!("contribution bounding: {e}"))
-                })?),
-            ),
-            false => (converter(&spec.row_order)?, None),
-        };
         Ok(Self {
             groups_per_unit: spec.groups_per_unit(),
             max_rows: spec.max_rows as usize,
@@ -410,8 +504,7 @@ impl Bounder {
             slots: vec![],
             free_slots: vec![],
             group_rows,
-            order_rows,
-            rng,
+            priority,
             held: vec![],
             held_rows: 0,
             held_bytes: 0,
@@ -564,20 +657,7 @@ impl Bounder {
             }
             None => None,
         };
-        let row_orders: Option<UInt64Array> = match &self.order_rows {
-            Some(converter) => {
-                let columns: Vec<ArrayRef> = self.spec.row_order.iter().map(column).collect();
-                let encoded = converter.convert_columns(&columns)?;
-                Some(
-                    encoded
-                        .iter()
-                        .map(|r| hash_row(self.spec.salt, r.as_ref()))
-                        .collect::<Vec<u64>>()
-                        .into(),
-                )
-            }
-            None => None,
-        };
+        let priorities = self.priority.of(batch, &self.spec)?;
         let batch_index = self.held.len() as u64;
         let mut kept: Vec<u32> = vec![];
         for row in 0..rows {
@@ -594,11 +674,7 @@ impl Bounder {
             let Some(slot) = slot else {
                 continue;
             };
-            let priority = match (&row_orders, &mut self.rng) {
-                (Some(orders), _) => orders.value(row),
-                (None, Some(rng)) => rng.next_u64(),
-                (None, None) => return internal_err!("BoundContributionsExec: no sample order"),
-            };
+            let priority = priorities.value(row);
             if self.offer(slot, priority, batch_index << 32 | kept.len() as u64) {
                 kept.push(row as u32);
             }
@@ -613,6 +689,25 @@ impl Bounder {
             self.compact()?;
         }
         self.reservation.try_resize(self.memory_size())
+    }
+
+    /// The kept rows with their priorities as a last column, in batches of `batch_size`
+    /// (what a spill writes: merged with later rows, the priorities choose the same sample).
+    fn into_prioritised(self, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        let rows = self.kept_rows();
+        let priorities: Vec<u64> = self
+            .unit_slots
+            .iter()
+            .flat_map(|list| list.iter())
+            .flat_map(|&s| self.slots[s as usize].samples.iter().map(|x| x.priority))
+            .collect();
+        let held: Vec<&RecordBatch> = self.held.iter().collect();
+        let mut out = vec![];
+        for (chunk, priority) in rows.chunks(batch_size).zip(priorities.chunks(batch_size)) {
+            let batch = interleave_record_batch(&held, chunk)?;
+            out.push(with_priority(&batch, UInt64Array::from(priority.to_vec()))?);
+        }
+        Ok(out)
     }
 
     /// Bytes held: the unit table, the slots, the samples and the kept rows.
@@ -676,14 +771,194 @@ impl Bounder {
         let reservation = self.reservation;
         let chunks: Vec<Vec<(usize, usize)>> =
             rows.chunks(batch_size).map(|c| c.to_vec()).collect();
+        // Batches read back from a spill carry their priority last: not an output column.
+        let width = match self.priority {
+            Priority::Given(_) => schema.fields().len() - 1,
+            _ => schema.fields().len(),
+        };
+        let columns: Vec<usize> = (0..width).collect();
         chunks.into_iter().map(move |chunk| {
             let _ = &reservation;
             let held: Vec<&RecordBatch> = held.iter().collect();
             if held.is_empty() {
-                return Ok(RecordBatch::new_empty(Arc::clone(&schema)));
+                return Ok(RecordBatch::new_empty(Arc::clone(&schema)).project(&columns)?);
             }
-            Ok(interleave_record_batch(&held, &chunk)?)
+            Ok(interleave_record_batch(&held, &chunk)?.project(&columns)?)
         })
+    }
+}
+
+/// Where a row's priority (its place in its group's sample) comes from.
+enum Priority {
+    /// A fresh draw from the operating system's source per row.
+    Random(NoiseRng),
+    /// Seeded (non-private): the keyed hash of the row-order columns.
+    Seeded { rows: RowConverter, salt: u64 },
+    /// Read from column `i` (batches read back from a spill).
+    Given(usize),
+}
+
+impl Priority {
+    fn try_new(schema: &SchemaRef, spec: &BoundSpec) -> Result<Self> {
+        if spec.row_order.is_empty() {
+            let rng = secure_rng()
+                .map_err(|e| DataFusionError::Execution(format!("contribution bounding: {e}")))?;
+            return Ok(Self::Random(rng));
+        }
+        let fields = spec
+            .row_order
+            .iter()
+            .map(|&c| SortField::new(schema.field(c).data_type().clone()))
+            .collect();
+        Ok(Self::Seeded {
+            rows: RowConverter::new(fields)?,
+            salt: spec.salt,
+        })
+    }
+
+    /// The priority of each row of `batch` (`spec` names the row-order columns).
+    fn of(&mut self, batch: &RecordBatch, spec: &BoundSpec) -> Result<UInt64Array> {
+        Ok(match self {
+            Self::Random(rng) => (0..batch.num_rows()).map(|_| rng.next_u64()).collect(),
+            Self::Seeded { rows, salt } => {
+                let columns: Vec<ArrayRef> = spec
+                    .row_order
+                    .iter()
+                    .map(|&c| Arc::clone(batch.column(c)))
+                    .collect();
+                let encoded = rows.convert_columns(&columns)?;
+                encoded
+                    .iter()
+                    .map(|r| hash_row(*salt, r.as_ref()))
+                    .collect()
+            }
+            Self::Given(i) => match batch.column(*i).as_any().downcast_ref::<UInt64Array>() {
+                Some(given) => given.clone(),
+                None => {
+                    return internal_err!(
+                        "BoundContributionsExec: a spilled batch lost its priorities"
+                    )
+                }
+            },
+        })
+    }
+}
+
+/// `batch` with `priority` as a last column.
+fn with_priority(batch: &RecordBatch, priority: UInt64Array) -> Result<RecordBatch> {
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(priority));
+    Ok(RecordBatch::try_new(
+        spill_schema(&batch.schema()),
+        columns,
+    )?)
+}
+
+/// `schema` with the priority column spilled rows carry.
+fn spill_schema(schema: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        "__dp_priority",
+        arrow::datatypes::DataType::UInt64,
+        false,
+    )));
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// Buckets of units a spilling partition writes to disk; each is bounded alone afterwards,
+/// with about 1/16 of the memory.
+const SPILL_BUCKETS: usize = 16;
+/// Rows a bucket buffers before it writes them as one spill file.
+const SPILL_BUFFER_ROWS: usize = 65_536;
+/// The second half of the key of the hash that spreads units over spill buckets (the first
+/// is the query's salt): unrelated to the group order.
+const SPILL_DOMAIN: u64 = u64::from_le_bytes(*b"dp-spill");
+
+/// A partition's rows on disk, by bucket of the unit, each row with its priority
+/// (Grace-style partitioning, as DataFusion's hash join and aggregate spill): every row of a
+/// unit lands in one bucket, and the bottom-k sample of a group is the bottom-k of the union
+/// of what was held and what came after, so bounding each bucket alone gives the sample the
+/// partition would have kept in memory.
+struct Spill {
+    manager: SpillManager,
+    unit: usize,
+    unit_rows: RowConverter,
+    salt: u64,
+    buffers: Vec<Vec<RecordBatch>>,
+    buffered: Vec<usize>,
+    files: Vec<Vec<Arc<dyn SpillFile>>>,
+    reservation: MemoryReservation,
+}
+
+impl Spill {
+    fn try_new(
+        context: &TaskContext,
+        schema: &SchemaRef,
+        spec: &BoundSpec,
+        metrics: SpillMetrics,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        Ok(Self {
+            manager: SpillManager::new(context.runtime_env(), metrics, spill_schema(schema)),
+            unit: spec.unit,
+            unit_rows: RowConverter::new(vec![SortField::new(
+                schema.field(spec.unit).data_type().clone(),
+            )])?,
+            salt: spec.salt,
+            buffers: (0..SPILL_BUCKETS).map(|_| vec![]).collect(),
+            buffered: vec![0; SPILL_BUCKETS],
+            files: (0..SPILL_BUCKETS).map(|_| vec![]).collect(),
+            reservation,
+        })
+    }
+
+    /// Writes `batch` (its priority last) to the buckets of its units.
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let units = self
+            .unit_rows
+            .convert_columns(&[Arc::clone(batch.column(self.unit))])?;
+        let mut rows: Vec<Vec<u32>> = vec![vec![]; SPILL_BUCKETS];
+        for (i, unit) in units.iter().enumerate() {
+            let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.salt, SPILL_DOMAIN);
+            std::hash::Hasher::write(&mut hasher, unit.as_ref());
+            let bucket = std::hash::Hasher::finish(&hasher) as usize % SPILL_BUCKETS;
+            rows[bucket].push(i as u32);
+        }
+        for (bucket, rows) in rows.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let part = take_record_batch(batch, &UInt32Array::from(rows))?;
+            self.reservation.grow(part.get_array_memory_size());
+            self.buffered[bucket] += part.num_rows();
+            self.buffers[bucket].push(part);
+            if self.buffered[bucket] >= SPILL_BUFFER_ROWS {
+                self.flush(bucket)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, bucket: usize) -> Result<()> {
+        let batches = std::mem::take(&mut self.buffers[bucket]);
+        self.buffered[bucket] = 0;
+        let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        if let Some(file) = self
+            .manager
+            .spill_record_batch_and_finish(&batches, "BoundContributionsExec")?
+        {
+            self.files[bucket].push(file);
+        }
+        self.reservation.shrink(bytes.min(self.reservation.size()));
+        Ok(())
+    }
+
+    /// Every bucket written out: its files, bucket by bucket.
+    fn finish(mut self) -> Result<(SpillManager, Vec<Vec<Arc<dyn SpillFile>>>)> {
+        for bucket in 0..SPILL_BUCKETS {
+            self.flush(bucket)?;
+        }
+        Ok((self.manager, self.files))
     }
 }
 
@@ -748,6 +1023,7 @@ mod tests {
     use super::*;
     use arrow::array::{Array, AsArray, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::HashMap;
     use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 
     fn schema() -> SchemaRef {
@@ -994,6 +1270,94 @@ mod tests {
             matches!(err.find_root(), DataFusionError::ResourcesExhausted(_)),
             "{err}"
         );
+    }
+
+    /// The operator over `batches` in one partition, in a pool of `pool_bytes`: its output
+    /// rows (unit, key, row), sorted, and how many times it spilled.
+    async fn run_exec(
+        batches: Vec<RecordBatch>,
+        spec: BoundSpec,
+        pool_bytes: usize,
+    ) -> Result<(Vec<(Option<String>, i64, i64)>, usize)> {
+        use datafusion::datasource::memory::MemorySourceConfig;
+        use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+        let input = MemorySourceConfig::try_new_exec(&[batches], schema(), None)?;
+        let exec = BoundContributionsExec::try_new(input, spec)?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(pool_bytes, 1.0)
+            .build_arc()?;
+        let context = Arc::new(TaskContext::default().with_runtime(runtime));
+        let output: Vec<RecordBatch> = exec.execute(0, context)?.try_collect().await?;
+        let mut rows = vec![];
+        for batch in output {
+            assert_eq!(batch.schema(), schema());
+            let units = batch.column(0).as_string::<i32>();
+            let keys = batch
+                .column(1)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            let row = batch
+                .column(2)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            for i in 0..batch.num_rows() {
+                rows.push((
+                    units.is_valid(i).then(|| units.value(i).to_string()),
+                    keys.value(i),
+                    row.value(i),
+                ));
+            }
+        }
+        rows.sort();
+        let spills = exec.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
+        Ok((rows, spills))
+    }
+
+    /// 20,000 units of 10 rows in 5 groups each, in batches of 8,192 rows.
+    fn many_units() -> Vec<RecordBatch> {
+        let n = 200_000;
+        let units: Vec<String> = (0..n).map(|i| format!("p{}", i / 10)).collect();
+        let units: Vec<Option<&str>> = units.iter().map(|u| Some(u.as_str())).collect();
+        let keys: Vec<i64> = (0..n as i64).map(|i| i % 5).collect();
+        let whole = batch(&units, &keys);
+        (0..n)
+            .step_by(8192)
+            .map(|start| whole.slice(start, 8192.min(n - start)))
+            .collect()
+    }
+
+    /// Refused memory, a partition spills its units by bucket and bounds each bucket alone:
+    /// the seeded sample is the one it keeps in memory, and a random one keeps the bounds.
+    #[tokio::test]
+    async fn a_partition_refused_memory_spills_and_keeps_the_same_sample() {
+        let seeded = spec(true, true, 2, 2);
+        let (in_memory, spills) = run_exec(many_units(), seeded.clone(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(spills, 0);
+        assert_eq!(in_memory.len(), 20_000 * 4);
+        let (spilled, spills) = run_exec(many_units(), seeded, 1 << 20).await.unwrap();
+        assert!(spills > 0, "did not spill");
+        assert_eq!(spilled, in_memory);
+        // Random priorities: at most 2 groups of at most 2 rows per unit.
+        let (random, spills) = run_exec(many_units(), spec(true, false, 2, 2), 1 << 20)
+            .await
+            .unwrap();
+        assert!(spills > 0, "did not spill");
+        let mut per_unit: HashMap<Option<String>, Vec<i64>> = HashMap::new();
+        for (unit, key, _) in random {
+            per_unit.entry(unit).or_default().push(key);
+        }
+        assert_eq!(per_unit.len(), 20_000);
+        for keys in per_unit.values() {
+            let mut groups = keys.clone();
+            groups.sort();
+            groups.dedup();
+            assert!(groups.len() == 2 && keys.len() == 4, "{keys:?}");
+        }
+        // A pool too small even for one bucket: a resources error, not a wrong answer.
+        let err = run_exec(many_units(), spec(true, false, 2, 2), 1 << 14)
+            .await
+            .unwrap_err();
+        assert!(refused_memory(&err), "{err}");
     }
 
     #[test]

@@ -48,21 +48,26 @@ impl LockedQueryPlanner {
     }
 }
 
-/// Whether `plan` or one of its subqueries scans a protected table (wrapped as a
-/// [`ProtectedTable`] by the planner rule in every DP query of a locked session).
-fn reads_protected(plan: &LogicalPlan) -> Result<bool> {
+/// Whether `plan` or one of its subqueries has a node that `is` holds for.
+fn holds(plan: &LogicalPlan, is: impl Fn(&LogicalPlan) -> bool) -> Result<bool> {
     let mut found = false;
     plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node {
-            found = source_as_provider(&scan.source)
-                .is_ok_and(|p| p.downcast_ref::<ProtectedTable>().is_some());
-        }
+        found = is(node);
         Ok(match found {
             true => TreeNodeRecursion::Stop,
             false => TreeNodeRecursion::Continue,
         })
     })?;
     Ok(found)
+}
+
+/// Whether `plan` or one of its subqueries scans a protected table (wrapped as a
+/// [`ProtectedTable`] by the planner rule in every DP query of a locked session).
+fn reads_protected(plan: &LogicalPlan) -> Result<bool> {
+    holds(plan, |node| {
+        matches!(node, LogicalPlan::TableScan(scan) if source_as_provider(&scan.source)
+            .is_ok_and(|p| p.downcast_ref::<ProtectedTable>().is_some()))
+    })
 }
 
 #[async_trait]
@@ -108,16 +113,10 @@ impl DpQueryPlanner {
 
 /// Whether `plan` or one of its subqueries holds a [`BoundContributions`] node.
 fn has_privacy_nodes(plan: &LogicalPlan) -> Result<bool> {
-    let mut found = false;
-    plan.apply_with_subqueries(|node| {
-        found =
-            matches!(node, LogicalPlan::Extension(e) if e.node.as_any().is::<BoundContributions>());
-        Ok(match found {
-            true => TreeNodeRecursion::Stop,
-            false => TreeNodeRecursion::Continue,
-        })
-    })?;
-    Ok(found)
+    holds(
+        plan,
+        |node| matches!(node, LogicalPlan::Extension(e) if e.node.as_any().is::<BoundContributions>()),
+    )
 }
 
 #[async_trait]
