@@ -657,7 +657,12 @@ impl Bounder {
             }
             None => None,
         };
-        let priorities = self.priority.of(batch, &self.spec)?;
+        // Random priorities are drawn only for rows that reach a sample (most rows of a
+        // unit with many groups do not).
+        let priorities = match &self.priority {
+            Priority::Random(_) => None,
+            _ => Some(self.priority.of(batch, &self.spec)?),
+        };
         let batch_index = self.held.len() as u64;
         let mut kept: Vec<u32> = vec![];
         for row in 0..rows {
@@ -674,7 +679,11 @@ impl Bounder {
             let Some(slot) = slot else {
                 continue;
             };
-            let priority = priorities.value(row);
+            let priority = match (&priorities, &mut self.priority) {
+                (Some(given), _) => given.value(row),
+                (None, Priority::Random(rng)) => rng.next_u64(),
+                (None, _) => return internal_err!("BoundContributionsExec: no priorities"),
+            };
             if self.offer(slot, priority, batch_index << 32 | kept.len() as u64) {
                 kept.push(row as u32);
             }
