@@ -799,8 +799,9 @@ impl Bounder {
 
 /// Where a row's priority (its place in its group's sample) comes from.
 enum Priority {
-    /// A fresh draw from the operating system's source per row.
-    Random(NoiseRng),
+    /// A fresh draw from the operating system's source per row (boxed: a ChaCha state is
+    /// 320 bytes).
+    Random(Box<NoiseRng>),
     /// Seeded (non-private): the keyed hash of the row-order columns.
     Seeded { rows: RowConverter, salt: u64 },
     /// Read from column `i` (batches read back from a spill).
@@ -812,7 +813,7 @@ impl Priority {
         if spec.row_order.is_empty() {
             let rng = secure_rng()
                 .map_err(|e| DataFusionError::Execution(format!("contribution bounding: {e}")))?;
-            return Ok(Self::Random(rng));
+            return Ok(Self::Random(Box::new(rng)));
         }
         let fields = spec
             .row_order
@@ -895,9 +896,12 @@ struct Spill {
     salt: u64,
     buffers: Vec<Vec<RecordBatch>>,
     buffered: Vec<usize>,
-    files: Vec<Vec<Arc<dyn SpillFile>>>,
+    files: SpillBuckets,
     reservation: MemoryReservation,
 }
+
+/// The spill files of each bucket.
+type SpillBuckets = Vec<Vec<Arc<dyn SpillFile>>>;
 
 impl Spill {
     fn try_new(
@@ -963,7 +967,7 @@ impl Spill {
     }
 
     /// Every bucket written out: its files, bucket by bucket.
-    fn finish(mut self) -> Result<(SpillManager, Vec<Vec<Arc<dyn SpillFile>>>)> {
+    fn finish(mut self) -> Result<(SpillManager, SpillBuckets)> {
         for bucket in 0..SPILL_BUCKETS {
             self.flush(bucket)?;
         }
