@@ -29,7 +29,7 @@
 //! Every choice depends only on the unit's own rows and the salt, so the bound holds whatever
 //! the other rows are, in any partitioning and any order.
 
-use crate::sql::privacy::rewrite::bounding::keyed_hash::hash_row;
+use crate::sql::privacy::rewrite::bounding::keyed_hash::{hash_row, hash_row_in};
 use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
 use crate::stats::rng::{secure_rng, NoiseRng};
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
@@ -163,14 +163,6 @@ impl BoundSpec {
             input,
         })
     }
-
-    /// Groups one unit keeps: `max_groups` with keys, one without.
-    fn groups_per_unit(&self) -> usize {
-        match self.keys.is_empty() {
-            true => 1,
-            false => self.max_groups as usize,
-        }
-    }
 }
 
 /// Contribution bounding in one streaming pass (module docs).
@@ -237,7 +229,7 @@ impl DisplayAs for BoundContributionsExec {
             self.spec.unit,
             keys.join(", "),
             self.spec.max_rows,
-            self.spec.groups_per_unit(),
+            self.spec.max_groups,
             if self.spec.row_order.is_empty() {
                 "random"
             } else {
@@ -494,7 +486,7 @@ impl Bounder {
             }
         };
         Ok(Self {
-            groups_per_unit: spec.groups_per_unit(),
+            groups_per_unit: spec.max_groups as usize,
             max_rows: spec.max_rows as usize,
             spec,
             schema,
@@ -704,12 +696,7 @@ impl Bounder {
     /// (what a spill writes: merged with later rows, the priorities choose the same sample).
     fn into_prioritised(self, batch_size: usize) -> Result<Vec<RecordBatch>> {
         let rows = self.kept_rows();
-        let priorities: Vec<u64> = self
-            .unit_slots
-            .iter()
-            .flat_map(|list| list.iter())
-            .flat_map(|&s| self.slots[s as usize].samples.iter().map(|x| x.priority))
-            .collect();
+        let priorities: Vec<u64> = self.samples().map(|x| x.priority).collect();
         let held: Vec<&RecordBatch> = self.held.iter().collect();
         let mut out = vec![];
         for (chunk, priority) in rows.chunks(batch_size).zip(priorities.chunks(batch_size)) {
@@ -733,18 +720,22 @@ impl Bounder {
 
     /// Every kept row's place, in slot order.
     fn kept_rows(&self) -> Vec<(usize, usize)> {
-        let mut rows = Vec::with_capacity(self.live);
-        for list in &self.unit_slots {
-            for &s in list {
-                for sample in &self.slots[s as usize].samples {
-                    rows.push((
-                        (sample.row >> 32) as usize,
-                        (sample.row & 0xffff_ffff) as usize,
-                    ));
-                }
-            }
-        }
-        rows
+        self.samples()
+            .map(|sample| {
+                (
+                    (sample.row >> 32) as usize,
+                    (sample.row & 0xffff_ffff) as usize,
+                )
+            })
+            .collect()
+    }
+
+    /// Every kept row's sample, in slot order (the order of [`Self::kept_rows`]).
+    fn samples(&self) -> impl Iterator<Item = &Sample> {
+        self.unit_slots
+            .iter()
+            .flatten()
+            .flat_map(|&s| &self.slots[s as usize].samples)
     }
 
     /// Copies the kept rows into fresh batches, dropping evicted ones.
@@ -932,9 +923,8 @@ impl Spill {
             .convert_columns(&[Arc::clone(batch.column(self.unit))])?;
         let mut rows: Vec<Vec<u32>> = vec![vec![]; SPILL_BUCKETS];
         for (i, unit) in units.iter().enumerate() {
-            let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.salt, SPILL_DOMAIN);
-            std::hash::Hasher::write(&mut hasher, unit.as_ref());
-            let bucket = std::hash::Hasher::finish(&hasher) as usize % SPILL_BUCKETS;
+            let bucket =
+                hash_row_in(SPILL_DOMAIN, self.salt, unit.as_ref()) as usize % SPILL_BUCKETS;
             rows[bucket].push(i as u32);
         }
         for (bucket, rows) in rows.into_iter().enumerate() {

@@ -17,7 +17,13 @@ const DOMAIN: u64 = u64::from_le_bytes(*b"dp-bound");
 
 /// The keyed hash of one row in Arrow's row encoding.
 pub fn hash_row(salt: u64, row: &[u8]) -> u64 {
-    let mut hasher = SipHasher13::new_with_keys(salt, DOMAIN);
+    hash_row_in(DOMAIN, salt, row)
+}
+
+/// The keyed hash of one row under another `domain` tag: a function of the same salt
+/// independent of [`hash_row`] (a spill's buckets of units).
+pub fn hash_row_in(domain: u64, salt: u64, row: &[u8]) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(salt, domain);
     hasher.write(row);
     hasher.finish()
 }

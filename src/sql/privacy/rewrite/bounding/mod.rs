@@ -127,6 +127,8 @@ fn sample_per_unit(
         exprs.extend(extra.iter().cloned());
         builder = builder.project(exprs)?;
     }
+    // Without GROUP BY every row of a unit is in its one group.
+    let max_groups = if keys.is_empty() { 1 } else { max_groups };
     let node = BoundContributions {
         input: builder.build()?,
         unit,

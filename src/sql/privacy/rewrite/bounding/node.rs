@@ -37,6 +37,7 @@ pub struct BoundContributions {
     /// the rewrite saw it). Empty: a uniformly random sample from the operating system's source.
     pub row_order: Vec<Column>,
     pub max_rows: u32,
+    /// 1 without keys (every row of a unit is in its one group).
     pub max_groups: u32,
     /// The key of the keyed hash that orders each unit's groups (fresh per query, or derived
     /// from `dp.seed`).
@@ -51,12 +52,7 @@ impl BoundContributions {
 
     /// The most rows one unit keeps.
     pub fn rows_per_unit(&self) -> u64 {
-        let groups = if self.keys.is_empty() {
-            1
-        } else {
-            u64::from(self.max_groups)
-        };
-        u64::from(self.max_rows) * groups
+        u64::from(self.max_rows) * u64::from(self.max_groups)
     }
 }
 
@@ -116,11 +112,7 @@ impl UserDefinedLogicalNodeCore for BoundContributions {
             self.unit,
             keys.join(", "),
             self.max_rows,
-            if self.keys.is_empty() {
-                1
-            } else {
-                self.max_groups
-            },
+            self.max_groups,
             if self.seeded() {
                 "seeded (non-private)"
             } else {
