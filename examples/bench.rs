@@ -159,7 +159,7 @@ const PAIRS: [(&str, &str, &str, &str); 16] = [
 /// `patient_id` (the bounding rewrite) and protected row by row (no rewrite), and the unit
 /// query against DataFusion's exact count. (name, DP query, baseline, DP side's settings,
 /// baseline side's settings.)
-const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 4] = [
+const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 5] = [
     (
         "dp_count unit vs row protection",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -185,6 +185,15 @@ const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 4] = [
         "dp_rr_ci unit vs 4 exact counts",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
         FOUR_COUNTS,
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "",
+    ),
+    (
+        // One row per patient proved by the plan (issue 43): the per-patient table, no
+        // bounding, against the same exact per-patient table's four counts.
+        "dp_rr_ci per patient vs 4 exact counts per patient",
+        "SELECT dp_rr_ci(o, e, 1.0) FROM (SELECT patient_id, bool_or(outcome) AS o, bool_or(exposed) AS e FROM visits GROUP BY patient_id)",
+        "SELECT count(*) FILTER (WHERE o AND e), count(*) FILTER (WHERE e), count(*) FILTER (WHERE o AND NOT e), count(*) FILTER (WHERE NOT e) FROM (SELECT patient_id, bool_or(outcome) AS o, bool_or(exposed) AS e FROM visits GROUP BY patient_id)",
         "SET dp.protected_tables = 'visits(patient_id)'",
         "",
     ),

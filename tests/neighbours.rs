@@ -35,7 +35,7 @@
 //! function of the rows' values alone. [`order::check`] asserts it on every answer; it fails
 //! the test unless [`order::row_order_contract_enforced`] is turned off (`DP_NEIGHBOURS_ORDER=0`).
 //!
-//! **Corpus.** The attack suite's queries ([`attacks`], a copy of tests/attacks.rs `ATTACKS`)
+//! **Corpus.** The attack suite's queries ([`attacks`], the corpus tests/attacks.rs reads too)
 //! with a few more probes, and `DP_NEIGHBOURS_QUERIES` (default 300) programs generated from
 //! seed `DP_NEIGHBOURS_SEED` (default 27); about 50 s on 2 cores in a debug build. Long run:
 //! `DP_NEIGHBOURS_QUERIES=5000 cargo test --all-features --test neighbours -- --nocapture`
@@ -62,7 +62,7 @@
 //! shapes. `timing_and_memory_with_and_without_one_person` (ignored) compares time and peak
 //! memory of the `dpsql` binary per query.
 
-#[path = "common/neighbours/attacks.rs"]
+#[path = "common/attacks.rs"]
 mod attacks;
 #[path = "common/neighbours/child.rs"]
 mod child;
@@ -550,7 +550,12 @@ async fn neighbours_differ_only_in_dp_releases() -> Result<()> {
         }
     }
     // Each attack and probe on two pairs (of different layouts and neighbours).
-    for (i, sql) in attacks::ATTACKS.iter().chain(PROBES).enumerate() {
+    for (i, sql) in attacks::ATTACKS
+        .iter()
+        .map(|(sql, _)| sql)
+        .chain(PROBES)
+        .enumerate()
+    {
         items.push((i, Item::Fixed(split_program(sql))));
         items.push((i * 7 + 5, Item::Fixed(split_program(sql))));
     }

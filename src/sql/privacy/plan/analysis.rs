@@ -10,12 +10,13 @@
 //! |---|---|
 //! | `Filter`, `Sort`, `Repartition`, alias | row by row: the bound holds |
 //! | `Projection` | row by row; the unit column is carried only as the table's own column, unchanged (renaming is fine, `id + 100 AS id` is not the unit) |
-//! | `Distinct` (all columns) | never adds rows: the bound holds |
+//! | `Distinct` (all columns) | never adds rows: the bound holds; of the unit column alone, one row per unit |
 //! | `Join` with a public relation, `Unnest` | can repeat a row: the bound holds only after bounding per unit |
 //! | `Join` of two protected relations | only on equality of their unit columns (ZetaSQL's rule), then as above |
 //! | `Union` of protected relations | can repeat a row (the same row in two branches); the unit column must be the same column of every protected branch |
-//! | `Window` | only windows partitioned by the unit column, or the bounding's `dp_unit_sample` of it with constant bounds (each value depends on one person's rows) |
-//! | `Aggregate` | only DP aggregates: their output is released (the group keys by the public-groups rules) |
+//! | `Window` | only windows partitioned by the unit column (each value depends on one person's rows) |
+//! | `BoundContributions` | keeps a subset of each unit's rows, chosen from that unit's rows alone: the bound of its caps |
+//! | `Aggregate` | DP aggregates: their output is released (the group keys by the public-groups rules). Exact aggregates only grouped by the unit column: each output row is one unit's, and grouped by the unit alone one row per unit, which the plan then proves (no bounding); aggregates whose value follows the order of the rows are refused there |
 //! | `Limit`, `DISTINCT ON`, outer joins that keep public rows, semi/anti joins filtering public rows by protected ones, recursive queries, extension nodes | not bounded: refused |
 //!
 //! Subqueries in expressions (`IN`, `EXISTS`, scalar, `ANY`/`ALL`) must not read protected
@@ -33,7 +34,9 @@
 use crate::sql::functions::aggregate::DpAggregate;
 use crate::sql::privacy::plan::protection::{Protection, Protections};
 use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
+use crate::sql::privacy::session::costs::is_order_sensitive;
 use crate::stats::Contribution;
+use arrow::datatypes::DataType;
 use datafusion::catalog::CatalogProviderList;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -41,8 +44,9 @@ use datafusion::common::{plan_err, Column, DFSchema, Result};
 use datafusion::datasource::cte_worktable::CteWorkTable;
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::ExprSchemable;
 use datafusion::logical_expr::{
-    BinaryExpr, Distinct, Expr, Extension, JoinType, LogicalPlan, Operator,
+    Aggregate, BinaryExpr, Distinct, Expr, Extension, JoinType, LogicalPlan, Operator,
 };
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -453,7 +457,19 @@ impl<'a> PlanAnalysis<'a> {
                 r => r,
             },
             LogicalPlan::Distinct(distinct) => match distinct {
-                Distinct::All(input) => one(input)?,
+                // DISTINCT of the unit column alone: one row per unit, whatever repeated it.
+                Distinct::All(input) => match one(input)? {
+                    Relation::Protected(p)
+                        if p.unit == Unit::Column(0) && input.schema().fields().len() == 1 =>
+                    {
+                        Relation::Protected(Protected {
+                            repeats: None,
+                            unique_units: true,
+                            ..p
+                        })
+                    }
+                    r => r,
+                },
                 Distinct::On(on) => match one(&on.input)? {
                     Relation::Protected(p) => Relation::Protected(
                         p.lost("DISTINCT ON keeps one row chosen among other persons' rows".into()),
@@ -489,14 +505,27 @@ impl<'a> PlanAnalysis<'a> {
             LogicalPlan::Aggregate(aggregate) => match one(&aggregate.input)? {
                 Relation::Public => Relation::Public,
                 Relation::Protected(p) => {
+                    if !aggregate.aggr_expr.iter().any(is_dp_call) {
+                        if let Some(per_unit) = per_unit_aggregate(aggregate, &p)? {
+                            return Ok(Relation::Protected(per_unit));
+                        }
+                    }
                     if let Some(exact) = aggregate.aggr_expr.iter().find(|e| !is_dp_call(e)) {
+                        let per_unit = match &p.unit {
+                            Unit::Column(i) => format!(
+                                "; an exact aggregate is allowed per person only, in a GROUP BY \
+                                 that holds the unit column {} (no GROUPING SETS, no DP \
+                                 aggregate beside it)",
+                                aggregate.input.schema().field(*i).name()
+                            ),
+                            _ => String::new(),
+                        };
                         return plan_err!(
                             "{} over protected table {} is computed exactly: only DP \
-                             aggregates may aggregate protected rows (dp_count for counts; \
-                             dp_relative_risk, dp_rr_ci, dp_odds_ratio, dp_or_ci, \
-                             dp_risk_difference, dp_rd_ci for 2x2 tables)",
+                             aggregates may aggregate protected rows across persons ({}){per_unit}",
                             written(exact),
-                            p.names()
+                            p.names(),
+                            dp_function_names()
                         );
                     }
                     if aggregate.aggr_expr.is_empty() {
@@ -815,6 +844,101 @@ fn project_unit(p: Protected, projection: Option<&[usize]>) -> Protected {
         },
         _ => p,
     }
+}
+
+/// The names of the DP aggregates, from the registry, for refusal messages.
+fn dp_function_names() -> String {
+    crate::sql::functions::aggregate::STATISTICS
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An exact aggregation over `p` whose every group is one unit's: grouped by the unit column
+/// (a plain column among the keys, no grouping sets), each output row is computed from one
+/// unit's rows alone, a per-unit transformation as a filter is; grouped by the unit alone it
+/// outputs one row per unit, which a DP aggregate over it then needs no bounding for (issue
+/// 43: "when the plan proves one row per unit, no bounding work at all"). `None` when the
+/// aggregation is not grouped so; an error for an aggregate whose value follows the order in
+/// which the unit's rows arrive (`first_value` without a total order, `array_agg`): that order
+/// depends on batch and partition boundaries, which other persons' rows move, so one unit's
+/// output would depend on another person's presence.
+fn per_unit_aggregate(aggregate: &Aggregate, p: &Protected) -> Result<Option<Protected>> {
+    let Unit::Column(i) = p.unit else {
+        return Ok(None);
+    };
+    if aggregate
+        .group_expr
+        .iter()
+        .any(|e| matches!(e, Expr::GroupingSet(_)))
+    {
+        return Ok(None);
+    }
+    let (q, f) = aggregate.input.schema().qualified_field(i);
+    let unit = Column::new(q.cloned(), f.name());
+    let Some(j) = aggregate
+        .group_expr
+        .iter()
+        .position(|e| plain_column(e) == Some(&unit))
+    else {
+        return Ok(None);
+    };
+    if let Some(sensitive) = aggregate.aggr_expr.iter().find(|e| is_order_sensitive(e)) {
+        return plan_err!(
+            "{} over protected table {}, grouped by the unit column {}: its value follows the \
+             order in which one person's rows arrive, which other persons' rows can change \
+             (batch and partition boundaries), so one person's result would depend on \
+             another's presence; use an aggregate of the values alone (count, min, max, \
+             bool_or, sum, ...)",
+            written(sensitive),
+            p.names(),
+            f.name()
+        );
+    }
+    let schema = aggregate.input.schema();
+    if let Some(decimal) = aggregate
+        .aggr_expr
+        .iter()
+        .find(|e| aggregates_decimal(e, schema))
+    {
+        return plan_err!(
+            "{} over protected table {}, grouped by the unit column {}: over a DECIMAL its \
+             accumulator can fail on one person's rows (an overflow), and the failure would \
+             tell about them. Cast the argument to DOUBLE",
+            written(decimal),
+            p.names(),
+            f.name()
+        );
+    }
+    Ok(Some(Protected {
+        tables: p.tables.clone(),
+        unit: Unit::Column(j),
+        repeats: None,
+        unique_units: aggregate.group_expr.len() == 1,
+    }))
+}
+
+/// Whether `expr` aggregates a DECIMAL argument (or one whose type is unknown), as the windows
+/// of `rewrite/total.rs` are checked: `avg`'s accumulator fails where its result does not fit.
+fn aggregates_decimal(expr: &Expr, schema: &DFSchema) -> bool {
+    expr.exists(|e| {
+        Ok(match e {
+            Expr::AggregateFunction(f) => f.params.args.iter().any(|a| {
+                a.get_type(schema).map_or(true, |t| {
+                    matches!(
+                        t,
+                        DataType::Decimal32(..)
+                            | DataType::Decimal64(..)
+                            | DataType::Decimal128(..)
+                            | DataType::Decimal256(..)
+                    )
+                })
+            }),
+            _ => false,
+        })
+    })
+    .unwrap_or(true)
 }
 
 /// The contribution-bounding node `extension` is, if it is one.

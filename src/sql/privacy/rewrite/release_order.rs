@@ -12,23 +12,12 @@
 //! releases are refused: their values would follow the arrival order.
 
 use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::privacy::session::costs::is_order_sensitive;
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Column, DFSchema, Result};
-use datafusion::logical_expr::{
-    Expr, Limit, LogicalPlan, Sort, SortExpr, WindowFunctionDefinition,
-};
+use datafusion::logical_expr::{Expr, Limit, LogicalPlan, Sort, SortExpr};
 use std::sync::Arc;
-
-/// Aggregates whose value depends on the order in which rows arrive (without an `ORDER BY`
-/// that breaks every tie, which an analyst's query over noisy values cannot promise).
-const ORDER_SENSITIVE: &[&str] = &[
-    "first_value",
-    "last_value",
-    "nth_value",
-    "array_agg",
-    "string_agg",
-];
 
 /// `plan` (a locked session's query with a DP call) with a total, value-determined order
 /// wherever order shows: see the module docs. Idempotent.
@@ -134,19 +123,7 @@ fn refuse_order_sensitive(plan: &LogicalPlan) -> Result<()> {
             }
             LogicalPlan::Aggregate(aggregate) if over_release() => {
                 for expr in &aggregate.aggr_expr {
-                    let sensitive = expr
-                        .exists(|e| {
-                            Ok(match e {
-                                Expr::AggregateFunction(f) => {
-                                    ORDER_SENSITIVE.contains(&f.func.name())
-                                }
-                                Expr::WindowFunction(w) => matches!(&w.fun,
-                                    WindowFunctionDefinition::AggregateUDF(u)
-                                        if ORDER_SENSITIVE.contains(&u.name())),
-                                _ => false,
-                            })
-                        })
-                        .unwrap_or(true);
+                    let sensitive = is_order_sensitive(expr);
                     if sensitive {
                         refused = Some(format!("{} over DP releases", expr.schema_name()));
                     }

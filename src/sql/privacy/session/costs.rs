@@ -530,6 +530,39 @@ pub const FUNCTION_COSTS: &[(&str, Kind, Cost)] = &[
     ("with_metadata", Scalar, Constant),
 ];
 
+/// Aggregates whose value depends on the order in which their rows arrive, not only on the
+/// rows: which row is first or last, the order of a collected list (`array_agg` and
+/// `string_agg`, `DISTINCT` ones in hash-set order), the centroids a t-digest merges
+/// (`approx_percentile_cont` and the aggregates built on it). An `ORDER BY` inside the call
+/// does not help: its ties are broken by arrival. Arrival order follows batch and partition
+/// boundaries, which other persons' rows move, so over one person's rows (an aggregation
+/// grouped by the unit) or over releases (`release_order.rs`) these are refused. Sums of
+/// floating-point values add in arrival order too, but only their last bits differ
+/// (docs/privacy-analysis.md, "What is not covered").
+pub const ORDER_SENSITIVE: &[&str] = &[
+    "approx_median",
+    "approx_percentile_cont",
+    "approx_percentile_cont_with_weight",
+    "array_agg",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "string_agg",
+];
+
+/// Whether `expr` calls an [`ORDER_SENSITIVE`] aggregate, as an aggregate or as a window.
+pub fn is_order_sensitive(expr: &Expr) -> bool {
+    expr.exists(|e| {
+        Ok(match e {
+            Expr::AggregateFunction(f) => ORDER_SENSITIVE.contains(&f.func.name()),
+            Expr::WindowFunction(w) => matches!(&w.fun,
+                WindowFunctionDefinition::AggregateUDF(u) if ORDER_SENSITIVE.contains(&u.name())),
+            _ => false,
+        })
+    })
+    .unwrap_or(true)
+}
+
 /// The declared cost of `name` as a function of `kind`, if it has one.
 pub fn cost(name: &str, kind: Kind) -> Option<Cost> {
     FUNCTION_COSTS
