@@ -22,15 +22,15 @@
 //! ended (`tests/limits.rs`, `a_locked_session_s_long_join_chain_is_answered`). DataFusion's
 //! rule avoids nesting its wrappers for this reason; a count per stream cannot run out.
 
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{exec_err, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::unnest::UnnestExec;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -107,45 +107,19 @@ impl DisplayAs for YieldExec {
     }
 }
 
-impl ExecutionPlan for YieldExec {
-    fn name(&self) -> &str {
-        "YieldExec"
+impl PassThrough for YieldExec {
+    const NAME: &'static str = "YieldExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = false;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        YieldExec::new(input)
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return exec_err!("YieldExec takes one input");
-        }
-        Ok(Arc::new(YieldExec::new(children.swap_remove(0))))
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -161,6 +135,8 @@ impl ExecutionPlan for YieldExec {
         )))
     }
 }
+
+pass_through_plan!(YieldExec);
 
 /// A stream that returns `Pending` (waking its task at once) after every [`YIELD_EVERY`]
 /// items, so the task goes back to the runtime, which ends it there if it was aborted.
@@ -274,6 +250,7 @@ impl datafusion::common::config::ExtensionOptions for QueryCancellation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::common::tree_node::TreeNodeRecursion;
     use datafusion::prelude::SessionContext;
 
     /// (operators of two inputs or more, those directly under a `YieldExec`, `YieldExec`s

@@ -20,12 +20,12 @@
 //! raises on the way is the query's, as it would be had the operator read it. A query stopped
 //! from outside (its deadline, a cancel) drops `DrainedExec` itself, which drains nothing.
 
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_err, Result};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::joins::{
@@ -33,7 +33,7 @@ use datafusion::physical_plan::joins::{
 };
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -160,45 +160,19 @@ impl DisplayAs for DrainOnDropExec {
     }
 }
 
-impl ExecutionPlan for DrainOnDropExec {
-    fn name(&self) -> &str {
-        "DrainOnDropExec"
+impl PassThrough for DrainOnDropExec {
+    const NAME: &'static str = "DrainOnDropExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = false;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        DrainOnDropExec::new(input)
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return exec_err!("DrainOnDropExec takes one input");
-        }
-        Ok(Arc::new(DrainOnDropExec::new(children.swap_remove(0))))
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -214,6 +188,8 @@ impl ExecutionPlan for DrainOnDropExec {
         )))
     }
 }
+
+pass_through_plan!(DrainOnDropExec);
 
 /// [`DrainOnDropExec`]'s stream.
 struct DrainOnDropStream {
@@ -283,45 +259,19 @@ impl DisplayAs for DrainedExec {
     }
 }
 
-impl ExecutionPlan for DrainedExec {
-    fn name(&self) -> &str {
-        "DrainedExec"
+impl PassThrough for DrainedExec {
+    const NAME: &'static str = "DrainedExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = false;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        DrainedExec::new(input)
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return exec_err!("DrainedExec takes one input");
-        }
-        Ok(Arc::new(DrainedExec::new(children.swap_remove(0))))
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -367,6 +317,8 @@ impl ExecutionPlan for DrainedExec {
     }
 }
 
+pass_through_plan!(DrainedExec);
+
 /// [`DrainedExec`]'s stream state.
 struct Draining {
     output: Option<SendableRecordBatchStream>,
@@ -379,11 +331,14 @@ mod tests {
     use super::*;
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::tree_node::TreeNodeRecursion;
     use datafusion::common::{JoinType, NullEquality};
     use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_expr::PhysicalExpr;
     use datafusion::physical_plan::joins::utils::JoinOn;
     use datafusion::physical_plan::joins::PartitionMode;
     use datafusion::physical_plan::test::TestMemoryExec;
+    use datafusion::physical_plan::PlanProperties;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// An input that counts the batches read from it.

@@ -3,5 +3,6 @@
 pub mod bound_contributions;
 pub mod constant_args;
 pub mod drain;
+pub mod pass_through;
 pub mod protected_scan;
 pub mod release;

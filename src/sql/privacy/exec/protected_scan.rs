@@ -11,18 +11,18 @@
 //! reports unknown statistics, and the table reports none. Plans over protected rows are then
 //! chosen as if nothing were known about them.
 
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use crate::sql::privacy::plan::analysis::PlanAnalysis;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
-use datafusion::common::{exec_err, Constraints, Result, Statistics};
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Constraints, Result, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use std::sync::Arc;
 
 /// Every scan of a protected table in `plan` and its subqueries, wrapped (module docs). The
@@ -149,41 +149,19 @@ impl DisplayAs for ProtectedScanExec {
     }
 }
 
-impl ExecutionPlan for ProtectedScanExec {
-    fn name(&self) -> &str {
-        "ProtectedScanExec"
+impl PassThrough for ProtectedScanExec {
+    const NAME: &'static str = "ProtectedScanExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = true;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        ProtectedScanExec::new(input)
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return exec_err!("ProtectedScanExec takes one input");
-        }
-        Ok(Arc::new(ProtectedScanExec::new(children.swap_remove(0))))
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -191,3 +169,5 @@ impl ExecutionPlan for ProtectedScanExec {
         self.input.execute(partition, context)
     }
 }
+
+pass_through_plan!(ProtectedScanExec);

@@ -24,16 +24,16 @@
 //! task after an executor failure draws again: its first result was never delivered).
 
 use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, plan_err, DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
 };
 use futures::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,41 +171,19 @@ impl DisplayAs for ReleaseOnceExec {
     }
 }
 
-impl ExecutionPlan for ReleaseOnceExec {
-    fn name(&self) -> &str {
-        "ReleaseOnceExec"
+impl PassThrough for ReleaseOnceExec {
+    const NAME: &'static str = "ReleaseOnceExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = true;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        ReleaseOnceExec::new(input)
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return exec_err!("ReleaseOnceExec takes one input");
-        }
-        Ok(Arc::new(ReleaseOnceExec::new(children.swap_remove(0))))
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -231,3 +209,5 @@ impl ExecutionPlan for ReleaseOnceExec {
         )))
     }
 }
+
+pass_through_plan!(ReleaseOnceExec);
