@@ -586,6 +586,55 @@ async fn a_locked_session_s_joins_yield_to_the_runtime() {
     }
 }
 
+/// A trusted session with the DP functions (the owner's, `dpsql` without `--config`) keeps
+/// DataFusion's plans: no `YieldExec` above its joins (issue 46: the rule is the locked
+/// sessions'), and the plan is the one a session without the extension makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_session_s_joins_are_datafusion_s() {
+    use datafusion::prelude::{SessionConfig, SessionContext};
+    let sql = "SELECT count(*) FROM range(1000) a JOIN range(1000) b ON a.value = b.value";
+    let config = || SessionConfig::new().with_target_partitions(2);
+    let plain = SessionContext::new_with_config(config());
+    let trusted = SessionContext::new_with_config(config());
+    datafusion_dp::register(&trusted).unwrap();
+    let mut shown = Vec::new();
+    for ctx in [&plain, &trusted] {
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut found = Vec::new();
+        joins(&plan, false, false, &mut found);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!found[0].1, "{found:?}");
+        shown.push(
+            datafusion::physical_plan::displayable(plan.as_ref())
+                .indent(true)
+                .to_string(),
+        );
+    }
+    assert_eq!(shown[0], shown[1]);
+    // Locking the same session adds the rule.
+    ctx_lock(&trusted).await;
+    let plan = datafusion_dp::analyst_sql(&trusted, sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    joins(&plan, false, false, &mut found);
+    assert!(found.iter().all(|(_, wrapped, _)| *wrapped), "{found:?}");
+}
+
+async fn ctx_lock(ctx: &datafusion::prelude::SessionContext) {
+    ctx.sql("SET dp.epsilon_budget = 1").await.unwrap();
+    datafusion_dp::lock(ctx).unwrap();
+}
+
 /// A locked session's cross join under an aggregation, executed on a runtime of one thread
 /// and stopped by a timeout of half a second, stops: the timeout fires only when the query's
 /// task yields. Before every join yielded, the task yielded only when the join next read its

@@ -11,7 +11,10 @@
 //! dpsql --format csv|json|table           output format (default table)
 //! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (dp_rr_ci,
 //!                                         dp_or_ci, dp_rd_ci) as a forest plot
-//! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions
+//! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions, as
+//!                                         DataFusion's runner runs them (docs/dpsql.md)
+//! dpsql --slt --public-tables [--seed N] a.slt
+//!                                         ... every table public; seeded (NON-PRIVATE) noise
 //! dpsql -c '\functions'                   list the DP aggregates (also `\df` in the shell)
 //! dpsql --scheduler df://host:50050 ...   run on a Ballista cluster (feature `ballista`); a
 //!                                         locked cluster's analyst connects as
@@ -33,7 +36,7 @@ use datafusion_dp::owner::{Owner, OwnerConfig};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--config OWNER.toml [--analyst NAME]] [--format table|csv|json] [--plot FILE.svg] [-q] [--slt FILE...]";
+const USAGE: &str = "usage: dpsql [--scheduler df://HOST:PORT] [-c SQL]... [-f FILE]... [--table NAME=PATH]... [--config OWNER.toml [--analyst NAME]] [--format table|csv|json] [--plot FILE.svg] [-q] [--slt [--public-tables] [--seed N] FILE...]";
 
 struct Args {
     commands: Vec<Command>,
@@ -41,6 +44,8 @@ struct Args {
     format: OutputFormat,
     quiet: bool,
     slt: Vec<String>,
+    slt_public_tables: bool,
+    slt_seed: Option<u64>,
     scheduler: Option<String>,
     config: Option<String>,
     analyst: Option<String>,
@@ -59,6 +64,8 @@ fn parse_args() -> Result<Args, String> {
         format: OutputFormat::Table,
         quiet: false,
         slt: Vec::new(),
+        slt_public_tables: false,
+        slt_seed: None,
         scheduler: None,
         config: None,
         analyst: None,
@@ -84,11 +91,26 @@ fn parse_args() -> Result<Args, String> {
             "--analyst" => args.analyst = Some(value(&arg)?),
             "--plot" => args.plot = Some(value(&arg)?),
             "--slt" => {
-                args.slt.extend(it.by_ref());
+                // Every argument after --slt is a file, or one of the driver's options.
+                while let Some(arg) = it.next() {
+                    match arg.as_str() {
+                        "--public-tables" => args.slt_public_tables = true,
+                        "--seed" => {
+                            let seed = it.next().ok_or(format!("--seed needs a value\n{USAGE}"))?;
+                            args.slt_seed = Some(parse_seed(&seed)?);
+                        }
+                        _ => args.slt.push(arg),
+                    }
+                }
             }
+            "--public-tables" => args.slt_public_tables = true,
+            "--seed" => args.slt_seed = Some(parse_seed(&value(&arg)?)?),
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
+    }
+    if args.slt.is_empty() && (args.slt_public_tables || args.slt_seed.is_some()) {
+        return Err("--public-tables and --seed are options of --slt FILE...".to_string());
     }
     if args.plot.is_some() && (!args.slt.is_empty() || args.commands.is_empty()) {
         return Err(
@@ -113,6 +135,12 @@ fn parse_args() -> Result<Args, String> {
         return Err("--analyst needs --config".to_string());
     }
     Ok(args)
+}
+
+fn parse_seed(value: &str) -> Result<u64, String> {
+    value
+        .parse()
+        .map_err(|_| format!("--seed takes a non-negative integer, got '{value}'"))
 }
 
 /// What `--plot` draws: the last result with an interval column, and its statistic.
@@ -338,14 +366,34 @@ async fn repl(ctx: &datafusion::prelude::SessionContext, args: &Args) -> Result<
 
 async fn run(args: Args) -> Result<(), String> {
     if !args.slt.is_empty() {
+        let mut options = datafusion_dp::slt::DpSltOptions::new();
+        if args.slt_public_tables {
+            options = options.with_public_tables();
+        }
+        if let Some(seed) = args.slt_seed {
+            options = options.with_seed(seed);
+        }
+        let mut failed = Vec::new();
         for file in &args.slt {
-            let mut runner =
-                sqllogictest::Runner::new(|| async { datafusion_dp::slt::DpSltDb::new() });
-            runner
-                .run_file_async(file)
+            let report = datafusion_dp::slt::run_file(file, &options)
                 .await
-                .map_err(|e| format!("{file}: {}", e.display(false)))?;
-            note(&format!("ok   {file}"));
+                .map_err(|e| format!("{file}: {e}"))?;
+            if report.failures.is_empty() {
+                note(&format!("ok   {file}: {} records", report.ran));
+            } else {
+                for failure in &report.failures {
+                    note(failure);
+                }
+                note(&format!(
+                    "FAIL {file}: {} of {} records failed",
+                    report.failures.len(),
+                    report.ran
+                ));
+                failed.push(file.as_str());
+            }
+        }
+        if !failed.is_empty() {
+            return Err(format!("sqllogictest failures in {}", failed.join(", ")));
         }
         return Ok(());
     }

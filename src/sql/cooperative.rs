@@ -1,7 +1,9 @@
 //! Every operator that multiplies its input yields to the runtime: [`YieldFromJoins`], a
-//! physical optimizer rule registered by [`crate::register`] after DataFusion's own rules, so
-//! every plan of a session with the DP functions gets it: `dp-server`'s, `dpsql --config`'s
-//! and a locked Ballista scheduler's (whose stages carry it to the executors).
+//! physical optimizer rule that [`crate::lock`] adds to a locked session after DataFusion's
+//! own rules, so every plan of a locked session gets it: `dp-server`'s, `dpsql --config`'s
+//! and a locked Ballista scheduler's (whose stages carry it to the executors). A trusted
+//! session (the owner's, `dpsql` without `--config`, a trusted Ballista client) keeps
+//! DataFusion's plans: its queries are stopped as DataFusion stops them.
 //!
 //! A query's tasks are stopped (its stream dropped, its tasks aborted: a deadline,
 //! `CancelFlightInfo`, a client gone, Ctrl-C in the shell) only when they next yield to the

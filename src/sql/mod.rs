@@ -7,8 +7,8 @@
 //!
 //! [`options`] holds the `dp.*` session options every part reads; [`audit`] runs a DP query on
 //! neighbouring datasets and bounds the ε its outputs reveal ([`crate::stats::audit`]);
-//! [`errors`] writes errors as one line; [`cooperative`] makes every join yield to the runtime,
-//! so a stopped query stops.
+//! [`errors`] writes errors as one line; [`cooperative`] makes every join of a locked session
+//! yield to the runtime, so a stopped query stops.
 
 pub mod accounting;
 pub mod audit;
@@ -79,8 +79,6 @@ pub fn register_placed(
         let rules = privacy::rewrite::public_fanout::with_public_build_side(
             state.physical_optimizers().to_vec(),
         );
-        // After DataFusion's own rules, every join yields to the runtime, so that a stopped
-        // query (deadline, cancel, Ctrl-C) stops: `cooperative`.
         // The privacy layer's logical nodes (contribution bounding) are planned by its own
         // extension planner: `privacy::session::planner::DpQueryPlanner`.
         let planner =
@@ -91,7 +89,6 @@ pub fn register_placed(
             // Over protected rows, no join or limit stops reading an input early by what
             // another held: `privacy::exec::drain`.
             .with_physical_optimizer_rule(Arc::new(privacy::exec::drain::DrainInputs))
-            .with_physical_optimizer_rule(Arc::new(cooperative::YieldFromJoins))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::constant_args::DropConstantArgs))
             .with_physical_optimizer_rule(Arc::new(privacy::exec::release::ReleaseOnce))
             .build();

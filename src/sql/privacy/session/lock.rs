@@ -105,13 +105,37 @@ fn lock_execution(ctx: &SessionContext) {
     let planner: &dyn std::any::Any = state.query_planner().as_ref();
     if planner.downcast_ref::<LockedQueryPlanner>().is_none() {
         let locked = Arc::new(LockedQueryPlanner::new(Arc::clone(state.query_planner())));
+        let rules = with_yielding_joins(state.physical_optimizers().to_vec());
         let rebuilt = datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
             .with_query_planner(locked)
+            .with_physical_optimizer_rules(rules)
             .build();
         // A statement's planning stops between optimiser rules once past its deadline or
         // abandoned (`dp-server`; limits::planning_checkpoint).
         *state = limits::interleave_checkpoints(rebuilt);
     }
+}
+
+/// `rules` with [`YieldFromJoins`](crate::sql::cooperative::YieldFromJoins) (once): every join
+/// of a locked session's plans yields to the runtime, so that a query stopped by its deadline,
+/// a cancel or Ctrl-C stops ([`crate::sql::cooperative`]). Only locked sessions (`dp-server`,
+/// `dpsql --config`, a locked Ballista scheduler's jobs) get it: a trusted session's plans are
+/// DataFusion's. It goes after [`DrainInputs`](crate::sql::privacy::exec::drain::DrainInputs)
+/// (which looks through the wrapper) and before the rules that end the list.
+fn with_yielding_joins(
+    mut rules: Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>>,
+) -> Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> {
+    use crate::sql::cooperative::{YieldFromJoins, COOPERATIVE_RULE_NAME};
+    use crate::sql::privacy::exec::drain::DRAIN_RULE_NAME;
+    if rules.iter().any(|r| r.name() == COOPERATIVE_RULE_NAME) {
+        return rules;
+    }
+    let at = rules
+        .iter()
+        .position(|r| r.name() == DRAIN_RULE_NAME)
+        .map_or(rules.len(), |i| i + 1);
+    rules.insert(at, Arc::new(YieldFromJoins));
+    rules
 }
 
 /// A locked session's `EXPLAIN` shows the logical plan only (see `refuse_physical_explain`);
