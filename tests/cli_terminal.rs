@@ -294,7 +294,7 @@ fn functions_meta_command_lists_the_registry() {
             assert!(
                 stdout
                     .lines()
-                    .any(|l| l.trim_start().starts_with(statistic.signature())),
+                    .any(|l| l.trim_start().starts_with(&statistic.signature())),
                 "{how}: {} missing from:\n{stdout}",
                 statistic.name()
             );

@@ -6,7 +6,8 @@ import pyarrow as pa
 
 
 def _is_interval(field: pa.Field) -> bool:
-    """Whether ``field`` is an interval struct (``dp_rr_ci``, ``dp_or_ci``, ``dp_rd_ci``)."""
+    """Whether ``field`` is an interval struct (``estimate``, ``lower``, ``upper``, as the DP
+    aggregates with an interval return)."""
     return pa.types.is_struct(field.type) and all(
         field.type.get_field_index(name) >= 0 for name in ("estimate", "lower", "upper")
     )

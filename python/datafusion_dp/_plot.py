@@ -5,27 +5,50 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
 
 import pyarrow as pa
 
+from . import _internal
 from ._fields import _is_interval
 
-if TYPE_CHECKING:
-    from ._result import QueryResult
 
-# The statistic behind an interval column: its axis label, whether it is a ratio (log axis,
-# reference line at 1) or a difference (linear axis, reference at 0).
-_STATISTICS = {
-    "rr": ("relative risk", True),
-    "or": ("odds ratio", True),
-    "rd": ("risk difference", False),
+class _Result(Protocol):
+    """What a plot reads of a result (a :class:`QueryResult`)."""
+
+    @property
+    def query(self) -> Optional[str]: ...
+
+    @property
+    def epsilon(self) -> Optional[float]: ...
+
+    @property
+    def delta(self) -> Optional[float]: ...
+
+    def to_arrow(self) -> pa.Table: ...
+
+
+# The DP aggregates that return an interval, from the Rust crate's registry: each function's
+# statistic, as its axis label and whether it is a ratio (log axis, reference line at 1) or a
+# difference (linear axis, reference at 0).
+_INTERVALS = {
+    name: interval
+    for name, _signature, interval in _internal.dp_functions()
+    if interval is not None
 }
-_CALL = re.compile(r"\bdp_(rr|or|rd)_ci\s*\(", re.IGNORECASE)
+_CALL = re.compile(
+    r"\b(" + "|".join(re.escape(name) for name in _INTERVALS) + r")\s*\(", re.IGNORECASE
+)
+
+
+def _interval_functions() -> str:
+    """The interval functions for messages: ``a, b and c``."""
+    names = list(_INTERVALS)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def _statistic(column: str, query: Optional[str], lowers: List[float]) -> Optional[str]:
-    """``rr``, ``or`` or ``rd`` for interval column ``column``: from its name (an unaliased
+    """The interval function behind interval column ``column``: from its name (an unaliased
     call is named after it), else from the query when it calls one kind of interval only,
     else a difference when an interval reaches below 0 (a ratio's never does)."""
     named = _CALL.search(column + "(")
@@ -35,7 +58,7 @@ def _statistic(column: str, query: Optional[str], lowers: List[float]) -> Option
     if len(kinds) == 1:
         return kinds.pop()
     if any(v < 0 for v in lowers if v is not None and not math.isnan(v)):
-        return "rd"
+        return next((name for name, (_, ratio) in _INTERVALS.items() if not ratio), None)
     return None
 
 
@@ -77,7 +100,7 @@ def _limits(values: List[float], reference: float, log: bool) -> Tuple[float, fl
 
 
 def forest_plot(
-    result: QueryResult,
+    result: _Result,
     path: Union[str, "os.PathLike[str]", None] = None,
     *,
     column: Optional[str] = None,
@@ -99,7 +122,7 @@ def forest_plot(
         if not intervals:
             raise ValueError(
                 "forest_plot: the result has no interval column (a struct with estimate, "
-                "lower and upper, as dp_rr_ci, dp_or_ci and dp_rd_ci return)"
+                f"lower and upper, as {_interval_functions()} return)"
             )
         column = intervals[0]
     elif column not in intervals:
@@ -114,7 +137,7 @@ def forest_plot(
     get = lambda key: [None if r is None else r.get(key) for r in rows]  # noqa: E731
     estimates, lowers, uppers = get("estimate"), get("lower"), get("upper")
     statistic = _statistic(column, result.query, lowers)
-    name, ratio = _STATISTICS.get(statistic, ("ratio", True)) if statistic else ("ratio", True)
+    name, ratio = _INTERVALS.get(statistic, ("ratio", True)) if statistic else ("ratio", True)
     log = (scale or ("log" if ratio else "linear")) == "log"
     reference = 1.0 if ratio else 0.0
     labels = _labels(table, label)

@@ -133,7 +133,7 @@ class QueryResult:
         title: Optional[str] = None,
         ax: Any = None,
     ) -> "Any":
-        """A forest plot of the interval column (``dp_rr_ci``, ``dp_or_ci``, ``dp_rd_ci``):
+        """A forest plot of the interval column (the result of a DP aggregate with an interval):
         one row per group, the estimate and its interval, on a log axis for ratios (linear for
         a risk difference), with the epsilon charged in the caption.
 

@@ -20,8 +20,8 @@ def _option_value(value: object) -> str:
 
 
 class SessionContext:
-    """A DataFusion session with the differentially private functions (``dp_count``,
-    ``dp_relative_risk``, ``dp_rr_ci``, ``dp_or_ci``, ``dp_rd_ci``, ``dp_budget()``, ...).
+    """A DataFusion session with the differentially private functions (the DP aggregates of
+    the Rust crate's registry, as ``dpsql``'s ``\\df`` lists them, and ``dp_budget()``).
 
     Until :meth:`lock` it is the data owner's session: register tables, declare how each
     protects people (:meth:`protect`; undeclared tables are protected row by row), run any SQL

@@ -488,10 +488,30 @@ impl Session {
     }
 }
 
-/// The module: `Session` and `DpError`.
+/// One DP aggregate as Python sees it: name, signature, and the interval's statistic and
+/// whether it is a ratio.
+type DpFunction = (&'static str, String, Option<(String, bool)>);
+
+/// The DP aggregates of the registry ([`datafusion_dp::sql::functions::aggregate::STATISTICS`]),
+/// in order: each one's name, SQL signature and, when it returns an interval, the statistic the
+/// interval is of and whether that is a ratio (what a forest plot's axis needs). The Python
+/// half reads its lists of functions from here.
+#[pyfunction]
+fn dp_functions() -> Vec<DpFunction> {
+    datafusion_dp::sql::functions::aggregate::STATISTICS
+        .iter()
+        .map(|s| {
+            let interval = s.interval().map(|i| (i.to_string(), i.is_ratio()));
+            (s.name(), s.signature(), interval)
+        })
+        .collect()
+}
+
+/// The module: `Session`, `DpError` and `dp_functions`.
 #[pymodule]
 fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Session>()?;
+    m.add_function(wrap_pyfunction!(dp_functions, m)?)?;
     m.add("DpError", m.py().get_type::<DpError>())?;
     Ok(())
 }

@@ -9,8 +9,8 @@
 //! dpsql --config owner.toml [--analyst A] a locked shell for an untrusted analyst: the owner's
 //!                                         tables, protection, options and that analyst's budget
 //! dpsql --format csv|json|table           output format (default table)
-//! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (dp_rr_ci,
-//!                                         dp_or_ci, dp_rd_ci) as a forest plot
+//! dpsql -c "SELECT ..." --plot rr.svg     also draw the result's interval column (the
+//!                                         result of an interval statistic) as a forest plot
 //! dpsql --slt a.slt [b.slt ...]           run sqllogictest files with the DP functions, as
 //!                                         DataFusion's runner runs them (docs/dpsql.md)
 //! dpsql --slt --public-tables [--seed N] a.slt
@@ -433,8 +433,10 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(path) = &args.plot {
         let source = plotted.ok_or(format!(
-            "--plot {path}: no result has an interval column; select the result of dp_rr_ci, \
-             dp_or_ci or dp_rd_ci (e.g. dp_rr_ci(outcome, exposed, 1.0) AS ci) with GROUP BY"
+            "--plot {path}: no result has an interval column; select the result of {} (e.g. {}) \
+             with GROUP BY",
+            plot::interval_functions(),
+            plot::interval_example()
         ))?;
         write_plot(path, &source, args.quiet)?;
     }

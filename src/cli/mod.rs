@@ -341,7 +341,7 @@ mod meta_tests {
         assert_eq!(lines.len(), STATISTICS.len() + 1);
         for (line, statistic) in lines[1..].iter().zip(STATISTICS) {
             assert!(
-                line.trim_start().starts_with(statistic.signature()),
+                line.trim_start().starts_with(&statistic.signature()),
                 "{line}"
             );
             for key in statistic.option_keys() {

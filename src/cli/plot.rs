@@ -1,8 +1,9 @@
 //! `dpsql --plot FILE.svg`: the forest plot epidemiologists read ratios from. One row per
 //! group (labelled with the group key columns), the point estimate as a square and the interval
-//! as a line, on a log axis for the ratios (`dp_rr_ci`, `dp_or_ci`; reference line at 1) and a
-//! linear one for the risk difference (`dp_rd_ci`; reference line at 0), with the epsilon the
-//! query spent in the caption.
+//! as a line, on a log axis for the ratios (the relative risk's and the odds ratio's intervals;
+//! reference line at 1) and a linear one for the risk difference's (reference line at 0), with
+//! the epsilon the query spent in the caption. Which functions return an interval, and of which
+//! statistic, the registry says ([`DpStatistic::interval`]).
 //!
 //! Plain SVG written here (a few elements per row) rather than through a plotting crate: the
 //! picture is a handful of lines, squares and labels, and the plain text keeps every element
@@ -11,54 +12,76 @@
 //!
 //! Which statistic a struct column holds is read from the statement's logical plan: the column
 //! is traced through projections, sorts, filters and limits down to the aggregate that made it
-//! (the three functions' structs have the same fields, so the values alone cannot tell).
+//! (the interval statistics' structs have the same fields, so the values alone cannot tell).
+//!
+//! [`DpStatistic::interval`]: crate::sql::functions::aggregate::statistic::DpStatistic::interval
 
 use super::StatementResult;
+use crate::sql::functions::aggregate::{statistic_named, STATISTICS};
 use arrow::array::{Array, AsArray, Float64Array, StructArray};
 use arrow::datatypes::{DataType, Float64Type};
 use arrow::util::display::array_value_to_string;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use std::fmt::Write;
 
-/// The statistics a forest plot draws.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Statistic {
-    RelativeRisk,
-    OddsRatio,
-    RiskDifference,
+/// The statistics a forest plot draws: those of a 2x2 table.
+pub use crate::stats::RatioStatistic as Statistic;
+
+/// The statistic the function `name` returns an interval for: the DP aggregates whose
+/// [`DpStatistic::interval`] says so, and the exact `rr_ci_katz` a data owner compares them
+/// with.
+///
+/// [`DpStatistic::interval`]: crate::sql::functions::aggregate::statistic::DpStatistic::interval
+pub fn interval_statistic(name: &str) -> Option<Statistic> {
+    let name = name.to_ascii_lowercase();
+    match statistic_named(&name) {
+        Some(statistic) => statistic.interval(),
+        None if name == "rr_ci_katz" => Some(Statistic::RelativeRisk),
+        None => None,
+    }
 }
 
-impl Statistic {
-    /// The statistic the function `name` returns an interval for (the DP aggregates, and the
-    /// exact `rr_ci_katz` a data owner compares them with).
-    pub fn of_function(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "dp_rr_ci" | "rr_ci_katz" => Some(Self::RelativeRisk),
-            "dp_or_ci" => Some(Self::OddsRatio),
-            "dp_rd_ci" => Some(Self::RiskDifference),
-            _ => None,
-        }
+/// The DP aggregates that return an interval, for messages: `a, b or c`.
+pub fn interval_functions() -> String {
+    let names: Vec<&str> = STATISTICS
+        .iter()
+        .filter(|s| s.interval().is_some())
+        .map(|s| s.name())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
+}
 
-    /// Whether the statistic is a ratio (log axis, reference line at 1).
-    pub fn is_ratio(self) -> bool {
-        !matches!(self, Self::RiskDifference)
-    }
+/// A call of the first DP aggregate that returns an interval, for messages:
+/// `name(arguments, 1.0) AS ci`.
+pub fn interval_example() -> String {
+    STATISTICS
+        .iter()
+        .find(|s| s.interval().is_some())
+        .map_or(String::new(), |s| {
+            let args: Vec<&str> = s.args().iter().map(|a| a.name).collect();
+            format!("{}({}, 1.0) AS ci", s.name(), args.join(", "))
+        })
+}
 
-    fn name(self) -> &'static str {
-        match self {
-            Self::RelativeRisk => "Relative risk",
-            Self::OddsRatio => "Odds ratio",
-            Self::RiskDifference => "Risk difference",
-        }
-    }
+/// The axis title: the statistic's name, capitalised.
+fn title(statistic: Statistic) -> String {
+    let name = statistic.to_string();
+    let mut chars = name.chars();
+    chars
+        .next()
+        .map_or(String::new(), |c| c.to_uppercase().chain(chars).collect())
+}
 
-    fn reference(self) -> f64 {
-        if self.is_ratio() {
-            1.0
-        } else {
-            0.0
-        }
+/// The value of no effect.
+fn no_effect(statistic: Statistic) -> f64 {
+    if statistic.is_ratio() {
+        1.0
+    } else {
+        0.0
     }
 }
 
@@ -123,7 +146,7 @@ pub fn column_origin(plan: &LogicalPlan, index: usize) -> Origin {
 }
 
 /// Whether a column of this type is an interval struct (`estimate`, `lower` and `upper` as
-/// floats, the fields `dp_rr_ci`, `dp_or_ci` and `dp_rd_ci` return).
+/// floats, the fields the interval statistics return, [`interval_functions`]).
 pub fn is_interval(data_type: &DataType) -> bool {
     let DataType::Struct(fields) = data_type else {
         return false;
@@ -152,16 +175,17 @@ pub fn interval_column(
     };
     let name = result.schema.field(index).name();
     match column_origin(plan, index) {
-        Origin::Function(function) => match Statistic::of_function(&function) {
+        Origin::Function(function) => match interval_statistic(&function) {
             Some(statistic) => Ok(Some((index, statistic))),
             None => Err(format!(
-                "--plot: column {name} comes from {function}, not from dp_rr_ci, dp_or_ci or \
-                 dp_rd_ci"
+                "--plot: column {name} comes from {function}, not from {}",
+                interval_functions()
             )),
         },
         _ => Err(format!(
             "--plot: cannot tell which statistic column {name} holds; select the result of \
-             dp_rr_ci, dp_or_ci or dp_rd_ci as a column (aliases are fine)"
+             {} as a column (aliases are fine)",
+            interval_functions()
         )),
     }
 }
@@ -268,7 +292,7 @@ struct Axis {
 impl Axis {
     fn new(statistic: Statistic, rows: &[ForestRow], left: f64, width: f64) -> Self {
         let log = statistic.is_ratio();
-        let reference = statistic.reference();
+        let reference = no_effect(statistic);
         let values = rows
             .iter()
             .flat_map(|r| [r.estimate, r.lower, r.upper])
@@ -400,7 +424,7 @@ pub fn forest_plot_svg(
         svg,
         r#"<text class="title" x="{:.1}" y="24" font-size="15" font-weight="bold">{} with {level}interval, differentially private</text>"#,
         12.0,
-        statistic.name()
+        title(statistic)
     );
     let _ = writeln!(
         svg,
@@ -432,7 +456,7 @@ pub fn forest_plot_svg(
         left + PLOT_WIDTH
     );
     // The reference line: no effect.
-    let reference = axis.x(statistic.reference());
+    let reference = axis.x(no_effect(statistic));
     let _ = writeln!(
         svg,
         r##"<line class="reference" x1="{reference:.1}" y1="{:.1}" x2="{reference:.1}" y2="{plot_bottom:.1}" stroke="#555555" stroke-dasharray="4 3"/>"##,
@@ -443,7 +467,7 @@ pub fn forest_plot_svg(
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} ({} scale)</text>"#,
         left + PLOT_WIDTH / 2.0,
         plot_bottom + 38.0,
-        statistic.name(),
+        title(statistic),
         if axis.log { "log" } else { "linear" }
     );
     for (i, row) in rows.iter().enumerate() {
@@ -506,6 +530,30 @@ mod tests {
         assert_eq!(short(2.184377), "2.18");
         assert_eq!(short(-0.0557), "-0.0557");
         assert_eq!(short(150.0), "150");
+    }
+
+    #[test]
+    fn the_registry_says_which_functions_return_an_interval() {
+        let intervals: Vec<(&str, Statistic)> = STATISTICS
+            .iter()
+            .filter_map(|s| s.interval().map(|i| (s.name(), i)))
+            .collect();
+        assert_eq!(intervals.len(), 3, "{intervals:?}");
+        for (name, statistic) in &intervals {
+            assert_eq!(interval_statistic(&name.to_uppercase()), Some(*statistic));
+            assert!(interval_functions().contains(name));
+        }
+        assert_eq!(
+            interval_statistic("rr_ci_katz"),
+            Some(Statistic::RelativeRisk)
+        );
+        for other in STATISTICS.iter().filter(|s| s.interval().is_none()) {
+            assert_eq!(interval_statistic(other.name()), None);
+        }
+        assert!(interval_example().ends_with("(outcome, exposed, 1.0) AS ci"));
+        assert_eq!(interval_functions().matches(" or ").count(), 1);
+        assert_eq!(title(Statistic::OddsRatio), "Odds ratio");
+        assert_eq!(no_effect(Statistic::RiskDifference), 0.0);
     }
 
     #[test]

@@ -30,11 +30,11 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 /// * `IntervalMethod::Score` (`dp_rr_ci`'s default): half the width of the score interval
 ///   ([`relative_risk_score_interval`]), infinite while its upper end is unbounded.
 ///
-/// For the odds ratio (`dp_or_ci`): `Score` (its default), half the width of
+/// For the odds ratio: `Score` (its default), half the width of
 /// [`odds_ratio_score_interval`]; `Conservative` or `Log`, half the width of Woolf's log
-/// interval with the noise variance ([`woolf_log_variance`]). For the risk difference
-/// (`dp_rd_ci`): `Conservative` (its default and only noise-aware closed form), the adjusted
-/// Wald half-width ([`risk_difference_wald_at`]).
+/// interval with the noise variance ([`woolf_log_variance`]). For the risk difference:
+/// `Conservative` (its default and only noise-aware closed form), the adjusted Wald
+/// half-width ([`risk_difference_wald_at`]).
 ///
 /// `plain` ignores the noise and `bootstrap` has no closed form, so neither can be planned
 /// for (`Err`), nor can a method the statistic does not have. The SQL function passes the
@@ -486,8 +486,8 @@ mod tests {
 
     #[test]
     fn epsilon_for_half_width_follows_the_odds_ratio_and_risk_difference_intervals() {
-        // dp_or_ci's intervals (score, its default, and Woolf's) and dp_rd_ci's (adjusted
-        // Wald): at the ε found, the released table's own interval at the expected counts
+        // The odds ratio's intervals (score, its default, and Woolf's) and the risk
+        // difference's (adjusted Wald): at the ε found, the released table's own interval at the expected counts
         // (120 of 400, 60 of 300) has half its width equal to the target, 1.3 times the
         // sampling-only half-width; slightly less ε misses.
         let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);

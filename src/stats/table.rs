@@ -416,6 +416,12 @@ pub enum RatioStatistic {
 }
 
 impl RatioStatistic {
+    /// Whether the statistic is a ratio (no effect at 1, a log scale), not a difference (no
+    /// effect at 0).
+    pub fn is_ratio(self) -> bool {
+        self != Self::RiskDifference
+    }
+
     /// The statistic named as in SQL options (`statistic=odds_ratio`).
     pub fn parse(name: &str) -> Result<Self, String> {
         match name.trim().to_ascii_lowercase().as_str() {

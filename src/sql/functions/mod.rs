@@ -78,30 +78,4 @@ mod tests {
             );
         }
     }
-
-    #[test]
-    fn every_statistic_s_signature_names_its_arguments() {
-        for statistic in STATISTICS {
-            let args: Vec<&str> = statistic.args().iter().map(|a| a.name).collect();
-            let call = format!(
-                "{}({}, epsilon [, options]) -> ",
-                statistic.name(),
-                args.join(", ")
-            );
-            assert!(
-                statistic.signature().starts_with(&call),
-                "{}",
-                statistic.signature()
-            );
-        }
-    }
-
-    #[test]
-    fn every_dp_aggregate_has_its_place_in_the_list() {
-        use aggregate::statistic::DpStatistic;
-        use aggregate::DpFunction;
-        for (i, function) in DpFunction::ALL.into_iter().enumerate() {
-            assert_eq!(function.position(), i, "{}", function.name());
-        }
-    }
 }

@@ -1,23 +1,17 @@
-//! The vectorised accumulator of the built-in DP aggregates ([`CellCounts`]), and what every
-//! statistic's accumulator shares: the per-group noise streams and seeded group keys
-//! ([`GroupStreams`]) and the one-group wrapper DataFusion needs without GROUP BY
+//! What every statistic's accumulator shares: the per-group noise streams and seeded group
+//! keys ([`GroupStreams`]), the vectorised accumulator of the statistics released from a fixed
+//! number of exact counters per group ([`CellCounts`]: `dp_count`'s one count, the four cells of
+//! a 2x2 table, [`super::table`]) and the one-group wrapper DataFusion needs without GROUP BY
 //! ([`SingleGroup`]).
 
-use super::dp_rr_ci::IntervalColumns;
 use super::statistic::StatisticAccumulator;
-use super::{CallPlan, DpFunction, Release};
-use crate::stats::mechanism::add_noise;
-use crate::stats::methods::release_relative_risk;
+use super::CallPlan;
 use crate::stats::rng::{group_key_digest, group_stream, secure_rng, seeded_rng, NoiseRng};
-use crate::stats::TwoByTwo;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt64Array};
-use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt64Array};
 use arrow::datatypes::DataType;
 use arrow::datatypes::UInt64Type;
-use arrow::util::bit_chunk_iterator::BitChunks;
 use datafusion::common::{exec_datafusion_err, Result, ScalarValue};
 use datafusion::logical_expr::{Accumulator, EmitTo, GroupsAccumulator};
-use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate_indices;
 use std::sync::Arc;
 
 /// The noise streams of one call's groups and, in seeded mode, each group's key digest: the
@@ -147,7 +141,7 @@ impl GroupStreams {
 
     /// Releases the first `n` groups in order: takes their keys, opens each group's noise
     /// stream and calls `release` with the group's index and stream, the one place where a
-    /// statistic's groups meet their noise (the cell counts have [`CellCounts`]'s own loop).
+    /// statistic's groups meet their noise.
     pub fn release_groups<T>(
         &mut self,
         n: usize,
@@ -170,118 +164,81 @@ impl GroupStreams {
     }
 }
 
-/// Exact per-group cell counts in one flat vector (`cells` counters per group), plus the
-/// groups' noise streams. Noise is drawn only in [`GroupsAccumulator::evaluate`].
-pub struct CellCounts {
-    function: DpFunction,
-    cells: usize,
-    counts: Vec<u64>,
-    streams: GroupStreams,
-    plan: Arc<CallPlan>,
+/// A statistic released from `CELLS` exact counters per group: how a batch's rows add to them
+/// and how the counters of emitted groups become the results. [`CellCounts`] keeps the
+/// counters, merges partial states and ships them; the noise is drawn only in `release`.
+pub trait CellStatistic: Send + Sync + 'static {
+    /// Exact counters kept per group.
+    const CELLS: usize;
+
+    /// Adds the rows of a batch that count (data arguments non-NULL, the FILTER clause holds)
+    /// to their groups' counters, `CELLS` per group in `counts`.
+    fn count(
+        &self,
+        counts: &mut [u64],
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+    );
+
+    /// The results of the groups whose counters are `counts` (`CELLS` per group, in order):
+    /// each group meets its noise through [`GroupStreams::release_groups`].
+    fn release(&self, counts: &[u64], streams: &mut GroupStreams) -> Result<ArrayRef>;
 }
 
-impl CellCounts {
-    pub fn new(function: DpFunction, plan: Arc<CallPlan>) -> Self {
+/// Exact per-group counters in one flat vector (`C::CELLS` per group), plus the groups' noise
+/// streams. Noise is drawn only in [`GroupsAccumulator::evaluate`].
+pub struct CellCounts<C> {
+    statistic: C,
+    counts: Vec<u64>,
+    streams: GroupStreams,
+}
+
+impl<C: CellStatistic> CellCounts<C> {
+    pub fn new(statistic: C, plan: &CallPlan) -> Self {
         Self {
-            function,
-            cells: function.cells(),
+            statistic,
             counts: Vec::new(),
-            streams: GroupStreams::new(&plan),
-            plan,
+            streams: GroupStreams::new(plan),
         }
     }
 
     fn resize(&mut self, total_num_groups: usize) {
-        self.counts.resize(total_num_groups * self.cells, 0);
+        self.counts.resize(total_num_groups * C::CELLS, 0);
         self.streams.resize(total_num_groups);
     }
 
-    /// Rows that count: the data arguments are non-NULL and the FILTER clause holds.
-    fn counted_rows(data: &[&ArrayRef], opt_filter: Option<&BooleanArray>) -> Option<NullBuffer> {
-        let mut mask: Option<NullBuffer> = None;
-        for array in data {
-            mask = NullBuffer::union(mask.as_ref(), array.logical_nulls().as_ref());
-        }
-        if let Some(filter) = opt_filter {
-            let holds = match filter.nulls() {
-                Some(nulls) => filter.values() & nulls.inner(),
-                None => filter.values().clone(),
-            };
-            mask = NullBuffer::union(mask.as_ref(), Some(&NullBuffer::new(holds)));
-        }
-        mask
-    }
-
-    fn table_cell(outcome: &BooleanBuffer, exposed: &BooleanBuffer, row: usize) -> usize {
-        // a = outcome ∧ exposed (0), b = ¬outcome ∧ exposed (1), c = outcome ∧ ¬exposed (2),
-        // d = ¬outcome ∧ ¬exposed (3).
-        (!outcome.value(row) as usize) | ((!exposed.value(row) as usize) << 1)
-    }
-
-    fn take_emitted(&mut self, emit_to: EmitTo) -> (Vec<u64>, Option<Vec<Option<u64>>>) {
-        let groups = self.counts.len() / self.cells;
+    /// The counters of the groups `emit_to` names, removed.
+    fn take_counts(&mut self, emit_to: EmitTo) -> Vec<u64> {
+        let groups = self.counts.len() / C::CELLS;
         let n = match emit_to {
             EmitTo::All => groups,
             EmitTo::First(n) => n.min(groups),
         };
-        let counts = if n == groups {
+        if n == groups {
             std::mem::take(&mut self.counts)
         } else {
-            self.counts.drain(..n * self.cells).collect()
-        };
-        let keys = self.streams.take(n);
-        (counts, keys)
+            self.counts.drain(..n * C::CELLS).collect()
+        }
     }
 
-    /// Calls `release` once per emitted group, with its exact cells and its noise stream:
-    /// the one place where groups meet their noise.
-    fn for_each_group(
-        &mut self,
-        counts: &[u64],
-        keys: Option<&[Option<u64>]>,
-        mut release: impl FnMut(&[u64], &mut NoiseRng) -> Result<()>,
-    ) -> Result<()> {
-        let mut seeded = None;
-        for (g, cells) in counts.chunks_exact(self.cells).enumerate() {
-            let rng = self.streams.group_rng(keys, g, &mut seeded)?;
-            release(cells, rng)?;
+    /// One state column per counter.
+    fn columns(counts: Vec<u64>) -> Vec<ArrayRef> {
+        if C::CELLS == 1 {
+            return vec![Arc::new(UInt64Array::from(counts))];
         }
-        Ok(())
-    }
-}
-
-/// Adds every counted row to its cell of its group's table, 64 rows at a time: the cell index
-/// comes from the words of the outcome and exposed bitmaps, and the counted-rows mask bit (0 or
-/// 1) is added without a branch, so the loop has no per-row dispatch or misprediction.
-fn count_cells(
-    counts: &mut [u64],
-    group_indices: &[usize],
-    outcome: &BooleanBuffer,
-    exposed: &BooleanBuffer,
-    mask: Option<&NullBuffer>,
-) {
-    let rows = group_indices.len();
-    fn words(b: &BooleanBuffer, rows: usize) -> BitChunks<'_> {
-        b.inner().bit_chunks(b.offset(), rows)
-    }
-    let (outcome_words, exposed_words) = (words(outcome, rows), words(exposed, rows));
-    let mask_words = mask.map(|m| words(m.inner(), rows));
-    let mut mask_iter = mask_words.as_ref().map(|w| w.iter_padded());
-    for ((groups, o), e) in group_indices
-        .chunks(64)
-        .zip(outcome_words.iter_padded())
-        .zip(exposed_words.iter_padded())
-    {
-        let m = mask_iter
-            .as_mut()
-            .and_then(|it| it.next())
-            .unwrap_or(u64::MAX);
-        let (not_o, not_e) = (!o, !e);
-        for (j, &group) in groups.iter().enumerate() {
-            // a = 0 (outcome, exposed), b = 1, c = 2, d = 3: see `table_cell`.
-            let cell = (((not_o >> j) & 1) | (((not_e >> j) & 1) << 1)) as usize;
-            counts[group * 4 + cell] += (m >> j) & 1;
-        }
+        (0..C::CELLS)
+            .map(|cell| {
+                let column: UInt64Array = counts
+                    .iter()
+                    .skip(cell)
+                    .step_by(C::CELLS)
+                    .copied()
+                    .map(Some)
+                    .collect();
+                Arc::new(column) as ArrayRef
+            })
+            .collect()
     }
 }
 
@@ -300,7 +257,7 @@ fn row_key_digest(key_values: &[ArrayRef], row: usize) -> Result<u64> {
     Ok(group_key_digest(texts.iter().map(|t| t.as_deref())))
 }
 
-impl GroupsAccumulator for CellCounts {
+impl<C: CellStatistic> GroupsAccumulator for CellCounts<C> {
     fn update_batch(
         &mut self,
         values: &[ArrayRef],
@@ -310,23 +267,8 @@ impl GroupsAccumulator for CellCounts {
     ) -> Result<()> {
         self.resize(total_num_groups);
         self.streams.note_keys(values, group_indices)?;
-        let counts = &mut self.counts;
-        match self.function {
-            DpFunction::Count => {
-                accumulate_indices(
-                    group_indices,
-                    values[0].logical_nulls().as_ref(),
-                    opt_filter,
-                    |group| counts[group] += 1,
-                );
-            }
-            _ => {
-                let outcome = values[0].as_boolean().values();
-                let exposed = values[1].as_boolean().values();
-                let mask = Self::counted_rows(&[&values[0], &values[1]], opt_filter);
-                count_cells(counts, group_indices, outcome, exposed, mask.as_ref());
-            }
-        }
+        self.statistic
+            .count(&mut self.counts, values, group_indices, opt_filter);
         Ok(())
     }
 
@@ -337,7 +279,7 @@ impl GroupsAccumulator for CellCounts {
         total_num_groups: usize,
     ) -> Result<()> {
         self.resize(total_num_groups);
-        let cells = self.cells;
+        let cells = C::CELLS;
         for (cell, partial) in values[..cells].iter().enumerate() {
             let partial = partial.as_primitive::<UInt64Type>().values();
             for (&group, &count) in group_indices.iter().zip(partial.iter()) {
@@ -349,147 +291,30 @@ impl GroupsAccumulator for CellCounts {
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let (counts, keys) = self.take_emitted(emit_to);
-        let groups = counts.len() / self.cells;
-        let plan = Arc::clone(&self.plan);
-        let name = self.function.function_name();
-        match &plan.release {
-            Release::Count(noise) => {
-                let mut out = Vec::with_capacity(groups);
-                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
-                    // Checked: past i64 an error, never a wrap that would carry the count.
-                    let noisy = add_noise(cells[0], noise.sample(rng))
-                        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
-                    out.push(noisy);
-                    Ok(())
-                })?;
-                Ok(Arc::new(Int64Array::from(out)))
-            }
-            Release::Table {
-                noise,
-                confidence,
-                method,
-            } => {
-                let statistic = self.function.statistic().expect("table function");
-                let mut intervals = self
-                    .function
-                    .has_interval()
-                    .then(|| {
-                        IntervalColumns::new(
-                            name,
-                            statistic,
-                            *noise,
-                            *confidence,
-                            *method,
-                            plan.options.seed.is_some(),
-                            groups,
-                        )
-                    })
-                    .transpose()?;
-                let mut estimates =
-                    Vec::with_capacity(if intervals.is_some() { 0 } else { groups });
-                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
-                    let released = noise
-                        .release(&TwoByTwo::from_cells(cells), rng)
-                        .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
-                    match &mut intervals {
-                        Some(columns) => columns.push(&released),
-                        None => estimates.push(released.estimate(statistic)),
-                    }
-                    Ok(())
-                })?;
-                match intervals {
-                    Some(columns) => columns.finish(),
-                    None => Ok(Arc::new(Float64Array::from(estimates))),
-                }
-            }
-            Release::LocalRatio {
-                method,
-                epsilon,
-                delta,
-                bias_correction,
-                ptr_bound,
-            } => {
-                let mut estimates = Vec::with_capacity(groups);
-                self.for_each_group(&counts, keys.as_deref(), |cells, rng| {
-                    let estimate = release_relative_risk(
-                        *method,
-                        &TwoByTwo::from_cells(cells),
-                        *epsilon,
-                        *delta,
-                        *bias_correction,
-                        *ptr_bound,
-                        rng,
-                    )
-                    .map_err(|e| exec_datafusion_err!("{name}: {e}"))?;
-                    estimates.push(estimate);
-                    Ok(())
-                })?;
-                Ok(Arc::new(Float64Array::from(estimates)))
-            }
-            Release::Statistic(_) => Err(exec_datafusion_err!(
-                "{name}: bound to another statistic's calibration"
-            )),
-        }
+        let counts = self.take_counts(emit_to);
+        self.statistic.release(&counts, &mut self.streams)
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let (counts, keys) = self.take_emitted(emit_to);
-        let cells = self.cells;
-        let mut state: Vec<ArrayRef> = if cells == 1 {
-            vec![Arc::new(UInt64Array::from(counts))]
-        } else {
-            (0..cells)
-                .map(|cell| {
-                    let column: UInt64Array = counts
-                        .iter()
-                        .skip(cell)
-                        .step_by(cells)
-                        .copied()
-                        .map(Some)
-                        .collect();
-                    Arc::new(column) as ArrayRef
-                })
-                .collect()
-        };
+        let counts = self.take_counts(emit_to);
+        let keys = self.streams.take(counts.len() / C::CELLS);
+        let mut state = Self::columns(counts);
         state.extend(self.streams.key_state(keys));
         Ok(state)
     }
 
+    /// Each row as its own group's counters.
     fn convert_to_state(
         &self,
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
         let rows = values[0].len();
-        let data: Vec<&ArrayRef> = values[..self.function.function_args().len()]
-            .iter()
-            .collect();
-        let mask = Self::counted_rows(&data, opt_filter);
-        let counted = |row: usize| mask.as_ref().is_none_or(|m| m.is_valid(row));
-        let mut state: Vec<ArrayRef> = match self.function {
-            DpFunction::Count => {
-                let ones: UInt64Array = (0..rows).map(|r| Some(counted(r) as u64)).collect();
-                vec![Arc::new(ones)]
-            }
-            _ => {
-                let outcome = values[0].as_boolean().values();
-                let exposed = values[1].as_boolean().values();
-                (0..4)
-                    .map(|cell| {
-                        let column: UInt64Array = (0..rows)
-                            .map(|r| {
-                                Some(
-                                    (counted(r) && Self::table_cell(outcome, exposed, r) == cell)
-                                        as u64,
-                                )
-                            })
-                            .collect();
-                        Arc::new(column) as ArrayRef
-                    })
-                    .collect()
-            }
-        };
+        let mut counts = vec![0; rows * C::CELLS];
+        let group_indices: Vec<usize> = (0..rows).collect();
+        self.statistic
+            .count(&mut counts, values, &group_indices, opt_filter);
+        let mut state = Self::columns(counts);
         state.extend(self.streams.convert_keys(values, rows)?);
         Ok(state)
     }

@@ -22,10 +22,10 @@
 use super::accumulator::GroupStreams;
 use super::dp_sum::{sum_noise, Clamp, GridSums, SumNoise};
 use super::statistic::{
-    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise,
-    StatisticRelease,
+    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator,
+    StatisticNoise,
 };
-use super::{CallPlan, Release};
+use super::CallPlan;
 use crate::stats::CountNoise;
 use arrow::array::{
     ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
@@ -75,8 +75,8 @@ impl DpStatistic for DpAvg {
         &["mechanism", "delta", "gaussian_calibration", "confidence"]
     }
 
-    fn signature(&self) -> &'static str {
-        "dp_avg(expr, lower, upper, epsilon [, options]) -> STRUCT"
+    fn returns(&self) -> &'static str {
+        "STRUCT"
     }
 
     /// Summed as DOUBLE whatever the input.
@@ -121,11 +121,11 @@ impl DpStatistic for DpAvg {
         )
         .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
         let confidence = options.confidence;
-        Ok(Release::Statistic(StatisticRelease(Arc::new(AvgNoise {
+        Ok(Release::new(AvgNoise {
             sum,
             count,
             confidence,
-        }))))
+        }))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -133,7 +133,7 @@ impl DpStatistic for DpAvg {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
-        let noise = StatisticRelease::noise::<AvgNoise>(&plan, NAME)?;
+        let noise = plan.release.noise::<AvgNoise>(NAME)?;
         Ok(Box::new(AvgAccumulator {
             sums: GridSums::default(),
             counts: Vec::new(),

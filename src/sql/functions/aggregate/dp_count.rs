@@ -7,11 +7,117 @@
 //! `(ε, δ)`-DP ([`crate::sql::functions::aggregate::CallPlan::resolve`]). The result is the
 //! raw noisy count, unbiased and possibly negative. `FILTER (WHERE ...)` restricts the rows.
 
-use super::{DpAggregate, DpFunction};
-use datafusion::logical_expr::AggregateUDF;
+use super::accumulator::{CellCounts, CellStatistic, GroupStreams};
+use super::statistic::{
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
+};
+use super::CallPlan;
+use crate::stats::mechanism::add_noise;
+use crate::stats::CountNoise;
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array};
+use arrow::datatypes::DataType;
+use datafusion::common::{exec_datafusion_err, plan_datafusion_err, Result};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumulate::accumulate_indices;
 use std::sync::Arc;
 
-/// The `dp_count` aggregate.
-pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(&DpFunction::Count)
+/// The `dp_count` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpCount;
+
+const NAME: &str = "dp_count";
+
+impl DpStatistic for DpCount {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn args(&self) -> &'static [Arg] {
+        const ARGS: &[Arg] = &[Arg::new("expr", ArgKind::Value)];
+        ARGS
+    }
+
+    fn option_keys(&self) -> &'static [&'static str] {
+        &["mechanism", "delta", "gaussian_calibration"]
+    }
+
+    fn returns(&self) -> &'static str {
+        "BIGINT"
+    }
+
+    fn return_type(&self, _types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    /// Never NULL: an empty group's count is noise alone.
+    fn is_nullable(&self) -> bool {
+        false
+    }
+
+    /// Replace-one neighbours: replacing a unit can remove its rows from up to `groups`
+    /// groups and add rows to up to `groups` others, so a grouped count changes in up to twice
+    /// as many groups: (ε/2, δ/2) per group keeps the GROUP BY at (ε, δ). (The 2x2 table's
+    /// per-cell (ε/2, δ/2) covers the same two sides.) Without GROUP BY the one count changes
+    /// by at most `rows`.
+    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
+        let sides = if call.grouped { 2.0 } else { 1.0 };
+        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+        let options = call.options;
+        let noise = CountNoise::calibrate(
+            options.mechanism,
+            call.group_epsilon / sides,
+            call.group_delta.map(|d| d / sides),
+            call.contribution.rows,
+            options.gaussian_calibration,
+        )
+        .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
+        Ok(Release::new(CountRelease(noise)))
+    }
+
+    fn state(&self) -> Vec<(&'static str, DataType)> {
+        vec![("count", DataType::UInt64)]
+    }
+
+    fn accumulator(&self, plan: Arc<CallPlan>, _types: &[DataType]) -> Result<StatisticAccumulator> {
+        let noise = plan.release.noise::<CountRelease>(NAME)?.clone();
+        Ok(Box::new(CellCounts::new(noise, &plan)))
+    }
+}
+
+/// The calibrated noise of one `dp_count` call (and of private group selection's hidden
+/// count): one exact integer draw per group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountRelease(pub CountNoise);
+
+impl StatisticNoise for CountRelease {
+    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.0.cost(epsilon, delta)
+    }
+}
+
+impl CellStatistic for CountRelease {
+    const CELLS: usize = 1;
+
+    fn count(
+        &self,
+        counts: &mut [u64],
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+    ) {
+        accumulate_indices(
+            group_indices,
+            values[0].logical_nulls().as_ref(),
+            opt_filter,
+            |group| counts[group] += 1,
+        );
+    }
+
+    fn release(&self, counts: &[u64], streams: &mut GroupStreams) -> Result<ArrayRef> {
+        let noisy = streams.release_groups(counts.len(), |g, rng| {
+            // Checked: past i64 an error, never a wrap that would carry the count.
+            add_noise(counts[g], self.0.sample(rng))
+                .map_err(|e| exec_datafusion_err!("{NAME}: {e}"))
+        })?;
+        Ok(Arc::new(Int64Array::from(noisy)))
+    }
 }

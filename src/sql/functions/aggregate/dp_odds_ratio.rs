@@ -3,11 +3,16 @@
 //! `a` = outcome ∧ exposed, `b` = ¬outcome ∧ exposed, `c` = outcome ∧ ¬exposed,
 //! `d` = ¬outcome ∧ ¬exposed; the noisy denominators `b`, `c` are floored at 1.
 
-use super::{DpAggregate, DpFunction};
-use datafusion::logical_expr::AggregateUDF;
-use std::sync::Arc;
+use super::table::TableStatistic;
+use crate::stats::RatioStatistic;
 
-/// The `dp_odds_ratio` aggregate.
-pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(&DpFunction::OddsRatio)
+/// The `dp_odds_ratio` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpOddsRatio;
+
+impl TableStatistic for DpOddsRatio {
+    const NAME: &'static str = "dp_odds_ratio";
+    const STATISTIC: RatioStatistic = RatioStatistic::OddsRatio;
+    const INTERVAL: bool = false;
+    const OPTION_KEYS: &'static [&'static str] = &["mechanism", "delta", "gaussian_calibration", "group_sizes"];
 }

@@ -16,9 +16,9 @@
 
 use super::accumulator::GroupStreams;
 use super::statistic::{
-    Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise, StatisticRelease,
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
 };
-use super::{CallPlan, Release};
+use super::CallPlan;
 use crate::stats::mechanism::short_number;
 use crate::stats::quantile::{self, LeafCounts, QuantileTree};
 use crate::stats::CountNoise;
@@ -65,8 +65,8 @@ impl DpStatistic for DpQuantile {
         &["mechanism", "delta", "gaussian_calibration"]
     }
 
-    fn signature(&self) -> &'static str {
-        "dp_quantile(expr, q, lower, upper, epsilon [, options]) -> DOUBLE"
+    fn returns(&self) -> &'static str {
+        "DOUBLE"
     }
 
     /// Every number as DOUBLE (the tree reads positions in `[lower, upper]`).
@@ -120,9 +120,7 @@ impl DpStatistic for DpQuantile {
                 "{NAME}: argument {argument} is out of range: with epsilon{groups} / 2 per tree (a replaced unit leaves one tree and joins one) and sensitivity {sensitivity} (max_rows_per_unit x tree height 4): {e}"
             )
         })?;
-        Ok(Release::Statistic(StatisticRelease(Arc::new(
-            QuantileNoise { tree, q, noise },
-        ))))
+        Ok(Release::new(QuantileNoise { tree, q, noise }))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -130,7 +128,7 @@ impl DpStatistic for DpQuantile {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, _types: &[DataType]) -> Result<StatisticAccumulator> {
-        let noise = StatisticRelease::noise::<QuantileNoise>(&plan, NAME)?;
+        let noise = plan.release.noise::<QuantileNoise>(NAME)?;
         Ok(Box::new(QuantileAccumulator {
             trees: Vec::new(),
             entries: 0,

@@ -4,11 +4,16 @@
 //! ([`crate::stats::ReleasedTable::risk_difference`]). Fairness audits report it (demographic
 //! parity) beside the ratio (disparate impact).
 
-use super::{DpAggregate, DpFunction};
-use datafusion::logical_expr::AggregateUDF;
-use std::sync::Arc;
+use super::table::TableStatistic;
+use crate::stats::RatioStatistic;
 
-/// The `dp_risk_difference` aggregate.
-pub fn udaf() -> Arc<AggregateUDF> {
-    DpAggregate::udaf(&DpFunction::RiskDifference)
+/// The `dp_risk_difference` statistic.
+#[derive(Debug, Clone, Copy)]
+pub struct DpRiskDifference;
+
+impl TableStatistic for DpRiskDifference {
+    const NAME: &'static str = "dp_risk_difference";
+    const STATISTIC: RatioStatistic = RatioStatistic::RiskDifference;
+    const INTERVAL: bool = false;
+    const OPTION_KEYS: &'static [&'static str] = &["mechanism", "delta", "gaussian_calibration", "group_sizes"];
 }

@@ -29,10 +29,10 @@
 
 use super::accumulator::GroupStreams;
 use super::statistic::{
-    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticNoise,
-    StatisticRelease,
+    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator,
+    StatisticNoise,
 };
-use super::{CallPlan, Release};
+use super::CallPlan;
 use crate::stats::mechanism::short_number;
 use crate::stats::CountNoise;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array};
@@ -74,8 +74,8 @@ impl DpStatistic for DpSum {
         &["mechanism", "delta", "gaussian_calibration"]
     }
 
-    fn signature(&self) -> &'static str {
-        "dp_sum(expr, lower, upper, epsilon [, options]) -> BIGINT (integer expr and bounds) or DOUBLE"
+    fn returns(&self) -> &'static str {
+        "BIGINT (integer expr and bounds) or DOUBLE"
     }
 
     /// Integers when `expr` and both bounds are integers, `DOUBLE` otherwise.
@@ -107,7 +107,7 @@ impl DpStatistic for DpSum {
             call.group_epsilon / sides,
             call.group_delta.map(|d| d / sides),
         )?;
-        Ok(Release::Statistic(StatisticRelease(Arc::new(noise))))
+        Ok(Release::new(noise))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -115,7 +115,7 @@ impl DpStatistic for DpSum {
     }
 
     fn accumulator(&self, plan: Arc<CallPlan>, types: &[DataType]) -> Result<StatisticAccumulator> {
-        let noise = StatisticRelease::noise::<SumNoise>(&plan, NAME)?;
+        let noise = plan.release.noise::<SumNoise>(NAME)?;
         let clamp = Clamp::for_input(noise, types)?;
         Ok(Box::new(SumAccumulator {
             sums: GridSums::default(),
@@ -772,10 +772,7 @@ mod tests {
             group_epsilon: epsilon,
             group_delta: options.delta,
         })?;
-        let Release::Statistic(StatisticRelease(noise)) = release else {
-            panic!("not a dp_sum release")
-        };
-        Ok(noise.as_any().downcast_ref::<SumNoise>().unwrap().clone())
+        Ok(release.noise::<SumNoise>(NAME).unwrap().clone())
     }
 
     fn f(v: f64) -> ScalarValue {

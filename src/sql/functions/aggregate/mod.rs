@@ -1,48 +1,41 @@
-//! The DP aggregate functions. Each is a [`DpStatistic`] (`statistic.rs`) listed in
-//! [`STATISTICS`]; all share one UDAF implementation ([`DpAggregate`]), which reads the
+//! The DP aggregate functions. Each is a [`DpStatistic`] (`statistic.rs`) in its own file,
+//! listed in [`STATISTICS`]; all share one UDAF implementation ([`DpAggregate`]), which reads the
 //! statistic's arguments, types, calibration and accumulator from it. Every accumulator keeps
 //! exact per-group state, partial states carry only exact values, and noise is drawn once per
-//! group in `evaluate`, after every partial state has been merged. The seven built-in
-//! statistics are the variants of [`DpFunction`] and share [`accumulator::CellCounts`] (exact
-//! cell counts in flat vectors); a new statistic is one file with its own type.
+//! group in `evaluate`, after every partial state has been merged. `dp_count` and the
+//! statistics of a 2x2 table ([`table`]) keep fixed exact counters per group
+//! ([`accumulator::CellCounts`]).
 
 pub mod accumulator;
-pub mod dp_count;
-pub mod dp_odds_ratio;
-pub mod dp_or_ci;
-pub mod dp_rd_ci;
-pub mod dp_relative_risk;
-pub mod dp_risk_difference;
-pub mod dp_rr_ci;
+#[cfg(test)]
+mod example;
 pub mod statistic;
+pub mod table;
 pub mod wire;
 
 /// The registry: every DP aggregate, in registration order. Registration
-/// ([`crate::sql::functions::register_all`]), the wire codec, refusal messages, `dpsql` and the
-/// docs check read it. A new statistic is one file (`aggregate/dp_*.rs`) and one line here.
+/// ([`crate::sql::functions::register_all`]), the wire codec, refusal messages, `dpsql`, the
+/// plots and the docs check read it. A new statistic is one file (`aggregate/dp_*.rs`) and one
+/// line here.
 macro_rules! statistics {
-    (built_in: [$($built_in:expr),* $(,)?], files: [$($module:ident :: $statistic:ident),* $(,)?] $(,)?) => {
+    ($($module:ident :: $statistic:ident),* $(,)?) => {
         $(pub mod $module;)*
         /// Every DP aggregate, in registration order (see the `statistics!` call).
-        pub static STATISTICS: &[&dyn DpStatistic] = &[$(&$built_in,)* $(&$module::$statistic,)*];
+        pub static STATISTICS: &[&dyn DpStatistic] = &[$(&$module::$statistic,)*];
     };
 }
 
 statistics! {
-    built_in: [
-        DpFunction::Count,
-        DpFunction::RelativeRisk,
-        DpFunction::RrCi,
-        DpFunction::OddsRatio,
-        DpFunction::OrCi,
-        DpFunction::RiskDifference,
-        DpFunction::RdCi,
-    ],
-    files: [
-        dp_sum::DpSum,
-        dp_avg::DpAvg,
-        dp_quantile::DpQuantile,
-    ],
+    dp_count::DpCount,
+    dp_relative_risk::DpRelativeRisk,
+    dp_rr_ci::DpRrCi,
+    dp_odds_ratio::DpOddsRatio,
+    dp_or_ci::DpOrCi,
+    dp_risk_difference::DpRiskDifference,
+    dp_rd_ci::DpRdCi,
+    dp_sum::DpSum,
+    dp_avg::DpAvg,
+    dp_quantile::DpQuantile,
 }
 
 /// The statistic called `name` in SQL.
@@ -50,13 +43,13 @@ pub fn statistic_named(name: &str) -> Option<&'static dyn DpStatistic> {
     STATISTICS.iter().copied().find(|s| s.name() == name)
 }
 
+pub use dp_count::{CountRelease, DpCount};
+pub use statistic::Release;
+
 use crate::sql::options::DpOptions;
-use crate::stats::mechanism::{check_count_epsilon, short_number, RealLaplace, MAX_EPSILON};
-use crate::stats::{
-    Contribution, CountNoise, GroupSizes, IntervalMethod, Mechanism, RatioMethod, RatioStatistic,
-    TableNoise,
-};
-use accumulator::{CellCounts, SingleGroup};
+use crate::stats::mechanism::{short_number, MAX_EPSILON};
+use crate::stats::Contribution;
+use accumulator::SingleGroup;
 use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
 use datafusion::common::{internal_err, plan_datafusion_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::expr::AggregateFunctionParams;
@@ -68,224 +61,10 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::Literal;
-use statistic::{Arg, ArgKind, Call, DpStatistic, StatisticAccumulator, StatisticRelease};
+use statistic::{ArgKind, Call, DpStatistic};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// The seven built-in DP aggregates: a count and the 2x2-table statistics, which share the
-/// exact cell counts of [`CellCounts`] and the calibrations of `stats`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DpFunction {
-    Count,
-    RelativeRisk,
-    RrCi,
-    OddsRatio,
-    OrCi,
-    RiskDifference,
-    RdCi,
-}
-
-impl DpFunction {
-    /// The built-in statistics (each also in [`STATISTICS`]).
-    pub const ALL: [DpFunction; 7] = [
-        DpFunction::Count,
-        DpFunction::RelativeRisk,
-        DpFunction::RrCi,
-        DpFunction::OddsRatio,
-        DpFunction::OrCi,
-        DpFunction::RiskDifference,
-        DpFunction::RdCi,
-    ];
-
-    /// The function's place in [`Self::ALL`]. Exhaustive, so a new variant does not compile
-    /// until it has a place (and `ALL` grows to hold it); checked by a test.
-    #[cfg(test)]
-    pub(crate) const fn position(self) -> usize {
-        match self {
-            Self::Count => 0,
-            Self::RelativeRisk => 1,
-            Self::RrCi => 2,
-            Self::OddsRatio => 3,
-            Self::OrCi => 4,
-            Self::RiskDifference => 5,
-            Self::RdCi => 6,
-        }
-    }
-
-    fn function_name(self) -> &'static str {
-        match self {
-            Self::Count => "dp_count",
-            Self::RelativeRisk => "dp_relative_risk",
-            Self::RrCi => "dp_rr_ci",
-            Self::OddsRatio => "dp_odds_ratio",
-            Self::OrCi => "dp_or_ci",
-            Self::RiskDifference => "dp_risk_difference",
-            Self::RdCi => "dp_rd_ci",
-        }
-    }
-
-    fn function_args(self) -> &'static [Arg] {
-        const COUNT: &[Arg] = &[Arg::new("expr", ArgKind::Value)];
-        const TABLE: &[Arg] = &[
-            Arg::new("outcome", ArgKind::Condition),
-            Arg::new("exposed", ArgKind::Condition),
-        ];
-        match self {
-            Self::Count => COUNT,
-            _ => TABLE,
-        }
-    }
-
-    fn function_option_keys(self) -> &'static [&'static str] {
-        const TABLE: &[&str] = &["mechanism", "delta", "gaussian_calibration", "group_sizes"];
-        const INTERVAL: &[&str] = &[
-            "mechanism",
-            "delta",
-            "gaussian_calibration",
-            "group_sizes",
-            "confidence",
-            "ci_method",
-            "method",
-        ];
-        // The risk difference has no `method`: the paper's other methods release a ratio.
-        const DIFFERENCE_INTERVAL: &[&str] = &[
-            "mechanism",
-            "delta",
-            "gaussian_calibration",
-            "group_sizes",
-            "confidence",
-            "ci_method",
-        ];
-        match self {
-            Self::Count => &["mechanism", "delta", "gaussian_calibration"],
-            Self::RelativeRisk => &[
-                "mechanism",
-                "delta",
-                "gaussian_calibration",
-                "group_sizes",
-                "method",
-                "bias_correction",
-                "ptr_bound",
-            ],
-            Self::OddsRatio | Self::RiskDifference => TABLE,
-            Self::RrCi | Self::OrCi => INTERVAL,
-            Self::RdCi => DIFFERENCE_INTERVAL,
-        }
-    }
-
-    /// Exact counters kept per group: one count, or the four cells of a 2x2 table.
-    pub fn cells(self) -> usize {
-        match self {
-            Self::Count => 1,
-            _ => 4,
-        }
-    }
-
-    /// The ratio a table function releases.
-    pub fn statistic(self) -> Option<RatioStatistic> {
-        match self {
-            Self::Count => None,
-            Self::RelativeRisk | Self::RrCi => Some(RatioStatistic::RelativeRisk),
-            Self::OddsRatio | Self::OrCi => Some(RatioStatistic::OddsRatio),
-            Self::RiskDifference | Self::RdCi => Some(RatioStatistic::RiskDifference),
-        }
-    }
-
-    /// Whether the function releases an interval struct.
-    pub fn has_interval(self) -> bool {
-        matches!(self, Self::RrCi | Self::OrCi | Self::RdCi)
-    }
-
-    fn function_return_type(self) -> DataType {
-        match self {
-            Self::Count => DataType::Int64,
-            Self::RelativeRisk | Self::OddsRatio | Self::RiskDifference => DataType::Float64,
-            Self::RrCi | Self::OrCi | Self::RdCi => dp_rr_ci::return_type(),
-        }
-    }
-}
-
-impl DpStatistic for DpFunction {
-    fn name(&self) -> &'static str {
-        self.function_name()
-    }
-
-    fn args(&self) -> &'static [Arg] {
-        self.function_args()
-    }
-
-    fn option_keys(&self) -> &'static [&'static str] {
-        self.function_option_keys()
-    }
-
-    fn signature(&self) -> &'static str {
-        match self {
-            Self::Count => "dp_count(expr, epsilon [, options]) -> BIGINT",
-            Self::RelativeRisk => {
-                "dp_relative_risk(outcome, exposed, epsilon [, options]) -> DOUBLE"
-            }
-            Self::RrCi => "dp_rr_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
-            Self::OddsRatio => "dp_odds_ratio(outcome, exposed, epsilon [, options]) -> DOUBLE",
-            Self::OrCi => "dp_or_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
-            Self::RiskDifference => {
-                "dp_risk_difference(outcome, exposed, epsilon [, options]) -> DOUBLE"
-            }
-            Self::RdCi => "dp_rd_ci(outcome, exposed, epsilon [, options]) -> STRUCT",
-        }
-    }
-
-    fn return_type(&self, _types: &[DataType]) -> Result<DataType> {
-        Ok(self.function_return_type())
-    }
-
-    fn is_nullable(&self) -> bool {
-        // dp_count is never NULL; the ratios are NULL only with public group sizes (or PTR's FAIL).
-        *self != DpFunction::Count
-    }
-
-    fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        self.calibrate_built_in(call)
-    }
-
-    fn state(&self) -> Vec<(&'static str, DataType)> {
-        let labels: &[&'static str] = if self.cells() == 1 {
-            &["count"]
-        } else {
-            &["cell_a", "cell_b", "cell_c", "cell_d"]
-        };
-        labels.iter().map(|l| (*l, DataType::UInt64)).collect()
-    }
-
-    fn accumulator(
-        &self,
-        plan: Arc<CallPlan>,
-        _types: &[DataType],
-    ) -> Result<StatisticAccumulator> {
-        Ok(Box::new(CellCounts::new(*self, plan)))
-    }
-}
-
-/// The calibrated noise of one call, fixed once per query.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Release {
-    Count(CountNoise),
-    Table {
-        noise: TableNoise,
-        confidence: f64,
-        method: IntervalMethod,
-    },
-    /// One of the paper's other ratio methods (public group sizes; no interval).
-    LocalRatio {
-        method: RatioMethod,
-        epsilon: f64,
-        delta: Option<f64>,
-        bias_correction: bool,
-        ptr_bound: Option<f64>,
-    },
-    /// The calibration of a statistic outside the built-in ones, which states its own cost.
-    Statistic(StatisticRelease),
-}
 
 /// Taken once, when a physical plan is made from a bound call: one charge, one release
 /// ([`crate::sql::privacy::exec::release`]). Compares equal to any other ticket: it is not part of
@@ -438,151 +217,13 @@ impl CallPlan {
     }
 }
 
-impl DpFunction {
-    /// The calibrations of the built-in statistics.
-    fn calibrate_built_in(self, call: &Call<'_>) -> Result<Release> {
-        let name = self.function_name();
-        let options = call.options;
-        let grouped = call.grouped;
-        let Contribution { rows, groups } = call.contribution;
-        let (group_epsilon, group_delta) = (call.group_epsilon, call.group_delta);
-        let calibration_error = |e: String| plan_datafusion_err!("{name}: {e}");
-        let release = match self {
-            // Replace-one neighbours: replacing a unit can remove its rows from up to `groups`
-            // groups and add rows to up to `groups` others, so a grouped count changes in up to
-            // twice as many groups: (ε/2, δ/2) per group keeps the GROUP BY at (ε, δ). (The
-            // 2x2 table's per-cell (ε/2, δ/2) covers the same two sides.) Without GROUP BY
-            // the one count changes by at most `rows`.
-            DpFunction::Count => {
-                let sides = if grouped { 2.0 } else { 1.0 };
-                call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-                Release::Count(
-                    CountNoise::calibrate(
-                        options.mechanism,
-                        group_epsilon / sides,
-                        group_delta.map(|d| d / sides),
-                        rows,
-                        options.gaussian_calibration,
-                    )
-                    .map_err(calibration_error)?,
-                )
-            }
-            // `method` is dp_relative_risk's (and refused by the interval functions that accept
-            // the key); the other table functions ignore the session's setting.
-            _ if self.function_option_keys().contains(&"method")
-                && options.method != RatioMethod::NoisyCounts =>
-            {
-                if (rows, groups) != (1, 1) {
-                    return plan_err!(
-                        "{name}: method '{}' supports one row per unit in one group only (max_rows_per_unit = max_groups_per_unit = 1)",
-                        options.method
-                    );
-                }
-                local_release(self, options, call.epsilon)?
-            }
-            _ => {
-                // The method asked for, or the statistic's own default interval.
-                let method = options.ci_method.unwrap_or_else(|| {
-                    self.statistic()
-                        .map_or(IntervalMethod::Conservative, IntervalMethod::default_for)
-                });
-                if let Some(statistic) = self.statistic().filter(|_| self.has_interval()) {
-                    method
-                        .check_statistic(statistic)
-                        .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
-                }
-                call.check_split(2.0, "each cell of the 2x2 table")?;
-                Release::Table {
-                    noise: TableNoise::calibrate_for_unit(
-                        options.mechanism,
-                        group_epsilon,
-                        group_delta,
-                        options.gaussian_calibration,
-                        options.group_sizes,
-                        rows,
-                    )
-                    .map_err(calibration_error)?,
-                    confidence: options.confidence,
-                    method,
-                }
-            }
-        };
-        Ok(release)
-    }
-}
-
-/// Validates a call that uses one of the paper's local or naive ratio methods.
-fn local_release(function: DpFunction, options: &DpOptions, epsilon: f64) -> Result<Release> {
-    let name = function.function_name();
-    let method = options.method;
-    if function.has_interval() {
-        return plan_err!(
-            "{name}: method '{method}' releases no interval (only noisy_counts does; the other methods do not estimate the variance, paper Appendix C)"
-        );
-    }
-    if options.group_sizes != GroupSizes::Public {
-        return plan_err!(
-            "{name}: method '{method}' uses the exact group sizes; declare them public with group_sizes=public"
-        );
-    }
-    let needs_delta = matches!(method, RatioMethod::SmoothSensitivity | RatioMethod::Ptr);
-    if needs_delta && options.delta.is_none() {
-        return plan_err!("{name}: method '{method}' needs delta (set dp.delta or pass delta=...)");
-    }
-    if method == RatioMethod::Ptr && options.ptr_bound.is_none() {
-        return plan_err!(
-            "{name}: method 'ptr' needs ptr_bound=<proposed bound on the local sensitivity>"
-        );
-    }
-    // Each method's Laplace noise is calibrated for ε (PTR: ε/2 for each of its two steps):
-    // the same range as a count's noise, checked here at the smallest sensitivity the method
-    // uses (the release checks its own, from the public sizes, again).
-    let per_step = if method == RatioMethod::Ptr {
-        epsilon / 2.0
-    } else {
-        epsilon
-    };
-    // Its real-valued release's sensitivity is at least ln 2 (NoisedLog's), ptr_bound for PTR.
-    let smallest_sensitivity = match method {
-        RatioMethod::Ptr => options.ptr_bound.unwrap_or(1.0),
-        _ => std::f64::consts::LN_2,
-    };
-    check_count_epsilon(Mechanism::Laplace, per_step, 1)
-        .and_then(|()| RealLaplace::calibrate(per_step, smallest_sensitivity).map(|_| ()))
-        .map_err(|e| {
-            plan_datafusion_err!(
-                "{name}: argument 'epsilon'={} is out of range for method '{method}': {e}",
-                short_number(epsilon)
-            )
-        })?;
-    if method == RatioMethod::NoisedLog && options.bias_correction {
-        crate::stats::methods::noised_log_bias_correction(epsilon)
-            .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
-    }
-    Ok(Release::LocalRatio {
-        method,
-        epsilon,
-        delta: needs_delta.then_some(options.delta).flatten(),
-        bias_correction: options.bias_correction,
-        ptr_bound: options.ptr_bound,
-    })
-}
-
 impl CallPlan {
     /// What the call spends, `(ε, δ)`: δ only where its release uses it (the Gaussian
     /// mechanism, smooth sensitivity, PTR, private group selection). Budget accounting charges
     /// exactly this.
     pub fn cost(&self) -> (f64, f64) {
         // The calibrated noise's own mechanism states what it spends.
-        let (epsilon, delta) = match &self.release {
-            Release::Count(noise)
-            | Release::Table {
-                noise: TableNoise { cell: noise, .. },
-                ..
-            } => noise.cost(self.epsilon, self.options.delta),
-            Release::LocalRatio { delta, .. } => (self.epsilon, delta.unwrap_or(0.0)),
-            Release::Statistic(noise) => noise.0.cost(self.epsilon, self.options.delta),
-        };
+        let (epsilon, delta) = self.release.cost(self.epsilon, self.options.delta);
         (epsilon, delta + self.selection_delta.unwrap_or(0.0))
     }
 }

@@ -8,12 +8,14 @@
 //! noise once per group after merging. The registry ([`super::STATISTICS`]) lists every
 //! statistic; registration, the wire codec, refusal messages, `dpsql` and the docs check read it.
 
-use super::{CallPlan, Release};
+use super::CallPlan;
 use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{check_count_epsilon, short_number};
-use crate::stats::Contribution;
+use crate::stats::{Contribution, RatioStatistic};
 use arrow::datatypes::DataType;
-use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::common::{
+    internal_datafusion_err, plan_datafusion_err, plan_err, Result, ScalarValue,
+};
 use datafusion::logical_expr::GroupsAccumulator;
 use std::any::Any;
 use std::fmt::Debug;
@@ -49,6 +51,8 @@ impl Arg {
 
 /// One DP aggregate. Implement it in one file (`aggregate/dp_*.rs`) and add one line to
 /// [`super::STATISTICS`]; document the function in `docs/sql-reference.md` (a test checks).
+/// The statistics of one 2x2 table implement [`super::table::TableStatistic`] instead, which
+/// gives them this trait.
 pub trait DpStatistic: Debug + Send + Sync + 'static {
     /// The SQL name, `dp_*`.
     fn name(&self) -> &'static str;
@@ -60,8 +64,27 @@ pub trait DpStatistic: Debug + Send + Sync + 'static {
     /// `crate::sql::options::OPTIONS`; a test checks).
     fn option_keys(&self) -> &'static [&'static str];
 
-    /// The SQL signature, as `docs/sql-reference.md` and `dpsql` show it.
-    fn signature(&self) -> &'static str;
+    /// The SQL type of the result as `docs/sql-reference.md` and `dpsql` show it (`BIGINT`,
+    /// `DOUBLE`, `STRUCT`, or which of them for which arguments).
+    fn returns(&self) -> &'static str;
+
+    /// The SQL signature, as `docs/sql-reference.md` and `dpsql` show it: from the declared
+    /// arguments ([`Self::args`]) and [`Self::returns`].
+    fn signature(&self) -> String {
+        let args: Vec<&str> = self.args().iter().map(|a| a.name).collect();
+        format!(
+            "{}({}, epsilon [, options]) -> {}",
+            self.name(),
+            args.join(", "),
+            self.returns()
+        )
+    }
+
+    /// The statistic whose interval the result is (a struct with `estimate`, `lower` and
+    /// `upper`), for a forest plot's axis; `None` for any other result.
+    fn interval(&self) -> Option<RatioStatistic> {
+        None
+    }
 
     /// The types the arguments before `epsilon` are coerced to (by default from their kinds).
     fn coerce(&self, types: &[DataType]) -> Result<Vec<DataType>> {
@@ -94,9 +117,9 @@ pub trait DpStatistic: Debug + Send + Sync + 'static {
 /// A statistic's accumulator (`Sync` so that it also serves as the one-group `Accumulator`).
 pub type StatisticAccumulator = Box<dyn GroupsAccumulator + Sync>;
 
-/// The calibrated noise of a statistic outside the built-in ones ([`Release::Statistic`]):
-/// it states what it spends; its accumulator reads it back with [`StatisticRelease::noise`].
-/// Equality and downcasting come with any `PartialEq` type ([`NoiseAny`]).
+/// The calibrated noise of a statistic ([`DpStatistic::calibrate`]): it states what it spends;
+/// its accumulator reads it back with [`Release::noise`]. Equality and downcasting come with
+/// any `PartialEq` type ([`NoiseAny`]).
 pub trait StatisticNoise: Debug + Send + Sync + NoiseAny {
     /// The `(ε, δ)` a call with `epsilon` and the options' `delta` spends; budget accounting
     /// charges exactly this.
@@ -120,27 +143,31 @@ impl<T: Any + PartialEq> NoiseAny for T {
     }
 }
 
-/// A [`StatisticNoise`] in a [`Release`].
+/// The calibrated noise of one call, fixed once per query: the statistic's own
+/// [`StatisticNoise`].
 #[derive(Debug, Clone)]
-pub struct StatisticRelease(pub Arc<dyn StatisticNoise>);
+pub struct Release(Arc<dyn StatisticNoise>);
 
-impl StatisticRelease {
-    /// The calibration `plan` was bound to, as the statistic `name`'s own type `T`; an internal
-    /// error if it was bound to another.
-    pub fn noise<'a, T: StatisticNoise>(plan: &'a CallPlan, name: &str) -> Result<&'a T> {
-        match &plan.release {
-            Release::Statistic(StatisticRelease(noise)) => noise.as_any().downcast_ref::<T>(),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            datafusion::common::internal_datafusion_err!(
-                "{name}: bound to another statistic's calibration"
-            )
+impl Release {
+    pub fn new(noise: impl StatisticNoise) -> Self {
+        Self(Arc::new(noise))
+    }
+
+    /// The noise as the statistic `name`'s own type `T`; an internal error if the call was
+    /// bound to another statistic's calibration.
+    pub fn noise<T: StatisticNoise>(&self, name: &str) -> Result<&T> {
+        self.0.as_any().downcast_ref::<T>().ok_or_else(|| {
+            internal_datafusion_err!("{name}: bound to another statistic's calibration")
         })
+    }
+
+    /// What a call with `epsilon` and the options' `delta` spends ([`StatisticNoise::cost`]).
+    pub fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+        self.0.cost(epsilon, delta)
     }
 }
 
-impl PartialEq for StatisticRelease {
+impl PartialEq for Release {
     fn eq(&self, other: &Self) -> bool {
         self.0.same_as(other.0.as_any())
     }

@@ -1,6 +1,6 @@
 //! The paper's analytic tools as scalar SQL functions of their (public) arguments: accuracy,
-//! bias, Gaussian calibration and privacy-budget planning (for the interval `dp_rr_ci`,
-//! `dp_or_ci` or `dp_rd_ci` releases by default, or the `ci_method` asked for). They read no
+//! bias, Gaussian calibration and privacy-budget planning (for the interval a 2x2 table's
+//! interval statistic releases by default, or the `ci_method` asked for). They read no
 //! private data, cost no privacy, and adapt [`crate::stats::accuracy`] and
 //! [`crate::stats::mechanism`] row by row.
 //! NULL in any argument gives NULL; where a closed form is undefined (e.g. `alpha >= Z`) the

@@ -13,7 +13,7 @@
 //! `P(X ≥ T − k) = q^{T−k}/(1+q) ≤ δ'`, and every other group's decision is `ε'`-DP, so the
 //! selection is `(ε, δ)`-DP in total and is charged to the budget as such.
 
-use crate::sql::functions::aggregate::{CallPlan, DpAggregate, DpFunction, Release};
+use crate::sql::functions::aggregate::{CallPlan, CountRelease, DpAggregate, DpCount};
 use crate::sql::options::DpOptions;
 use crate::stats::{Contribution, Mechanism, RatioMethod};
 use datafusion::common::{plan_err, Result, ScalarValue};
@@ -72,7 +72,7 @@ pub fn select_groups(
     options.method = RatioMethod::NoisyCounts;
     let seeded = session.seed.is_some();
     let mut plan = CallPlan::resolve(
-        &DpFunction::Count,
+        &DpCount,
         &options,
         &[],
         Some(&ScalarValue::Float64(Some(epsilon))),
@@ -84,9 +84,9 @@ pub fn select_groups(
         contribution,
     )?;
     plan.selection_delta = Some(delta);
-    let Release::Count(noise) = &plan.release else {
-        return plan_err!("private group selection: unexpected calibration");
-    };
+    let CountRelease(noise) = plan
+        .release
+        .noise::<CountRelease>("private group selection")?;
     let threshold = selection_threshold(noise.scale, rows, delta / (2.0 * groups as f64));
     let mut args = vec![lit(1i64), lit(epsilon)];
     if seeded {
@@ -94,7 +94,7 @@ pub fn select_groups(
     }
     let count = Expr::AggregateFunction(AggregateFunction::new_udf(
         Arc::new(AggregateUDF::new_from_impl(
-            DpAggregate::new(&DpFunction::Count).configured(plan),
+            DpAggregate::new(&DpCount).configured(plan),
         )),
         args,
         false,
