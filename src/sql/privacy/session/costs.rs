@@ -277,17 +277,7 @@ pub const FUNCTION_COSTS: &[(&str, Kind, Cost)] = &[
     ("dot_product", Scalar, Linear),
     // The DP aggregates: a bounded state per group (dp_quantile: a count per leaf of a tree of
     // fixed depth), noise drawn once per group. Refused as windows by the planner rule.
-    ("dp_avg", Aggregate, Constant),
     ("dp_budget", Table, Constant),
-    ("dp_count", Aggregate, Constant),
-    ("dp_odds_ratio", Aggregate, Constant),
-    ("dp_or_ci", Aggregate, Constant),
-    ("dp_quantile", Aggregate, Constant),
-    ("dp_rd_ci", Aggregate, Constant),
-    ("dp_relative_risk", Aggregate, Constant),
-    ("dp_risk_difference", Aggregate, Constant),
-    ("dp_rr_ci", Aggregate, Constant),
-    ("dp_sum", Aggregate, Constant),
     // `map_extract`: one comparison per key of the map.
     ("element_at", Scalar, Linear),
     ("empty", Scalar, Linear),
@@ -563,8 +553,14 @@ pub fn is_order_sensitive(expr: &Expr) -> bool {
     .unwrap_or(true)
 }
 
-/// The declared cost of `name` as a function of `kind`, if it has one.
+/// The declared cost of `name` as a function of `kind`, if it has one. The DP aggregates are
+/// read from their registry (`STATISTICS`), not listed in [`FUNCTION_COSTS`]: each keeps exact
+/// state of a bounded size per group (cell counts, a clamped sum, a histogram's bins) and adds a
+/// row in constant time.
 pub fn cost(name: &str, kind: Kind) -> Option<Cost> {
+    if kind == Aggregate && crate::sql::functions::aggregate::statistic_named(name).is_some() {
+        return Some(Constant);
+    }
     FUNCTION_COSTS
         .binary_search_by(|(n, k, _)| (*n, *k).cmp(&(name, kind)))
         .ok()
