@@ -59,18 +59,7 @@ impl DpStatistic for DpCount {
     /// per-cell (ε/2, δ/2) covers the same two sides.) Without GROUP BY the one count changes
     /// by at most `rows`.
     fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        let sides = if call.grouped { 2.0 } else { 1.0 };
-        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-        let options = call.options;
-        let noise = CountNoise::calibrate(
-            options.mechanism,
-            call.group_epsilon / sides,
-            call.group_delta.map(|d| d / sides),
-            call.contribution.rows,
-            options.gaussian_calibration,
-        )
-        .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
-        Ok(Release::new(CountRelease(noise)))
+        Ok(Release::new(CountRelease::calibrate(NAME, call)?))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -87,6 +76,43 @@ impl DpStatistic for DpCount {
 /// count): one exact integer draw per group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CountRelease(pub CountNoise);
+
+impl CountRelease {
+    /// The noise of a count per group for `call` of statistic `name`. Replace-one neighbours:
+    /// replacing a unit can remove its rows from up to `groups` groups and add rows to up to
+    /// `groups` others, so a grouped count changes in up to twice as many groups: (ε/2, δ/2)
+    /// per group keeps the GROUP BY at (ε, δ). (The 2x2 table's per-cell (ε/2, δ/2) covers
+    /// the same two sides.) Without GROUP BY the one count changes by at most `rows`.
+    pub fn calibrate(name: &str, call: &Call<'_>) -> Result<Self> {
+        let sides = if call.grouped { 2.0 } else { 1.0 };
+        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+        let options = call.options;
+        let noise = CountNoise::calibrate(
+            options.mechanism,
+            call.group_epsilon / sides,
+            call.group_delta.map(|d| d / sides),
+            call.contribution.rows,
+            options.gaussian_calibration,
+        )
+        .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
+        Ok(Self(noise))
+    }
+
+    /// Each group's count with its own draw of the noise, as `BIGINT`s of statistic `name`.
+    pub fn release_counts(
+        &self,
+        name: &str,
+        counts: &[u64],
+        streams: &mut GroupStreams,
+    ) -> Result<ArrayRef> {
+        let noisy = streams.release_groups(counts.len(), |g, rng| {
+            // Checked: past i64 an error, never a wrap that would carry the count.
+            add_noise(counts[g], self.0.sample(rng))
+                .map_err(|e| exec_datafusion_err!("{name}: {e}"))
+        })?;
+        Ok(Arc::new(Int64Array::from(noisy)))
+    }
+}
 
 impl StatisticNoise for CountRelease {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
@@ -113,11 +139,6 @@ impl CellStatistic for CountRelease {
     }
 
     fn release(&self, counts: &[u64], streams: &mut GroupStreams) -> Result<ArrayRef> {
-        let noisy = streams.release_groups(counts.len(), |g, rng| {
-            // Checked: past i64 an error, never a wrap that would carry the count.
-            add_noise(counts[g], self.0.sample(rng))
-                .map_err(|e| exec_datafusion_err!("{NAME}: {e}"))
-        })?;
-        Ok(Arc::new(Int64Array::from(noisy)))
+        self.release_counts(NAME, counts, streams)
     }
 }

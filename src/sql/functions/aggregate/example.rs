@@ -8,15 +8,14 @@
 //! GROUP BY, `(ε, δ)` without.
 
 use super::accumulator::{CellCounts, CellStatistic, GroupStreams};
+use super::dp_count::CountRelease;
 use super::statistic::{
     Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
 };
 use super::CallPlan;
-use crate::stats::mechanism::add_noise;
-use crate::stats::CountNoise;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::DataType;
-use datafusion::common::{exec_datafusion_err, plan_datafusion_err, Result};
+use datafusion::common::Result;
 use std::sync::Arc;
 
 /// The `dp_count_true` statistic.
@@ -51,18 +50,11 @@ impl DpStatistic for DpCountTrue {
         false
     }
 
+    /// Calibrated as `dp_count`'s counts are: one count per group.
     fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        let sides = if call.grouped { 2.0 } else { 1.0 };
-        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-        let noise = CountNoise::calibrate(
-            call.options.mechanism,
-            call.group_epsilon / sides,
-            call.group_delta.map(|d| d / sides),
-            call.contribution.rows,
-            call.options.gaussian_calibration,
-        )
-        .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
-        Ok(Release::new(TrueCount(noise)))
+        Ok(Release::new(TrueCount(CountRelease::calibrate(
+            NAME, call,
+        )?)))
     }
 
     fn state(&self) -> Vec<(&'static str, DataType)> {
@@ -81,7 +73,7 @@ impl DpStatistic for DpCountTrue {
 
 /// The calibrated noise of one call, and the release of its one counter per group.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrueCount(CountNoise);
+pub struct TrueCount(CountRelease);
 
 impl StatisticNoise for TrueCount {
     fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
@@ -108,11 +100,7 @@ impl CellStatistic for TrueCount {
     }
 
     fn release(&self, counts: &[u64], streams: &mut GroupStreams) -> Result<ArrayRef> {
-        let noisy = streams.release_groups(counts.len(), |g, rng| {
-            add_noise(counts[g], self.0.sample(rng))
-                .map_err(|e| exec_datafusion_err!("{NAME}: {e}"))
-        })?;
-        Ok(Arc::new(Int64Array::from(noisy)))
+        self.0.release_counts(NAME, counts, streams)
     }
 }
 
