@@ -16,7 +16,7 @@
 //! `NaN` for a NULL or a group that was not released, so an audit of a row moving between
 //! groups `a` and `b` sees both groups' outputs together.
 //!
-//! **Sessions.** Each dataset runs in a fresh session ([`crate::register`]ed) built by
+//! **Sessions.** Each dataset runs in a fresh session ([`crate::sql::register`]ed) built by
 //! [`SqlAudit::session`], then the setup statements, then (seeded mode) `SET dp.seed`, with
 //! seed `s` for `D` and `s + 1` for `D'` so their noise is independent. Seeded noise is
 //! non-private and is for reproducible tests; [`SqlAudit::seed`] `None` uses the secure
@@ -356,7 +356,7 @@ impl SqlAudit {
 
     async fn run_one(&self, data: &RecordBatch, stride: i64, seed: Option<u64>) -> Result<Output> {
         let ctx = SessionContext::new_with_config(self.config.clone());
-        crate::register(&ctx)?;
+        crate::sql::register(&ctx)?;
         if let Some(setup) = &self.session {
             setup(&ctx)?;
         }

@@ -1,5 +1,5 @@
 //! Every operator that multiplies its input yields to the runtime: [`YieldFromJoins`], a
-//! physical optimizer rule that [`crate::lock`] adds to a locked session after DataFusion's
+//! physical optimizer rule that [`crate::sql::privacy::session::lock::lock`] adds to a locked session after DataFusion's
 //! own rules, so every plan of a locked session gets it: `dp-server`'s, `dpsql --config`'s
 //! and a locked Ballista scheduler's (whose stages carry it to the executors). A trusted
 //! session (the owner's, `dpsql` without `--config`, a trusted Ballista client) keeps

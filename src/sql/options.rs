@@ -89,7 +89,7 @@ pub struct DpOptions {
     /// The data owner's declarations: which tables are protected, by which unit column, and
     /// which are public (`dp.protected_tables`, `dp.public_tables`).
     pub protections: Protections,
-    /// Set by [`crate::lock`]: the owner's options ([`SetBy::Owner`]) can no longer be
+    /// Set by [`crate::sql::privacy::session::lock::lock`]: the owner's options ([`SetBy::Owner`]) can no longer be
     /// changed, by `SET` or by a call's options string. Not an option itself.
     pub locked: bool,
     /// Rows of one unit kept per group (a random sample), for tables protected by a unit.
@@ -141,7 +141,7 @@ impl ConfigExtension for DpOptions {
     const PREFIX: &'static str = "dp";
 }
 
-/// Who may set an option once a session is locked ([`crate::lock`]).
+/// Who may set an option once a session is locked ([`crate::sql::privacy::session::lock::lock`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetBy {
     /// The data owner only: the option protects the data (budgets, ledger, secure noise) or

@@ -26,7 +26,7 @@
 //!   nothing; a scheduler that receives unbound calls (a client without the rule) charges them
 //!   in its own session: over-counting, never under-counting. Every `collect()` of a DataFrame re-analyses
 //!   its unbound plan, draws fresh noise and is charged again.
-//! - Each session ([`crate::register`]) has one [`Accountant`]; a `Mutex` makes the check and
+//! - Each session ([`crate::sql::register`]) has one [`Accountant`]; a `Mutex` makes the check and
 //!   the charge one step, so concurrent queries cannot together overspend. With `dp.ledger`,
 //!   an exclusive file lock extends that to every session and process sharing the file, and
 //!   the charge is synced to disk before the plan is returned (see [`crate::sql::accounting::ledger`]).

@@ -6,7 +6,7 @@
 //! SET dp.public_tables = 'regions, calendar';               -- lookup tables, key lists
 //! ```
 //!
-//! or, from Rust, [`crate::protect`]`(&ctx, "visits", Protection::Unit("patient_id".into()))`.
+//! or, from Rust, [`crate::sql::privacy::session::lock::protect`]`(&ctx, "visits", Protection::Unit("patient_id".into()))`.
 //!
 //! **The default is protected, row by row**: a table the owner did not declare is treated as
 //! `Protection::Rows`. Forgetting a declaration then makes queries fail (a refused `SELECT *`,
