@@ -159,7 +159,7 @@ const PAIRS: [(&str, &str, &str, &str); 16] = [
 /// `patient_id` (the bounding rewrite) and protected row by row (no rewrite), and the unit
 /// query against DataFusion's exact count. (name, DP query, baseline, DP side's settings,
 /// baseline side's settings.)
-const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 5] = [
+const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 6] = [
     (
         "dp_count unit vs row protection",
         "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
@@ -185,6 +185,16 @@ const UNIT_PAIRS: [(&str, &str, &str, &str, &str); 5] = [
         "dp_rr_ci unit vs 4 exact counts",
         "SELECT grp, dp_rr_ci(outcome, exposed, 1.0) FROM visits GROUP BY grp",
         FOUR_COUNTS,
+        "SET dp.protected_tables = 'visits(patient_id)'",
+        "",
+    ),
+    (
+        // The floor of any bounding (issue 43): DataFusion's own hash aggregate by the unit,
+        // keeping one group of each patient (its smallest), then counting by group. The DP
+        // side keeps one keyed-random group of each patient and one row of it.
+        "dp_count unit vs exact count of each patient's first group",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits GROUP BY grp",
+        "SELECT grp, count(*) FROM (SELECT patient_id, min(grp) AS grp FROM visits GROUP BY patient_id) GROUP BY grp",
         "SET dp.protected_tables = 'visits(patient_id)'",
         "",
     ),
