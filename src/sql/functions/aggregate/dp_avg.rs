@@ -5,7 +5,7 @@
 //! Privacy: the budget is split in half, `ε/2` (and `δ/2`) for the sum and `ε/2` for the
 //! count (basic composition); each half is then calibrated exactly as `dp_sum` (sensitivity
 //! `max_rows_per_unit·(max(upper, 0) − min(lower, 0))`, on a grid with exact integer noise,
-//! [`super::dp_sum`]) and `dp_count` (sensitivity `max_rows_per_unit`) are, with the same
+//! [`super::clamping`]) and `dp_count` (sensitivity `max_rows_per_unit`) are, with the same
 //! per-group split under GROUP BY. An even split is near the best for the mean's noise when
 //! the values are spread over the bounds (the sum's noise `Δ_sum/ε_s` and the count's,
 //! times the mean, `mean·Δ_count/ε_c`, are of one order), and it keeps the rule simple to state.
@@ -20,7 +20,7 @@
 //! `confidence`, and `seeded` (true when the noise came from `dp.seed`: **not private**).
 
 use super::accumulator::GroupStreams;
-use super::dp_sum::{sum_noise, Clamp, GridSums, SumNoise};
+use super::clamping::{sum_noise, Clamp, GridSums, SumNoise};
 use super::statistic::{
     coerce_by_kind, Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator,
     StatisticNoise,
@@ -138,7 +138,7 @@ impl DpStatistic for DpAvg {
             sums: GridSums::default(),
             counts: Vec::new(),
             streams: GroupStreams::new(&plan),
-            clamp: Clamp::for_input(&noise.sum, types)?,
+            clamp: Clamp::for_input(NAME, &noise.sum, types)?,
             noise: noise.clone(),
             seeded: plan.options.seed.is_some(),
             units: Vec::new(),

@@ -7,6 +7,7 @@
 //! ([`accumulator::CellCounts`]).
 
 pub mod accumulator;
+pub mod clamping;
 #[cfg(test)]
 mod example;
 pub mod statistic;
