@@ -10,6 +10,7 @@ pub mod accumulator;
 pub mod clamping;
 #[cfg(test)]
 mod example;
+pub mod reference;
 pub mod statistic;
 pub mod table;
 pub mod wire;
@@ -21,6 +22,7 @@ pub mod wire;
 macro_rules! statistics {
     ($($module:ident :: $statistic:ident),* $(,)?) => {
         $(pub mod $module;)*
+        $(pub use $module::$statistic;)*
         /// Every DP aggregate, in registration order (see the `statistics!` call).
         pub static STATISTICS: &[&dyn DpStatistic] = &[$(&$module::$statistic,)*];
     };
@@ -44,7 +46,23 @@ pub fn statistic_named(name: &str) -> Option<&'static dyn DpStatistic> {
     STATISTICS.iter().copied().find(|s| s.name() == name)
 }
 
-pub use dp_count::{CountRelease, DpCount};
+/// The documentation DataFusion sees for `statistic` ([`DpStatistic::documentation`]), its
+/// related functions read from both sides: those it declares and those of the registry that
+/// declare it ([`statistic::StatisticDoc::related`]), in registration order.
+pub fn documentation(statistic: &dyn DpStatistic) -> Documentation {
+    let mut documentation = statistic.documentation();
+    let name = statistic.name();
+    let declares = |by: &dyn DpStatistic, of: &str| by.doc().related.iter().any(|r| r.name() == of);
+    let related: Vec<String> = STATISTICS
+        .iter()
+        .filter(|s| declares(statistic, s.name()) || declares(**s, name))
+        .map(|s| s.name().to_string())
+        .collect();
+    documentation.related_udfs = (!related.is_empty()).then_some(related);
+    documentation
+}
+
+pub use dp_count::CountRelease;
 pub use statistic::Release;
 
 use crate::sql::options::DpOptions;
@@ -58,7 +76,8 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::udaf_default_display_name;
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, Documentation, GroupsAccumulator, Signature,
+    Volatility,
 };
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::Literal;
@@ -237,6 +256,8 @@ impl CallPlan {
 pub struct DpAggregate {
     function: &'static dyn DpStatistic,
     signature: Signature,
+    /// The statistic's [`documentation`], which `information_schema` and `SHOW FUNCTIONS` read.
+    documentation: Arc<Documentation>,
     plan: Option<Arc<CallPlan>>,
 }
 
@@ -263,6 +284,7 @@ impl DpAggregate {
         Self {
             function,
             signature: Signature::user_defined(Volatility::Volatile),
+            documentation: Arc::new(documentation(function)),
             plan: None,
         }
     }
@@ -280,6 +302,7 @@ impl DpAggregate {
         Self {
             function: self.function,
             signature: self.signature.clone(),
+            documentation: Arc::clone(&self.documentation),
             plan: Some(Arc::new(plan)),
         }
     }
@@ -413,6 +436,11 @@ impl AggregateUDFImpl for DpAggregate {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// The statistic's own documentation ([`documentation`]).
+    fn documentation(&self) -> Option<&Documentation> {
+        Some(&self.documentation)
     }
 
     /// `EXPLAIN` shows a bound call with the contribution bound its noise is calibrated for
