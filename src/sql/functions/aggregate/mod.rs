@@ -84,7 +84,7 @@ use datafusion::physical_expr::expressions::Literal;
 use statistic::{ArgKind, Call, DpStatistic};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Taken once, when a physical plan is made from a bound call: one charge, one release
 /// ([`crate::sql::privacy::exec::release`]). Compares equal to any other ticket: it is not part of
@@ -256,8 +256,9 @@ impl CallPlan {
 pub struct DpAggregate {
     function: &'static dyn DpStatistic,
     signature: Signature,
-    /// The statistic's [`documentation`], which `information_schema` and `SHOW FUNCTIONS` read.
-    documentation: Arc<Documentation>,
+    /// The statistic's [`documentation`], which `information_schema` and `SHOW FUNCTIONS` read:
+    /// made when first asked for, not for every call decoded from the wire.
+    documentation: Arc<OnceLock<Documentation>>,
     plan: Option<Arc<CallPlan>>,
 }
 
@@ -284,7 +285,7 @@ impl DpAggregate {
         Self {
             function,
             signature: Signature::user_defined(Volatility::Volatile),
-            documentation: Arc::new(documentation(function)),
+            documentation: Arc::default(),
             plan: None,
         }
     }
@@ -440,7 +441,10 @@ impl AggregateUDFImpl for DpAggregate {
 
     /// The statistic's own documentation ([`documentation`]).
     fn documentation(&self) -> Option<&Documentation> {
-        Some(&self.documentation)
+        Some(
+            self.documentation
+                .get_or_init(|| documentation(self.function)),
+        )
     }
 
     /// `EXPLAIN` shows a bound call with the contribution bound its noise is calibrated for
