@@ -282,7 +282,8 @@ fn plot_without_an_interval_is_a_clear_error() {
     assert!(stderr.starts_with("--plot FILE.svg"), "{stderr}");
 }
 
-/// `\functions` lists every DP aggregate of the registry with its signature, from `-c` and in
+/// `\functions` lists every DP aggregate of the registry with its signature and the summary of
+/// its documentation, from `-c` and in
 /// the interactive shell (here fed through a pipe), so a statistic added to `STATISTICS`
 /// appears without touching dpsql; an unknown meta-command is a one-line error.
 #[test]
@@ -296,6 +297,11 @@ fn functions_meta_command_lists_the_registry() {
                     .lines()
                     .any(|l| l.trim_start().starts_with(&statistic.signature())),
                 "{how}: {} missing from:\n{stdout}",
+                statistic.name()
+            );
+            assert!(
+                stdout.contains(statistic.doc().summary),
+                "{how}: {}'s summary missing from:\n{stdout}",
                 statistic.name()
             );
         }

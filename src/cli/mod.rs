@@ -281,26 +281,23 @@ pub fn seeded_warning(ctx: &SessionContext) -> Option<String> {
 }
 
 /// What `dpsql`'s `\functions` (or `\df`) prints: every DP aggregate of the registry
-/// ([`crate::sql::functions::aggregate::STATISTICS`]) with its SQL signature and the keys its
-/// per-call options string accepts, one per line, so a statistic added to the registry is
-/// listed without touching the shell.
+/// ([`crate::sql::functions::aggregate::STATISTICS`]) with its SQL signature (derived from its
+/// declared arguments), the one-line summary of its documentation and the keys its per-call
+/// options string accepts, so a statistic added to the registry is listed without touching
+/// the shell.
 pub fn dp_function_list() -> Vec<String> {
     use crate::sql::functions::aggregate::STATISTICS;
-    let mut lines = Vec::with_capacity(STATISTICS.len() + 1);
+    let mut lines = Vec::with_capacity(3 * STATISTICS.len() + 1);
     lines.push(format!(
         "{} DP aggregates (SHOW ALL lists the dp.* options; docs/sql-reference.md documents each):",
         STATISTICS.len()
     ));
     for statistic in STATISTICS {
+        lines.push(format!("  {}", statistic.signature()));
+        lines.push(format!("      {}", statistic.doc().summary));
         let keys = statistic.option_keys();
-        if keys.is_empty() {
-            lines.push(format!("  {}", statistic.signature()));
-        } else {
-            lines.push(format!(
-                "  {}  options: {}",
-                statistic.signature(),
-                keys.join(", ")
-            ));
+        if !keys.is_empty() {
+            lines.push(format!("      options: {}", keys.join(", ")));
         }
     }
     lines
@@ -338,19 +335,24 @@ mod meta_tests {
     #[test]
     fn the_function_list_names_every_statistic_of_the_registry() {
         let lines = dp_function_list();
-        assert_eq!(lines.len(), STATISTICS.len() + 1);
-        for (line, statistic) in lines[1..].iter().zip(STATISTICS) {
-            assert!(
-                line.trim_start().starts_with(&statistic.signature()),
-                "{line}"
-            );
-            for key in statistic.option_keys() {
-                assert!(line.contains(key), "{line}: {key}");
+        let mut rest = &lines[1..];
+        for statistic in STATISTICS {
+            let (signature, summary) = (&rest[0], &rest[1]);
+            assert_eq!(signature, &format!("  {}", statistic.signature()));
+            assert_eq!(summary.trim(), statistic.doc().summary);
+            rest = &rest[2..];
+            if !statistic.option_keys().is_empty() {
+                let options = &rest[0];
+                for key in statistic.option_keys() {
+                    assert!(options.contains(key), "{options}: {key}");
+                }
+                rest = &rest[1..];
             }
         }
-        assert!(lines
-            .iter()
-            .any(|l| l.contains("dp_quantile(expr, q, lower, upper")));
+        assert!(rest.is_empty(), "{rest:?}");
+        assert!(lines.iter().any(
+            |l| l.contains("dp_quantile(expr, q, lower, upper, epsilon [, options]) -> DOUBLE")
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Privacy: the budget is split in half, `ε/2` (and `δ/2`) for the sum and `ε/2` for the
 //! count (basic composition); each half is then calibrated exactly as `dp_sum` (sensitivity
 //! `max_rows_per_unit·(max(upper, 0) − min(lower, 0))`, on a grid with exact integer noise,
-//! [`super::dp_sum`]) and `dp_count` (sensitivity `max_rows_per_unit`) are, with the same
+//! [`super::clamping`]) and `dp_count` (sensitivity `max_rows_per_unit`) are, with the same
 //! per-group split under GROUP BY. An even split is near the best for the mean's noise when
 //! the values are spread over the bounds (the sum's noise `Δ_sum/ε_s` and the count's,
 //! times the mean, `mean·Δ_count/ε_c`, are of one order), and it keeps the rule simple to state.
@@ -20,12 +20,13 @@
 //! `confidence`, and `seeded` (true when the noise came from `dp.seed`: **not private**).
 
 use super::accumulator::GroupStreams;
-use super::dp_sum::{sum_noise, Clamp, GridSums, SumNoise};
+use super::clamping::{sum_noise, Clamp, GridSums, SumNoise};
 use super::statistic::{
-    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator,
+    coerce_by_kind, Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticDoc,
     StatisticNoise,
 };
 use super::CallPlan;
+use super::{DpCount, DpSum};
 use crate::stats::CountNoise;
 use arrow::array::{
     ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
@@ -64,9 +65,17 @@ impl DpStatistic for DpAvg {
 
     fn args(&self) -> &'static [Arg] {
         const ARGS: &[Arg] = &[
-            Arg::new("expr", ArgKind::Number),
-            Arg::new("lower", ArgKind::Constant),
-            Arg::new("upper", ArgKind::Constant),
+            Arg::new(
+                "expr",
+                ArgKind::Number,
+                "The values averaged; NaN does not count, `±∞` counts as the bound.",
+            ),
+            Arg::new(
+                "lower",
+                ArgKind::Constant,
+                "The lower clamping bound, finite and at most `upper`.",
+            ),
+            Arg::new("upper", ArgKind::Constant, "The upper clamping bound, finite."),
         ];
         ARGS
     }
@@ -77,6 +86,31 @@ impl DpStatistic for DpAvg {
 
     fn returns(&self) -> &'static str {
         "STRUCT"
+    }
+
+    fn doc(&self) -> StatisticDoc {
+        StatisticDoc {
+            summary: "The mean of the non-NULL values of `expr` in each group, each clamped to \
+                      `[lower, upper]`, as `noisy_sum / max(noisy_count, 1)` cut to the bounds.",
+            details: &[
+                "The values are clamped as for `dp_sum`.",
+                "- Guarantee: `(ε, δ)`-DP as `dp_sum`. The planner splits the budget in half: \
+                 `ε/2` (and `δ/2`) for the clamped sum, calibrated as `dp_sum`'s, and `ε/2` for \
+                 the count, calibrated as `dp_count`'s (basic composition), each then per group as \
+                 those functions do. An even split keeps the two noises' shares of the mean's \
+                 error of one order when the values spread over the bounds.\n\
+                 - Returns a struct: `estimate`, `lower`, `upper` (a `confidence` interval, \
+                 default 0.95, for the exact clamped mean of the group's rows: the delta method \
+                 for the ratio of the two noisy values, half-width \
+                 `z·sqrt(V_sum + estimate²·V_count)/noisy_count` with the exact noise variances, \
+                 cut to `[lower, upper]`; the whole range when the noisy count is below 1; the \
+                 rows' own spread is not estimated, so it is not an interval for a population \
+                 mean), the released `sum` and `count`, `confidence`, and `seeded` (true when the \
+                 noise came from `dp.seed`: not private).",
+            ],
+            sql_example: "SELECT dp_avg(age, 0, 100, 1.0, 'confidence=0.9') AS mean_age FROM visits",
+            related: &[&DpCount, &DpSum],
+        }
     }
 
     /// Summed as DOUBLE whatever the input.
@@ -138,7 +172,7 @@ impl DpStatistic for DpAvg {
             sums: GridSums::default(),
             counts: Vec::new(),
             streams: GroupStreams::new(&plan),
-            clamp: Clamp::for_input(&noise.sum, types)?,
+            clamp: Clamp::for_input(NAME, &noise.sum, types)?,
             noise: noise.clone(),
             seeded: plan.options.seed.is_some(),
             units: Vec::new(),

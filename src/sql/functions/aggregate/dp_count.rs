@@ -9,7 +9,8 @@
 
 use super::accumulator::{CellCounts, CellStatistic, GroupStreams};
 use super::statistic::{
-    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticDoc,
+    StatisticNoise,
 };
 use super::CallPlan;
 use crate::stats::mechanism::add_noise;
@@ -32,7 +33,11 @@ impl DpStatistic for DpCount {
     }
 
     fn args(&self) -> &'static [Arg] {
-        const ARGS: &[Arg] = &[Arg::new("expr", ArgKind::Value)];
+        const ARGS: &[Arg] = &[Arg::new(
+            "expr",
+            ArgKind::Value,
+            "A row counts when it is not NULL.",
+        )];
         ARGS
     }
 
@@ -42,6 +47,25 @@ impl DpStatistic for DpCount {
 
     fn returns(&self) -> &'static str {
         "BIGINT"
+    }
+
+    fn doc(&self) -> StatisticDoc {
+        StatisticDoc {
+            summary: "Noisy count of the non-NULL values of `expr` in each group.",
+            details: &[
+                "`FILTER (WHERE ...)` works.",
+                "- Guarantee: `(ε, 0)`-DP with `laplace` (discrete Laplace), `(ε, δ)`-DP with \
+                 `gaussian` (discrete Gaussian, σ from the analytic Gaussian mechanism), for the \
+                 whole result under replace-one neighbours. Without GROUP BY one row changes the \
+                 count by at most 1: noise for `(ε, δ)` at sensitivity 1 (Laplace scale `1/ε`). \
+                 With GROUP BY a replaced row can leave one group and join another, changing two \
+                 counts: each group's count gets noise for `(ε/2, δ/2)` (Laplace scale `2/ε`), as \
+                 each cell of the 2x2 table does.\n\
+                 - The value is the raw noisy count: unbiased, and it can be negative.",
+            ],
+            sql_example: "SELECT dp_count(age, 1.0) AS visits FROM visits WHERE ward = 'A'",
+            related: &[],
+        }
     }
 
     fn return_type(&self, _types: &[DataType]) -> Result<DataType> {

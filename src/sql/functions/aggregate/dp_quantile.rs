@@ -16,7 +16,8 @@
 
 use super::accumulator::GroupStreams;
 use super::statistic::{
-    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticDoc,
+    StatisticNoise,
 };
 use super::CallPlan;
 use crate::stats::mechanism::short_number;
@@ -53,10 +54,22 @@ impl DpStatistic for DpQuantile {
 
     fn args(&self) -> &'static [Arg] {
         const ARGS: &[Arg] = &[
-            Arg::new("expr", ArgKind::Number),
-            Arg::new("q", ArgKind::Constant),
-            Arg::new("lower", ArgKind::Constant),
-            Arg::new("upper", ArgKind::Constant),
+            Arg::new(
+                "expr",
+                ArgKind::Number,
+                "The values; NaN does not count, `±∞` counts as the bound.",
+            ),
+            Arg::new(
+                "q",
+                ArgKind::Constant,
+                "The quantile, in `[0, 1]` (0.5 for the median).",
+            ),
+            Arg::new(
+                "lower",
+                ArgKind::Constant,
+                "The lower clamping bound, finite and below `upper`.",
+            ),
+            Arg::new("upper", ArgKind::Constant, "The upper clamping bound, finite."),
         ];
         ARGS
     }
@@ -67,6 +80,39 @@ impl DpStatistic for DpQuantile {
 
     fn returns(&self) -> &'static str {
         "DOUBLE"
+    }
+
+    fn doc(&self) -> StatisticDoc {
+        StatisticDoc {
+            summary: "A `q`-quantile of the non-NULL values of `expr` in each group, each clamped \
+                      to `[lower, upper]`.",
+            details: &[
+                "`q` is a constant in `[0, 1]` (0.5 for the median); `lower` and `upper` are \
+                 constants, `lower < upper`, both finite. NaN values do not count; `±∞` count as \
+                 the bound. `FILTER (WHERE ...)` works.",
+                "- Method: the quantile tree of Google's DP library (Qardaji, Yang & Li 2013; \
+                 Cormode et al. 2019, arXiv:1908.10268): `[lower, upper]` is cut into \
+                 `16^4 = 65,536` leaves; each value counts once per level; every node count gets \
+                 exact integer noise; the quantile is found by descending the noisy tree \
+                 (children below 0.75% of their siblings' total read as empty) and interpolating \
+                 in the last node. Ranks are kept in `[0.005, 0.995]`. Resolution: one leaf, \
+                 `(upper − lower)/65,536`.\n\
+                 - Guarantee: `(ε, δ)`-DP as `dp_count`, under replace-one neighbours. A unit's at \
+                 most `max_rows_per_unit` values add `max_rows_per_unit` to one node per level: \
+                 sensitivity `4 × max_rows_per_unit` per tree, noised at `(ε/2, δ/2)` per group (a \
+                 replaced unit leaves one tree and joins one, in the same group or another) and \
+                 `ε/max_groups_per_unit` as for `dp_count`.\n\
+                 - The answer is always in `[lower, upper]`, also for an empty group (then it is \
+                 noise only); it is accurate when a group has many more values than the noise \
+                 scale `8 × max_rows_per_unit / ε` per node.\n\
+                 - Refused, naming the argument: `q` outside `[0, 1]` or not a constant, bounds \
+                 that are not constant finite numbers, `lower >= upper`, `upper − lower` past the \
+                 largest DOUBLE, and the epsilons a count refuses at sensitivity \
+                 `4 × max_rows_per_unit`.",
+            ],
+            sql_example: "SELECT dp_quantile(age, 0.5, 0, 100, 1.0) AS median_age FROM visits",
+            related: &[],
+        }
     }
 
     /// Every number as DOUBLE (the tree reads positions in `[lower, upper]`).

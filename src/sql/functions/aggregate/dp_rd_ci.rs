@@ -7,7 +7,9 @@
 //! ([`crate::stats::bootstrap`]); `log` and `score` are refused (no ratio). No `method`: the
 //! paper's other methods release a ratio.
 
-use super::table::TableStatistic;
+use super::statistic::StatisticDoc;
+use super::DpRiskDifference;
+use super::table::{TableStatistic, INTERVAL_FIELDS};
 use crate::stats::RatioStatistic;
 
 /// The `dp_rd_ci` statistic.
@@ -26,4 +28,21 @@ impl TableStatistic for DpRdCi {
         "confidence",
         "ci_method",
     ];
+    const DOC: StatisticDoc = StatisticDoc {
+        summary: "The risk difference and its confidence interval from one noisy 2x2 table.",
+        details: &[
+            "One noise draw, one privacy charge, the risk difference's guarantee and group \
+             sizes; `estimate` is the risk difference `X/n_x − Y/n_y` from these counts (sizes \
+             floored at 1). No `method`: the paper's other methods release a ratio.",
+            INTERVAL_FIELDS,
+            "`ci_method=conservative` (the default) is the Wald interval with the noise \
+             variance added for the size mode, `plain` drops the noise term, `bootstrap` is the \
+             parametric bootstrap from the released table (Ferrando, Wang & Sheldon 2022; pure \
+             post-processing); `log` and `score` are refused (no ratio). `confidence` sets the \
+             level (default 0.95).",
+        ],
+        sql_example: "SELECT dp_rd_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6') \
+                      AS rd FROM visits",
+        related: &[&DpRiskDifference],
+    };
 }

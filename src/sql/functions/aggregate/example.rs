@@ -10,9 +10,10 @@
 use super::accumulator::{CellCounts, CellStatistic, GroupStreams};
 use super::dp_count::CountRelease;
 use super::statistic::{
-    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticDoc, StatisticNoise,
 };
 use super::CallPlan;
+use super::DpCount;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::DataType;
 use datafusion::common::Result;
@@ -30,7 +31,11 @@ impl DpStatistic for DpCountTrue {
     }
 
     fn args(&self) -> &'static [Arg] {
-        const ARGS: &[Arg] = &[Arg::new("condition", ArgKind::Condition)];
+        const ARGS: &[Arg] = &[Arg::new(
+            "condition",
+            ArgKind::Condition,
+            "A row counts when it is TRUE.",
+        )];
         ARGS
     }
 
@@ -40,6 +45,16 @@ impl DpStatistic for DpCountTrue {
 
     fn returns(&self) -> &'static str {
         "BIGINT"
+    }
+
+    /// Its section of `docs/sql-reference.md`, once in the registry.
+    fn doc(&self) -> StatisticDoc {
+        StatisticDoc {
+            summary: "Noisy count of the rows where `condition` is TRUE in each group.",
+            details: &["- Guarantee: `(ε, δ)`-DP, calibrated as `dp_count`'s."],
+            sql_example: "SELECT dp_count_true(age > 65, 1.0) AS older FROM visits",
+            related: &[&DpCount],
+        }
     }
 
     fn return_type(&self, _types: &[DataType]) -> Result<DataType> {

@@ -7,8 +7,10 @@
 //! ([`accumulator::CellCounts`]).
 
 pub mod accumulator;
+pub mod clamping;
 #[cfg(test)]
 mod example;
+pub mod reference;
 pub mod statistic;
 pub mod table;
 pub mod wire;
@@ -20,6 +22,7 @@ pub mod wire;
 macro_rules! statistics {
     ($($module:ident :: $statistic:ident),* $(,)?) => {
         $(pub mod $module;)*
+        $(pub use $module::$statistic;)*
         /// Every DP aggregate, in registration order (see the `statistics!` call).
         pub static STATISTICS: &[&dyn DpStatistic] = &[$(&$module::$statistic,)*];
     };
@@ -43,7 +46,23 @@ pub fn statistic_named(name: &str) -> Option<&'static dyn DpStatistic> {
     STATISTICS.iter().copied().find(|s| s.name() == name)
 }
 
-pub use dp_count::{CountRelease, DpCount};
+/// The documentation DataFusion sees for `statistic` ([`DpStatistic::documentation`]), its
+/// related functions read from both sides: those it declares and those of the registry that
+/// declare it ([`statistic::StatisticDoc::related`]), in registration order.
+pub fn documentation(statistic: &dyn DpStatistic) -> Documentation {
+    let mut documentation = statistic.documentation();
+    let name = statistic.name();
+    let declares = |by: &dyn DpStatistic, of: &str| by.doc().related.iter().any(|r| r.name() == of);
+    let related: Vec<String> = STATISTICS
+        .iter()
+        .filter(|s| declares(statistic, s.name()) || declares(**s, name))
+        .map(|s| s.name().to_string())
+        .collect();
+    documentation.related_udfs = (!related.is_empty()).then_some(related);
+    documentation
+}
+
+pub use dp_count::CountRelease;
 pub use statistic::Release;
 
 use crate::sql::options::DpOptions;
@@ -57,14 +76,15 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::udaf_default_display_name;
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, Signature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, Documentation, GroupsAccumulator, Signature,
+    Volatility,
 };
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::Literal;
 use statistic::{ArgKind, Call, DpStatistic};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Taken once, when a physical plan is made from a bound call: one charge, one release
 /// ([`crate::sql::privacy::exec::release`]). Compares equal to any other ticket: it is not part of
@@ -236,6 +256,9 @@ impl CallPlan {
 pub struct DpAggregate {
     function: &'static dyn DpStatistic,
     signature: Signature,
+    /// The statistic's [`documentation`], which `information_schema` and `SHOW FUNCTIONS` read:
+    /// made when first asked for, not for every call decoded from the wire.
+    documentation: Arc<OnceLock<Documentation>>,
     plan: Option<Arc<CallPlan>>,
 }
 
@@ -262,6 +285,7 @@ impl DpAggregate {
         Self {
             function,
             signature: Signature::user_defined(Volatility::Volatile),
+            documentation: Arc::default(),
             plan: None,
         }
     }
@@ -279,6 +303,7 @@ impl DpAggregate {
         Self {
             function: self.function,
             signature: self.signature.clone(),
+            documentation: Arc::clone(&self.documentation),
             plan: Some(Arc::new(plan)),
         }
     }
@@ -412,6 +437,14 @@ impl AggregateUDFImpl for DpAggregate {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// The statistic's own documentation ([`documentation`]).
+    fn documentation(&self) -> Option<&Documentation> {
+        Some(
+            self.documentation
+                .get_or_init(|| documentation(self.function)),
+        )
     }
 
     /// `EXPLAIN` shows a bound call with the contribution bound its noise is calibrated for

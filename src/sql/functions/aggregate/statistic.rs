@@ -5,8 +5,10 @@
 //! ([`DpStatistic::args`]), the per-call option keys, the argument and return types, the
 //! calibration of one call's noise from the contribution bound the planner proved
 //! ([`DpStatistic::calibrate`]), the exact per-group state and the accumulator that adds the
-//! noise once per group after merging. The registry ([`super::STATISTICS`]) lists every
-//! statistic; registration, the wire codec, refusal messages, `dpsql` and the docs check read it.
+//! noise once per group after merging, and its reference text ([`DpStatistic::doc`]), from
+//! which its DataFusion [`Documentation`] is derived ([`DpStatistic::documentation`]). The
+//! registry ([`super::STATISTICS`]) lists every statistic; registration, the wire codec,
+//! refusal messages, `dpsql` and `docs/sql-reference.md` read it.
 
 use super::CallPlan;
 use crate::sql::options::DpOptions;
@@ -16,7 +18,7 @@ use arrow::datatypes::DataType;
 use datafusion::common::{
     internal_datafusion_err, plan_datafusion_err, plan_err, Result, ScalarValue,
 };
-use datafusion::logical_expr::GroupsAccumulator;
+use datafusion::logical_expr::{DocSection, Documentation, GroupsAccumulator};
 use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -36,21 +38,72 @@ pub enum ArgKind {
     Constant,
 }
 
-/// One argument before `epsilon`: its name in messages and docs, and its kind.
+impl ArgKind {
+    /// What an argument of this kind is, as the function reference opens its description.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Value => "Expression of any type",
+            Self::Condition => "BOOLEAN expression",
+            Self::Number => "Numeric expression",
+            Self::Constant => "Numeric literal",
+        }
+    }
+}
+
+/// One argument before `epsilon`: its name in messages and docs, its kind, and what it is
+/// (the function reference's text, after [`ArgKind::describe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arg {
     pub name: &'static str,
     pub kind: ArgKind,
+    pub description: &'static str,
 }
 
 impl Arg {
-    pub const fn new(name: &'static str, kind: ArgKind) -> Self {
-        Self { name, kind }
+    pub const fn new(name: &'static str, kind: ArgKind, description: &'static str) -> Self {
+        Self {
+            name,
+            kind,
+            description,
+        }
     }
 }
 
-/// One DP aggregate. Implement it in one file (`aggregate/dp_*.rs`) and add one line to
-/// [`super::STATISTICS`]; document the function in `docs/sql-reference.md` (a test checks).
+/// A statistic's reference text, written in its own file ([`DpStatistic::doc`]). The rest of
+/// its documentation (syntax, arguments, options) is derived from what it declares
+/// ([`DpStatistic::documentation`]), and `docs/sql-reference.md`'s section on it is rendered
+/// from the result ([`super::reference`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StatisticDoc {
+    /// One sentence: what the function releases. `dpsql`'s `\df` shows it.
+    pub summary: &'static str,
+    /// The rest, Markdown blocks in order: the guarantee with the claim it rests on, the
+    /// method, what the options change, what is refused.
+    pub details: &'static [&'static str],
+    /// A query that calls the function.
+    pub sql_example: &'static str,
+    /// Statistics of the registry to read with this one (their types, re-exported by the
+    /// registry, so that a function's SQL name is written only in its own file and the
+    /// registry). A relation is declared by one side and shown on both
+    /// ([`super::documentation`]).
+    pub related: &'static [&'static dyn DpStatistic],
+}
+
+/// The section of every DP aggregate's [`Documentation`].
+pub const DOC_SECTION: DocSection = DocSection {
+    include: true,
+    label: "Differentially private aggregate functions",
+    description: Some(
+        "Each takes its privacy parameter `epsilon` as a constant and an optional options string.",
+    ),
+};
+
+/// What the reference says of `epsilon`, every statistic's argument after its own.
+const EPSILON: &str = "Numeric literal. The privacy parameter ε > 0 the call spends (at most 2^40 ≈ 1.1e12); the guarantee says how it is split between groups and counts.";
+
+/// One DP aggregate. Implement it in one file (`aggregate/dp_*.rs`), documentation included
+/// ([`DpStatistic::doc`]), and add one line to [`super::STATISTICS`]; then regenerate
+/// `docs/sql-reference.md` ([`super::reference`]: a test says how).
 /// The statistics of one 2x2 table implement [`super::table::TableStatistic`] instead, which
 /// gives them this trait.
 pub trait DpStatistic: Debug + Send + Sync + 'static {
@@ -68,16 +121,55 @@ pub trait DpStatistic: Debug + Send + Sync + 'static {
     /// `DOUBLE`, `STRUCT`, or which of them for which arguments).
     fn returns(&self) -> &'static str;
 
-    /// The SQL signature, as `docs/sql-reference.md` and `dpsql` show it: from the declared
-    /// arguments ([`Self::args`]) and [`Self::returns`].
-    fn signature(&self) -> String {
+    /// The call's syntax, `name(args, epsilon [, options])`, from the declared arguments
+    /// ([`Self::args`]).
+    fn syntax(&self) -> String {
         let args: Vec<&str> = self.args().iter().map(|a| a.name).collect();
-        format!(
-            "{}({}, epsilon [, options]) -> {}",
-            self.name(),
-            args.join(", "),
-            self.returns()
-        )
+        format!("{}({}, epsilon [, options])", self.name(), args.join(", "))
+    }
+
+    /// The SQL signature, as `dpsql` and the Python binding show it: [`Self::syntax`] and
+    /// [`Self::returns`].
+    fn signature(&self) -> String {
+        format!("{} -> {}", self.syntax(), self.returns())
+    }
+
+    /// The function's reference text ([`StatisticDoc`]): what it releases, its guarantee,
+    /// method and refusals, an example and related functions.
+    fn doc(&self) -> StatisticDoc;
+
+    /// The function's documentation as DataFusion's `AggregateUDFImpl::documentation` returns
+    /// it: [`Self::doc`]'s text, with the syntax and the arguments derived from the declared
+    /// arguments ([`Self::args`], then `epsilon` and `options` with [`Self::option_keys`]).
+    /// Related functions are those it declares ([`super::documentation`] adds the reverse).
+    fn documentation(&self) -> Documentation {
+        let doc = self.doc();
+        let description = std::iter::once(doc.summary)
+            .chain(doc.details.iter().copied())
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let mut builder = Documentation::builder(DOC_SECTION, description, self.syntax())
+            .with_sql_example(format!("```sql\n{}\n```", doc.sql_example.trim_end()));
+        for arg in self.args() {
+            let text = format!("{}. {}", arg.kind.describe(), arg.description);
+            builder = builder.with_argument(arg.name, text);
+        }
+        let keys: Vec<String> = self
+            .option_keys()
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect();
+        builder = builder.with_argument("epsilon", EPSILON).with_argument(
+            "options",
+            format!(
+                "Optional string literal. `key=value` pairs (comma or space separated) that override the `dp.*` session options for this call; keys: {}.",
+                keys.join(", ")
+            ),
+        );
+        for related in doc.related {
+            builder = builder.with_related_udf(related.name());
+        }
+        builder.build()
     }
 
     /// The statistic whose interval the result is (a struct with `estimate`, `lower` and

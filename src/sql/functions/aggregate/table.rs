@@ -14,7 +14,7 @@
 
 use super::accumulator::{CellCounts, CellStatistic, GroupStreams};
 use super::statistic::{
-    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticNoise,
+    Arg, ArgKind, Call, DpStatistic, Release, StatisticAccumulator, StatisticDoc, StatisticNoise,
 };
 use super::CallPlan;
 use crate::sql::options::DpOptions;
@@ -44,12 +44,33 @@ pub trait TableStatistic: Debug + Send + Sync + 'static {
     /// Keys accepted in the per-call options string. With `method`, the paper's other ratio
     /// methods of the relative risk are accepted (an interval statistic refuses them by name).
     const OPTION_KEYS: &'static [&'static str];
+    /// Its reference text ([`DpStatistic::doc`]).
+    const DOC: StatisticDoc;
 }
+
+/// The fields of the interval struct ([`interval_type`]), as each interval statistic's
+/// reference shows them.
+pub const INTERVAL_FIELDS: &str = "Returns a struct:\n\n\
+    | field | meaning |\n\
+    |---|---|\n\
+    | `estimate` | the estimate, as above |\n\
+    | `lower`, `upper` | the interval (for a ratio, `lower` is at least 0 and `upper` may be `+∞` with `ci_method=score`) |\n\
+    | `exposed_cases`, `exposed_total`, `unexposed_cases`, `unexposed_total` | the released counts (totals exact only with `group_sizes=public`) |\n\
+    | `confidence` | the confidence level used |\n\
+    | `seeded` | true when `dp.seed` produced the noise: the result is **not private** |";
 
 /// The arguments of every table statistic.
 const ARGS: &[Arg] = &[
-    Arg::new("outcome", ArgKind::Condition),
-    Arg::new("exposed", ArgKind::Condition),
+    Arg::new(
+        "outcome",
+        ArgKind::Condition,
+        "TRUE for a case (a row with the outcome). Rows where either argument is NULL do not count.",
+    ),
+    Arg::new(
+        "exposed",
+        ArgKind::Condition,
+        "TRUE for an exposed row, FALSE for an unexposed one.",
+    ),
 ];
 
 impl<T: TableStatistic> DpStatistic for T {
@@ -63,6 +84,10 @@ impl<T: TableStatistic> DpStatistic for T {
 
     fn option_keys(&self) -> &'static [&'static str] {
         T::OPTION_KEYS
+    }
+
+    fn doc(&self) -> StatisticDoc {
+        T::DOC
     }
 
     fn returns(&self) -> &'static str {
