@@ -149,6 +149,29 @@ pub fn read<C>(
     Ok(())
 }
 
+/// Refuses the keys left in `values` once `section` has read its `known` keys and `limits`.
+pub fn refuse_unknown<C>(
+    section: &str,
+    values: &toml::Table,
+    known: &[&str],
+    limits: &[Limit<C>],
+) -> std::result::Result<(), String> {
+    match values.keys().next() {
+        None => Ok(()),
+        Some(key) => {
+            let expected: Vec<&str> = known
+                .iter()
+                .copied()
+                .chain(limits.iter().map(|l| l.key))
+                .collect();
+            Err(format!(
+                "[{section}] unknown key '{key}' (expected one of: {})",
+                expected.join(", ")
+            ))
+        }
+    }
+}
+
 /// Refuses `n` for `limit` when it is outside its range.
 fn check<C>(
     section: &str,

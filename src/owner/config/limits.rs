@@ -1,7 +1,7 @@
 //! The `[limits]` section: the memory the analysts' queries may hold, where they spill, and
 //! how long one may run ([`LIMITS`]).
 
-use super::keys::{field, read, Bound, Context, DefaultValue, Limit, Unit};
+use super::keys::{field, read, refuse_unknown, Bound, Context, DefaultValue, Limit, Unit};
 use std::path::PathBuf;
 
 /// The `[limits]` section: what one analyst's query may take from the process. Its numeric
@@ -120,7 +120,7 @@ pub fn parse(
         &Context { analysts },
     )?;
     let keys: Vec<&str> = OTHER_KEYS.iter().map(|(key, ..)| *key).collect();
-    super::refuse_unknown("limits", &values, &keys, LIMITS)?;
+    refuse_unknown("limits", &values, &keys, LIMITS)?;
     // The analysts' shares together: a relation of two keys and the analysts, not a range.
     let shares = config.analyst_memory_limit.saturating_mul(analysts.max(1));
     if shares > config.memory_limit {

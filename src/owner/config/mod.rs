@@ -98,29 +98,6 @@ struct RawConfig {
     limits: Option<toml::Table>,
 }
 
-/// Refuses the keys left in `values` once `section` has read its `known` keys and `limits`.
-fn refuse_unknown<C>(
-    section: &str,
-    values: &toml::Table,
-    known: &[&str],
-    limits: &[keys::Limit<C>],
-) -> std::result::Result<(), String> {
-    match values.keys().next() {
-        None => Ok(()),
-        Some(key) => {
-            let expected: Vec<&str> = known
-                .iter()
-                .copied()
-                .chain(limits.iter().map(|l| l.key))
-                .collect();
-            Err(format!(
-                "[{section}] unknown key '{key}' (expected one of: {})",
-                expected.join(", ")
-            ))
-        }
-    }
-}
-
 impl OwnerConfig {
     /// Reads and validates the configuration at `path`.
     pub fn load(path: &Path) -> Result<Self> {

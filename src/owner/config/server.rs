@@ -1,7 +1,7 @@
 //! The `[server]` section: where `dp-server` listens, its TLS files, the trusted scheduler,
 //! and the limits of [`SERVER_LIMITS`].
 
-use super::keys::{cores, field, read, Bound, Context, DefaultValue, Limit, Unit};
+use super::keys::{cores, field, read, refuse_unknown, Bound, Context, DefaultValue, Limit, Unit};
 use std::path::PathBuf;
 
 /// The `[server]` section: where `dp-server` listens, and what one analyst or one stranger
@@ -290,6 +290,6 @@ pub fn parse(
         &mut values,
         &Context::default(),
     )?;
-    super::refuse_unknown("server", &values, &OTHER_KEYS, SERVER_LIMITS)?;
+    refuse_unknown("server", &values, &OTHER_KEYS, SERVER_LIMITS)?;
     Ok(config)
 }
