@@ -21,10 +21,9 @@ use crate::sql::privacy::exec::drain::{DrainOnDropExec, DrainedExec};
 use crate::sql::privacy::exec::protected_scan::ProtectedScanExec;
 use crate::sql::privacy::exec::release::ReleaseOnceExec;
 use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
-use crate::sql::privacy::rewrite::eager;
-use crate::sql::privacy::rewrite::total::{
-    operator_from_name, TryBinary, TryCastRows, TryFunction,
-};
+use crate::sql::privacy::rewrite::total::total_function;
+use crate::sql::privacy::udf::eager;
+use crate::sql::privacy::udf::total::{operator_from_name, TryBinary, TryCastRows, TryFunction};
 use arrow::datatypes::SchemaRef;
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
 use datafusion::catalog::TableProvider;
@@ -130,7 +129,7 @@ macro_rules! function_methods {
                 } else {
                     self.try_decode_udf(&inner_name, inner_buf)?
                 };
-                return Ok(Arc::new(ScalarUDF::new_from_impl(TryFunction::new(inner))));
+                return Ok(Arc::new(ScalarUDF::new_from_impl(total_function(inner))));
             }
             if let Some(udf) = eager::internal_udf(name) {
                 return match self.accept_bound_calls {
@@ -422,7 +421,7 @@ impl PhysicalExtensionCodec for DpPhysicalCodec {
 mod tests {
     use super::*;
 
-    /// The total forms of a function and an operator (`sql::privacy::rewrite::total`) reach executors
+    /// The total forms of a function and an operator (`sql::privacy::udf::total`) reach executors
     /// as themselves: decoded by name alone, `try_regexp_like` would not exist there, and
     /// `regexp_like` would raise the errors the planner made total.
     #[test]
@@ -432,8 +431,8 @@ mod tests {
         let regexp_like = datafusion::functions::regex::regexp_like();
         let katz = crate::sql::functions::scalar::rr_ci_katz::udf();
         for udf in [
-            ScalarUDF::new_from_impl(TryFunction::new(regexp_like)),
-            ScalarUDF::new_from_impl(TryFunction::new(katz)),
+            ScalarUDF::new_from_impl(total_function(regexp_like)),
+            ScalarUDF::new_from_impl(total_function(katz)),
             ScalarUDF::new_from_impl(TryBinary::new(datafusion::logical_expr::Operator::Divide)),
             ScalarUDF::new_from_impl(TryCastRows::new(arrow::datatypes::DataType::Timestamp(
                 arrow::datatypes::TimeUnit::Millisecond,

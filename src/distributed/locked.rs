@@ -7,7 +7,7 @@
 //! - **The owner's sessions.** Each job's session holds the owner's tables, their protection,
 //!   the owner's options and one analyst's budget and ledger, and is locked. A client's plan has
 //!   every scan replaced by the owner's table of that name (a name the owner did not register is
-//!   refused: [`crate::sql::privacy::plan::rule::owner_tables_only`]). Of the client's `dp.*` settings
+//!   refused: [`crate::sql::privacy::pass::owner_tables_only`]). Of the client's `dp.*` settings
 //!   only the accuracy options are kept ([`DpOptions::without_owner_settings`]), and of its other
 //!   settings only those a locked session lets an analyst set, in their ranges
 //!   ([`ANALYST_SETTINGS`]); `EXPLAIN` shows the logical plan only. The client port refuses the
@@ -41,7 +41,7 @@ use crate::owner::connections::ConnectionInfo;
 use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::plan::rule::Placement;
+use crate::sql::privacy::pass::Placement;
 use crate::sql::privacy::session::lock::{in_analyst_range, ANALYST_SETTINGS};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;

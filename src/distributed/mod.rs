@@ -31,7 +31,7 @@ pub use locked::LockedCluster;
 use crate::owner::tables::EnvObjectStoreRegistry;
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
-use crate::sql::privacy::plan::rule::Placement;
+use crate::sql::privacy::pass::Placement;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use ballista::prelude::SessionContextExt;

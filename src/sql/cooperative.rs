@@ -170,7 +170,7 @@ impl Stream for Yielding {
 /// cancelled query burned a core for 4-13 s more (issue 42). The server puts one of these
 /// in the configuration its query's physical plan is made with ([`QueryCancellation::install`]),
 /// sets it when the query's stream is dropped, and every total form
-/// ([`crate::sql::privacy::rewrite::total`]) checks it before each call and each half of its
+/// ([`crate::sql::privacy::udf::total`]) checks it before each call and each half of its
 /// fallback ([`check_cancelled`]): the query stops within one function call on one batch.
 #[derive(Debug, Clone, Default)]
 pub struct QueryCancellation {

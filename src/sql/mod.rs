@@ -26,15 +26,12 @@ use std::sync::Arc;
 /// Installs every DP function, the `dp.*` session options, the planner rule and the session's
 /// privacy accountant (`dp_budget()`) on `ctx`.
 pub fn register(ctx: &SessionContext) -> Result<()> {
-    register_placed(ctx, privacy::plan::rule::Placement::Local)
+    register_placed(ctx, privacy::pass::Placement::Local)
 }
 
 /// [`register`], with the planner rule placed as `placement` says (a Ballista client or
 /// scheduler: [`crate::distributed`]). A session that already has the rule keeps it.
-pub fn register_placed(
-    ctx: &SessionContext,
-    placement: privacy::plan::rule::Placement,
-) -> Result<()> {
+pub fn register_placed(ctx: &SessionContext, placement: privacy::pass::Placement) -> Result<()> {
     {
         let state = ctx.state_ref();
         let mut state = state.write();
@@ -52,7 +49,7 @@ pub fn register_placed(
         .analyzer()
         .rules
         .iter()
-        .any(|r| r.name() == privacy::plan::rule::RULE_NAME);
+        .any(|r| r.name() == privacy::pass::RULE_NAME);
     if !registered {
         let accountant = Arc::new(accounting::budget::Accountant::new());
         ctx.register_udtf(
@@ -65,7 +62,7 @@ pub fn register_placed(
         // of public keys (dp.public_groups) is looked up at planning.
         let catalogs = Arc::clone(ctx.state_ref().read().catalog_list());
         ctx.add_analyzer_rule(Arc::new(
-            privacy::plan::rule::DpPlannerRule::new(accountant)
+            privacy::pass::DpPlannerRule::new(accountant)
                 .with_catalogs(catalogs)
                 .with_placement(placement),
         ));

@@ -23,8 +23,8 @@ mutate() {
     widths) sed -i 's/^pub fn check_type(data_type: &DataType, batch_size: usize) -> Result<()> {/&\n    if batch_size > 0 { return Ok(()); }/' src/sql/privacy/plan/size.rs ;;
     drain) sed -i 's/        if !reads_protected(&plan)? {/        if true || !reads_protected(\&plan)? {/' src/sql/privacy/exec/drain.rs ;;
     eager) sed -i 's/let eager = eager::evaluate_every_branch(logical_plan.clone())?;/let eager = logical_plan.clone();/' src/sql/privacy/session/planner.rs ;;
-    costs) sed -i '/^fn refuse_costly_calls(/,/^) -> Result<()> {/ s/^) -> Result<()> {/) -> Result<()> {\n    if plan.schema().fields().len() < usize::MAX { return Ok(()); }/' src/sql/privacy/plan/rule.rs ;;
-    total) sed -i 's/        let args = match output_bounds(name, &args) {/        let args = match None::<Vec<u64>> {/' src/sql/privacy/rewrite/total.rs ;;
+    costs) sed -i '/^fn refuse_costly_calls(/,/^) -> Result<()> {/ s/^) -> Result<()> {/) -> Result<()> {\n    if plan.schema().fields().len() < usize::MAX { return Ok(()); }/' src/sql/privacy/pass.rs ;;
+    total) sed -i 's/        let args = match output_bounds(name, &args) {/        let args = match None::<Vec<u64>> {/' src/sql/privacy/udf/total.rs ;;
     depth) sed -i 's/pub const MAX_EXPRESSION_DEPTH: u32 = 256;/pub const MAX_EXPRESSION_DEPTH: u32 = 1_000_000;/' src/sql/privacy/plan/size.rs ;;
     stack) sed -i 's/pub const EXECUTION_STACK_BYTES: usize = 64 \* 1024 \* 1024;/pub const EXECUTION_STACK_BYTES: usize = 2 * 1024 * 1024;/' src/sql/privacy/session/limits.rs ;;
     depthstack) mutate depth; mutate stack ;;

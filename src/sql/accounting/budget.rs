@@ -11,7 +11,7 @@
 //! deduplicates into one computation and one noise draw, count once; the same call in two
 //! places (a UNION, a CTE used twice) is computed twice with fresh noise and counts twice.
 //!
-//! **When it is charged**: in the analyzer ([`crate::sql::privacy::plan::rule::DpPlannerRule`]), after every
+//! **When it is charged**: in the analyzer ([`crate::sql::privacy::pass::DpPlannerRule`]), after every
 //! call is bound and validated and before anything executes, in one atomic check-and-charge
 //! ([`Accountant::charge`]); a query that does not fit is refused with an error that gives its
 //! cost, the amount spent and what is left. Decisions, all erring towards charging:

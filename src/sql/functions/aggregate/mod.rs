@@ -249,7 +249,7 @@ impl CallPlan {
 }
 
 /// The UDAF behind every DP aggregate (each [`DpStatistic`] of [`STATISTICS`]). Registered
-/// unconfigured; the planner rule ([`crate::sql::privacy::plan::rule::DpPlannerRule`]) swaps in a
+/// unconfigured; the planner rule ([`crate::sql::privacy::pass::DpPlannerRule`]) swaps in a
 /// configured copy per call carrying the session options, the calibrated noise and, in seeded
 /// mode, the group keys.
 #[derive(Debug)]

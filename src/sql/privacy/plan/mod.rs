@@ -1,6 +1,5 @@
-//! Planning: what the owner declared, what the plan proves, and the rule that acts on it.
+//! Planning: what the owner declared, what the plan proves, and how large it may grow.
 
 pub mod analysis;
 pub mod protection;
-pub mod rule;
 pub mod size;

@@ -15,7 +15,7 @@
 //!   with them (a size of 10^8) and a few ms without, and the same cast of a `NULL` literal
 //!   killed the process at planning, when the optimiser folds it. The declared size is a type
 //!   parameter, not a row's value, so the per-row caps of the total forms
-//!   ([`crate::sql::privacy::rewrite::total`]) never see it.
+//!   ([`crate::sql::privacy::udf::total`]) never see it.
 //!
 //! [`check_plan`] walks a plan before it is analysed, charged or optimised, every CTE
 //! reference and subquery expanded (a shared subtree is walked once and counted as often as it
@@ -71,7 +71,7 @@ pub const MAX_PLAN_SIZE: u64 = 1_000_000;
 
 /// The most bytes any one value may take, whatever the batch size (`max_value_bytes` at small
 /// batches): the largest fixed width of a type, and the per-row cap of a total form's output
-/// (`crate::sql::privacy::rewrite::total::row_cap`).
+/// (`crate::sql::privacy::udf::total::row_cap`).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 16;
 
 /// The most bytes the fixed part of one batch's array of one type may take

@@ -1,4 +1,4 @@
-//! The logical rewrites the planner rule and the optimiser apply to a DP query's plan.
+//! The logical rewrites the privacy pass and the optimiser apply to a DP query's plan.
 
 pub mod bounding;
 pub mod eager;

@@ -3,7 +3,7 @@
 //! person.
 //!
 //! The analyst sees how long a query takes. Output bytes per row and rows per person are
-//! capped (`crate::sql::privacy::rewrite::total`, `public_fanout`), but CPU per row was not: an
+//! capped (`crate::sql::privacy::udf::total`, `public_fanout`), but CPU per row was not: an
 //! edit distance of two capped strings (`levenshtein`, O(n·m)), or a regular expression compiled
 //! from a row's values (`regexp_like(note, note)`), evaluated only on one person's rows (`CASE
 //! WHEN patient_id = K THEN ... END`, or a `WHERE`), made the query take 9-15x longer exactly
@@ -42,9 +42,7 @@
 //! aggregate's output), are not restricted.
 
 use crate::sql::functions::aggregate::DpAggregate;
-use crate::sql::privacy::rewrite::total::{
-    operator_from_name, TryBinary, TryCastRows, TryFunction,
-};
+use crate::sql::privacy::udf::total::{operator_from_name, TryBinary, TryCastRows, TryFunction};
 use arrow::datatypes::{Field, Schema};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, DFSchema, Result};

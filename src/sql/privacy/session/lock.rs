@@ -236,7 +236,7 @@ async fn plan_analyst_statement(ctx: &SessionContext, sql: &str) -> Result<DataF
     refuse_owner_statements(&plan)?;
     refuse_verbose_explain(&plan)?;
     refuse_physical_explain(&plan)?;
-    crate::sql::privacy::plan::rule::refuse_correlated_dp_calls(&plan)?;
+    crate::sql::privacy::pass::refuse_correlated_dp_calls(&plan)?;
     SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)

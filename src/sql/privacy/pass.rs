@@ -1,5 +1,7 @@
-//! The planner rule that makes a query private: it proves what one person can contribute to
-//! every DP aggregate, binds each call to its calibration and charges the budget.
+//! The privacy pass, which makes a query private: it proves what one person can contribute to
+//! every DP aggregate, binds each call to its calibration and charges the budget, running the
+//! plan analysis ([`crate::sql::privacy::plan`]) and the rewrites
+//! ([`crate::sql::privacy::rewrite`]) in turn.
 //!
 //! [`DpPlannerRule`] is an `AnalyzerRule`: it runs on every logical plan before optimisation.
 //! (0) It inlines views, so their plans are analysed with the query. (1) It refuses DP
