@@ -103,7 +103,7 @@ pub const SERVER_LIMITS: &[Limit<ServerConfig>] = &[
         field!(ServerConfig, max_unauthenticated_connections),
         Unit::Count,
         DefaultValue::Computed {
-            doc: "half of `max_connections` (256)",
+            doc: "half of `max_connections`",
             value: |c, _| (c.max_connections as u64 / 2).max(1),
         },
         r#"Strangers' connections open at once: those on which no login (Flight handshake) nor call with a valid token succeeded yet. 1 to `max_connections`; the rest of `max_connections` is kept for analysts' connections. A new connection beyond it closes the oldest stranger's connection of the address holding the most strangers' connections (the newcomer's own, if that is the one), rather than being refused: idle connections, even from many addresses, cannot keep an honest analyst from connecting and logging in."#,

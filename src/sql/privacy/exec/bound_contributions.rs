@@ -414,25 +414,18 @@ struct Sample {
     row: u64,
 }
 
-/// No slot: the end of a unit's list, or a unit without slots.
-const NO_SLOT: u32 = u32::MAX;
-
-/// One group a unit keeps (a (unit, keys) group; the unit itself without keys). A unit's slots
-/// are a list through `next`, in the order the unit first kept them; a slot whose group is
-/// evicted is reused in place for the group that evicts it, so slots are never freed.
-#[derive(Debug)]
+/// One group a unit keeps (a (unit, keys) group; the unit itself without keys).
+#[derive(Debug, Default)]
 struct Slot {
     /// The keyed hash of (unit, keys); 0 without keys.
     order: u64,
-    /// Where the (unit, keys) row encoding is in `Bounder::keys`, for exact equality and ties;
-    /// empty without keys.
-    key_start: usize,
-    key_len: u32,
+    /// The (unit, keys) row encoding, for exact equality and ties; empty without keys.
+    /// Inline up to 24 bytes (two integers and a short string): a slot is made and dropped
+    /// each time a unit's choice of group changes.
+    key: SmallVec<[u8; 24]>,
+    samples: SmallVec<[Sample; 1]>,
     /// The index in `samples` of the largest priority, once `samples` is full.
     worst: u32,
-    /// The unit's next slot, or [`NO_SLOT`].
-    next: u32,
-    samples: SmallVec<[Sample; 1]>,
 }
 
 /// The per-partition state of [`BoundContributionsExec`] (module docs).
@@ -443,16 +436,10 @@ struct Bounder {
     max_rows: usize,
     units: Box<dyn GroupValues>,
     unit_of_row: Vec<usize>,
-    /// The first of each unit's slots (an index into `slots`), or [`NO_SLOT`]. A list per unit
-    /// instead of a vector per unit: 4 bytes a unit, not 24 (a million units' state is paid
-    /// in page faults of fresh memory, the largest cost of this operator: BENCHMARKS.md).
-    unit_head: Vec<u32>,
+    /// The kept groups of each unit (indices into `slots`).
+    unit_slots: Vec<SmallVec<[u32; 1]>>,
     slots: Vec<Slot>,
-    /// The kept groups' (unit, keys) row encodings, one after another; an evicted group's
-    /// bytes stay until [`Bounder::compact_keys`].
-    keys: Vec<u8>,
-    /// Bytes of `keys` no slot refers to.
-    dead_key_bytes: usize,
+    free_slots: Vec<u32>,
     /// Converts (unit, keys) to rows; `None` without keys.
     group_rows: Option<RowConverter>,
     /// Where each row's priority comes from.
@@ -463,7 +450,7 @@ struct Bounder {
     held_bytes: usize,
     /// Rows in samples.
     live: usize,
-    /// Bytes of samples beyond the inline one.
+    /// Bytes of keys and of samples beyond the inline one.
     extra_bytes: usize,
     reservation: MemoryReservation,
 }
@@ -505,10 +492,9 @@ impl Bounder {
             schema,
             units,
             unit_of_row: vec![],
-            unit_head: vec![],
+            unit_slots: vec![],
             slots: vec![],
-            keys: vec![],
-            dead_key_bytes: 0,
+            free_slots: vec![],
             group_rows,
             priority,
             held: vec![],
@@ -520,74 +506,69 @@ impl Bounder {
         })
     }
 
-    /// The key of slot `s`.
-    fn key_of(&self, s: &Slot) -> &[u8] {
-        &self.keys[s.key_start..s.key_start + s.key_len as usize]
+    /// A free slot for a group of `order` and `key`.
+    fn new_slot(&mut self, order: u64, key: &[u8]) -> u32 {
+        let key = SmallVec::from_slice(key);
+        self.extra_bytes += key_heap_bytes(&key);
+        let slot = Slot {
+            order,
+            key,
+            samples: SmallVec::new(),
+            worst: 0,
+        };
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        }
     }
 
-    /// Makes slot `s` (new, or reused in place) hold the group of `order` and `key`, with
-    /// no samples.
-    fn fill_slot(&mut self, s: u32, order: u64, key: &[u8]) {
-        let key_start = self.keys.len();
-        self.keys.extend_from_slice(key);
-        let slot = &mut self.slots[s as usize];
-        self.dead_key_bytes += slot.key_len as usize;
+    /// Drops slot `i` and its samples.
+    fn free_slot(&mut self, i: u32) {
+        let slot = std::mem::take(&mut self.slots[i as usize]);
         self.live -= slot.samples.len();
-        self.extra_bytes -= sample_heap_bytes(&slot.samples);
-        slot.order = order;
-        slot.key_start = key_start;
-        slot.key_len = key.len() as u32;
-        slot.worst = 0;
-        slot.samples = SmallVec::new();
+        self.extra_bytes -= key_heap_bytes(&slot.key) + sample_heap_bytes(&slot.samples);
+        self.free_slots.push(i);
     }
 
     /// The slot of the row's group for unit `unit`, making one if the group is kept, or
     /// `None` if the unit keeps other groups.
     fn slot_for(&mut self, unit: usize, order: u64, key: &[u8]) -> Option<u32> {
         let mut worst: Option<u32> = None;
-        let mut last = NO_SLOT;
-        let mut count = 0;
-        let mut s = self.unit_head[unit];
-        while s != NO_SLOT {
+        for &s in &self.unit_slots[unit] {
             let slot = &self.slots[s as usize];
-            if slot.order == order && self.key_of(slot) == key {
+            if slot.order == order && *slot.key == *key {
                 return Some(s);
             }
             let larger = worst.is_none_or(|w| {
                 let w = &self.slots[w as usize];
-                (slot.order, self.key_of(slot)) > (w.order, self.key_of(w))
+                (slot.order, &*slot.key) > (w.order, &*w.key)
             });
             if larger {
                 worst = Some(s);
             }
-            last = s;
-            count += 1;
-            s = slot.next;
         }
-        if count < self.groups_per_unit {
-            let s = self.slots.len() as u32;
-            self.slots.push(Slot {
-                order,
-                key_start: 0,
-                key_len: 0,
-                worst: 0,
-                next: NO_SLOT,
-                samples: SmallVec::new(),
-            });
-            self.fill_slot(s, order, key);
-            match last {
-                NO_SLOT => self.unit_head[unit] = s,
-                _ => self.slots[last as usize].next = s,
-            }
+        if self.unit_slots[unit].len() < self.groups_per_unit {
+            let s = self.new_slot(order, key);
+            self.unit_slots[unit].push(s);
             return Some(s);
         }
         let w = worst?;
         let w_slot = &self.slots[w as usize];
-        if (order, key) >= (w_slot.order, self.key_of(w_slot)) {
+        if (order, key) >= (w_slot.order, &*w_slot.key) {
             return None;
         }
-        self.fill_slot(w, order, key);
-        Some(w)
+        self.free_slot(w);
+        let s = self.new_slot(order, key);
+        let list = &mut self.unit_slots[unit];
+        let at = list.iter().position(|&x| x == w).unwrap_or(0);
+        list[at] = s;
+        Some(s)
     }
 
     /// Offers the row held at `row` with `priority` to slot `s`; whether it was kept.
@@ -658,7 +639,7 @@ impl Bounder {
             return Ok(());
         }
         self.intern_units(batch.column(self.spec.unit))?;
-        self.unit_head.resize(self.units.len(), NO_SLOT);
+        self.unit_slots.resize_with(self.units.len(), SmallVec::new);
         let column = |c: &usize| Arc::clone(batch.column(*c));
         let group_rows = match &self.group_rows {
             Some(converter) => {
@@ -708,9 +689,6 @@ impl Bounder {
         if self.held_rows > 2 * self.live + 65_536 {
             self.compact()?;
         }
-        if self.dead_key_bytes > self.keys.len() / 2 + 65_536 {
-            self.compact_keys();
-        }
         self.reservation.try_resize(self.memory_size())
     }
 
@@ -733,9 +711,9 @@ impl Bounder {
         use std::mem::size_of;
         self.units.size()
             + self.unit_of_row.capacity() * size_of::<usize>()
-            + self.unit_head.capacity() * size_of::<u32>()
+            + self.unit_slots.capacity() * size_of::<SmallVec<[u32; 1]>>()
             + self.slots.capacity() * size_of::<Slot>()
-            + self.keys.capacity()
+            + self.free_slots.capacity() * size_of::<u32>()
             + self.extra_bytes
             + self.held_bytes
     }
@@ -752,34 +730,12 @@ impl Bounder {
             .collect()
     }
 
-    /// Every unit's slots, unit by unit, each unit's in its list's order.
-    fn slot_order(&self) -> impl Iterator<Item = u32> + '_ {
-        self.unit_head.iter().flat_map(move |&head| {
-            std::iter::successors((head != NO_SLOT).then_some(head), move |&s| {
-                let next = self.slots[s as usize].next;
-                (next != NO_SLOT).then_some(next)
-            })
-        })
-    }
-
     /// Every kept row's sample, in slot order (the order of [`Self::kept_rows`]).
     fn samples(&self) -> impl Iterator<Item = &Sample> {
-        self.slot_order()
-            .flat_map(|s| &self.slots[s as usize].samples)
-    }
-
-    /// Copies the live keys into a fresh arena, dropping evicted ones.
-    fn compact_keys(&mut self) {
-        let mut fresh = Vec::with_capacity(self.keys.len() - self.dead_key_bytes);
-        for slot in &mut self.slots {
-            let start = fresh.len();
-            fresh.extend_from_slice(
-                &self.keys[slot.key_start..slot.key_start + slot.key_len as usize],
-            );
-            slot.key_start = start;
-        }
-        self.keys = fresh;
-        self.dead_key_bytes = 0;
+        self.unit_slots
+            .iter()
+            .flatten()
+            .flat_map(|&s| &self.slots[s as usize].samples)
     }
 
     /// Copies the kept rows into fresh batches, dropping evicted ones.
@@ -792,11 +748,12 @@ impl Bounder {
             fresh.push(interleave_record_batch(&held, chunk)?);
         }
         let mut next = 0u64;
-        let order: Vec<u32> = self.slot_order().collect();
-        for s in order {
-            for sample in self.slots[s as usize].samples.iter_mut() {
-                sample.row = (next / CHUNK as u64) << 32 | (next % CHUNK as u64);
-                next += 1;
+        for list in &self.unit_slots {
+            for &s in list {
+                for sample in self.slots[s as usize].samples.iter_mut() {
+                    sample.row = (next / CHUNK as u64) << 32 | (next % CHUNK as u64);
+                    next += 1;
+                }
             }
         }
         self.held_rows = rows.len();
@@ -1005,6 +962,14 @@ impl Spill {
             self.flush(bucket)?;
         }
         Ok((self.manager, self.files))
+    }
+}
+
+/// Heap bytes of a key past its inline ones.
+fn key_heap_bytes(key: &SmallVec<[u8; 24]>) -> usize {
+    match key.spilled() {
+        true => key.capacity(),
+        false => 0,
     }
 }
 
@@ -1297,12 +1262,12 @@ mod tests {
     }
 
     /// What is held is reserved: a pool too small for it fails with a resources error.
-    /// Evicted groups' keys are dropped from the arena as they pile up, and the groups kept
-    /// are still each unit's group of smallest (keyed hash, key). 10,000 units of 50 groups
-    /// each: the smallest of 50 changes about H(50) - 1 = 3.5 times a unit, so about 35,000
-    /// evicted keys of ~15 bytes (525 KB) pass through an arena whose live keys are ~150 KB.
+    /// Each unit keeps its group of smallest (keyed hash of (unit, keys), keys), checked
+    /// against `hash_row` of the (unit, keys) row directly, through many evictions: 10,000
+    /// units of 50 groups each, where the smallest of 50 changes about H(50) - 1 = 3.5 times a
+    /// unit.
     #[test]
-    fn evicted_keys_are_compacted_and_each_unit_keeps_its_first_group() {
+    fn through_evictions_each_unit_keeps_its_first_group() {
         let (units_n, groups) = (10_000, 50);
         let n = units_n * groups;
         let units: Vec<String> = (0..n).map(|i| format!("p{}", i / groups)).collect();
@@ -1313,13 +1278,6 @@ mod tests {
         for start in (0..n).step_by(8192) {
             b.push(&whole.slice(start, 8192.min(n - start))).unwrap();
         }
-        let live: usize = b.slots.iter().map(|s| s.key_len as usize).sum();
-        assert_eq!(b.keys.len() - b.dead_key_bytes, live);
-        assert!(
-            b.keys.len() <= 2 * live + 131_072,
-            "{} bytes held for {live} live",
-            b.keys.len()
-        );
         let converter = RowConverter::new(vec![
             SortField::new(DataType::Utf8),
             SortField::new(DataType::Int64),
