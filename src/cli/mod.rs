@@ -240,7 +240,7 @@ pub fn format_result(result: &StatementResult, format: OutputFormat) -> Result<S
     })
 }
 
-/// `batch` with every struct column (such as `dp_rr_ci`'s result) replaced by one column per
+/// `batch` with every struct column (such as an interval statistic's result) replaced by one column per
 /// field, named `column.field`, since CSV has no nested values.
 fn flatten_structs(batch: &RecordBatch) -> Result<RecordBatch> {
     fn push(name: &str, column: &ArrayRef, fields: &mut Vec<Field>, columns: &mut Vec<ArrayRef>) {

@@ -3,7 +3,7 @@
 //! Ballista sends the client's optimised logical plan to its scheduler and each stage's
 //! physical plan to its executors through `datafusion-proto`. A user-defined aggregate travels
 //! by name unless a codec writes its definition: with the name alone, a node would look up the
-//! registered, *unbound* `dp_rr_ci` and lose the call's options and calibrated noise. These
+//! registered, *unbound* statistic and lose the call's options and calibrated noise. These
 //! codecs write a bound call's [`CallPlan`](crate::sql::functions::aggregate::CallPlan) wire form
 //! ([`crate::sql::functions::aggregate::wire`]) and hand everything else to Ballista's own codecs (file
 //! formats, shuffle readers and writers).

@@ -3,7 +3,8 @@
 //! Session options are set with `SET dp.<key> = <value>`; a DP aggregate's optional last
 //! argument is a string of `key=value` pairs (comma or space separated) using the same keys,
 //! which override the session for that call:
-//! `dp_rr_ci(outcome, exposed, 1.0, 'mechanism=gaussian, delta=1e-6, confidence=0.9')`.
+//! `'mechanism=gaussian, delta=1e-6, confidence=0.9'`. Which keys a statistic accepts is its
+//! own declaration (`DpStatistic::option_keys`).
 
 use crate::sql::privacy::plan::protection::Protections;
 use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
@@ -71,7 +72,7 @@ pub struct DpOptions {
     pub ci_method: Option<IntervalMethod>,
     pub group_sizes: GroupSizes,
     pub gaussian_calibration: GaussianCalibration,
-    /// How `dp_relative_risk` releases the ratio (the paper's methods).
+    /// How the relative risk's point release computes the ratio (the paper's methods).
     pub method: RatioMethod,
     /// NoisedLog only: apply the bias correction of Claim bias_log_RR.
     pub bias_correction: bool,
@@ -240,7 +241,7 @@ pub const OPTIONS: &[DpOption] = &[
     },
     DpOption {
         key: "confidence",
-        doc: "confidence level of dp_rr_ci intervals, in (0, 1); default 0.95",
+        doc: "confidence level of the interval statistics, in (0, 1); default 0.95",
         set_by: SetBy::Analyst,
         per_call: true,
         get: |o| Some(o.confidence.to_string()),
@@ -291,7 +292,7 @@ pub const OPTIONS: &[DpOption] = &[
     },
     DpOption {
         key: "method",
-        doc: "dp_relative_risk method: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr",
+        doc: "how the relative risk's point release computes the ratio: noisy_counts (default), noised_log, naive, smooth_sensitivity, ptr",
         set_by: SetBy::Analyst,
         per_call: true,
         get: |o| Some(o.method.to_string()),

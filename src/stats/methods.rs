@@ -12,7 +12,7 @@ use super::table::TwoByTwo;
 use rand::RngCore;
 use std::fmt;
 
-/// How `dp_relative_risk` releases the ratio.
+/// How the relative risk's point release computes the ratio (the paper's methods).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub enum RatioMethod {
     /// Noisy 2x2 table, then the ratio (LaplaceNoisedCounts; the default).

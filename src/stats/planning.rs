@@ -27,7 +27,7 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 /// * `IntervalMethod::Log`: half the width of the log interval,
 ///   `(e^{c+h} − e^{c−h})/2 = p·sinh(z·sqrt(V))` (the same variance on the log scale,
 ///   [`relative_risk_log_interval_at`]);
-/// * `IntervalMethod::Score` (`dp_rr_ci`'s default): half the width of the score interval
+/// * `IntervalMethod::Score` (the relative risk interval's default): half the width of the score interval
 ///   ([`relative_risk_score_interval`]), infinite while its upper end is unbounded.
 ///
 /// For the odds ratio: `Score` (its default), half the width of

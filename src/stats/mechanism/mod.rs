@@ -87,7 +87,7 @@ pub trait NoiseMechanism: Sync + fmt::Debug {
         calibration: GaussianCalibration,
     ) -> Result<CountNoise, String>;
 
-    /// The integer sensitivity a fixed-point grid (dp_sum's) should aim for at `ε`: as fine as
+    /// The integer sensitivity a fixed-point grid (a clamped sum's) should aim for at `ε`: as fine as
     /// possible while the noise, in grid units, stays in the range its exact sampler supports.
     fn grid_sensitivity(&self, epsilon: f64) -> f64;
 

@@ -1,4 +1,4 @@
-//! Noise-aware score intervals (`ci_method=score`, the default of `dp_rr_ci` and `dp_or_ci`):
+//! Noise-aware score intervals (`ci_method=score`, the default of the relative risk and odds ratio intervals):
 //! a ratio's interval as the set of `θ` a score test of `H₀: ratio = θ` accepts, in the manner
 //! of Koopman (1984) and Miettinen & Nurminen (1985), with the variance of each noisy
 //! proportion including the exact variance of the discrete noise added to its cells. Pure

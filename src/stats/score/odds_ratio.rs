@@ -1,4 +1,4 @@
-//! The odds ratio's noise-aware score statistic and interval (the default of `dp_or_ci`),
+//! The odds ratio's noise-aware score statistic and interval (the odds ratio interval's default),
 //! after Miettinen & Nurminen (1985): restricted maximum-likelihood risks under `OR = θ`, the
 //! statistic centred by its second-order mean and its quantiles corrected for its skewness,
 //! both weighted by how well their expansion holds (docs/intervals.md §2).

@@ -1,4 +1,4 @@
-//! The relative risk's noise-aware score statistic and interval (the default of `dp_rr_ci`):
+//! The relative risk's noise-aware score statistic and interval (the relative risk interval's default):
 //! Koopman's (1984) and Miettinen & Nurminen's (1985) test, with the variance of each noisy
 //! proportion including the exact variance of the discrete noise added to its cells.
 //! Derivation, worked example and coverage: docs/intervals.md §5.

@@ -94,7 +94,7 @@ impl TailSplit {
 
     /// The table for `z`, kept per thread for the last [`SPLIT_LEVELS`] levels asked: every
     /// group of a query and every table of a simulation reuses it, and a query with a few
-    /// confidence levels (one per `dp_rr_ci` call) does not rebuild it group after group.
+    /// confidence levels (one per interval call) does not rebuild it group after group.
     pub fn at(z: f64) -> std::rc::Rc<Self> {
         thread_local! {
             static RECENT: std::cell::RefCell<Vec<(u64, std::rc::Rc<TailSplit>)>> =

@@ -1,6 +1,6 @@
 //! What every statistic's accumulator shares: the per-group noise streams and seeded group
 //! keys ([`GroupStreams`]), the vectorised accumulator of the statistics released from a fixed
-//! number of exact counters per group ([`CellCounts`]: `dp_count`'s one count, the four cells of
+//! number of exact counters per group ([`CellCounts`]: a count's one cell, the four cells of
 //! a 2x2 table, [`super::table`]) and the one-group wrapper DataFusion needs without GROUP BY
 //! ([`SingleGroup`]).
 

@@ -1,5 +1,5 @@
 //! The 2x2-table core: what the statistics of one private 2x2 table share. A table statistic
-//! (`dp_relative_risk` and its interval, the odds ratio's, the risk difference's) is one file
+//! (the relative risk and its interval, the odds ratio's, the risk difference's) is one file
 //! with a unit type implementing [`TableStatistic`] (its name, the statistic of the table it
 //! releases, whether it releases the interval struct, its option keys); the blanket
 //! [`DpStatistic`] implementation here gives it the arguments `(outcome, exposed)`, the
@@ -120,7 +120,7 @@ impl<T: TableStatistic> DpStatistic for T {
         let name = T::NAME;
         let options = call.options;
         let Contribution { rows, groups } = call.contribution;
-        // `method` is dp_relative_risk's (and refused by the interval statistics that accept
+        // `method` is the relative risk point release's (and refused by the interval statistics that accept
         // the key); the other table statistics ignore the session's setting.
         if T::OPTION_KEYS.contains(&"method") && options.method != RatioMethod::NoisyCounts {
             if (rows, groups) != (1, 1) {

@@ -7,7 +7,7 @@
 //! groups; without a privacy unit `k = g = 1`). Under replace-one a unit can leave `g` groups
 //! and join `g` others, so each count is calibrated for `ε' = ε/(2g)` at sensitivity `k`
 //! (discrete Laplace, parameter `q = e^{-ε'/k}`) — the same calibration as a grouped
-//! `dp_count`. A group is released iff its noisy count is at least
+//! noisy count. A group is released iff its noisy count is at least
 //! `T = k + ⌈b·ln(1/((1+q)·δ'))⌉`, `b = k/ε'`, `δ' = δ/(2g)`: a group that exists only because
 //! of one unit (true count ≤ k) is then released with probability
 //! `P(X ≥ T − k) = q^{T−k}/(1+q) ≤ δ'`, and every other group's decision is `ε'`-DP, so the

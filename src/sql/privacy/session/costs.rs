@@ -273,7 +273,7 @@ pub const FUNCTION_COSTS: &[(&str, Kind, Cost)] = &[
     ("dense_rank", Window, Constant),
     ("digest", Scalar, Linear),
     ("dot_product", Scalar, Linear),
-    // The DP aggregates: a bounded state per group (dp_quantile: a count per leaf of a tree of
+    // The DP aggregates: a bounded state per group (a quantile: a count per leaf of a tree of
     // fixed depth), noise drawn once per group. Refused as windows by the planner rule.
     ("dp_budget", Table, Constant),
     // `map_extract`: one comparison per key of the map.
