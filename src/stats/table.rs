@@ -18,7 +18,7 @@
 //! design, only `X` and `Y` noised); choosing it asserts that the number of exposed and
 //! unexposed rows in every group is public knowledge, and they are released exactly.
 
-use super::mechanism::{add_noise, CountNoise, GaussianCalibration, Mechanism};
+use super::mechanism::{add_noise, CountNoise, GaussianCalibration, Mechanism, ReleaseShape};
 use rand::RngCore;
 use statrs::distribution::{ContinuousCDF, Normal};
 use std::fmt;
@@ -196,7 +196,10 @@ impl fmt::Display for IntervalMethod {
     }
 }
 
-/// The noise plan for one private 2x2 table: per-cell noise for `(ε/2, δ/2)`, sensitivity 1.
+/// The noise plan for one private 2x2 table: each noised cell gets an independent draw of
+/// `cell`, calibrated for the table's [`ReleaseShape`] (per cell `(ε/2, δ/2)` at sensitivity 1
+/// for Laplace and the paper's Gaussian; one vector at L2 sensitivity `√2` for the analytic
+/// Gaussian).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TableNoise {
     pub cell: CountNoise,
@@ -213,28 +216,30 @@ impl TableNoise {
         calibration: GaussianCalibration,
         sizes: GroupSizes,
     ) -> Result<Self, String> {
-        Self::calibrate_for_unit(mechanism, epsilon, delta, calibration, sizes, 1)
+        Self::calibrate_for_shape(
+            mechanism,
+            epsilon,
+            delta,
+            calibration,
+            sizes,
+            ReleaseShape::new(2, 1),
+        )
     }
 
-    /// [`Self::calibrate`] when one privacy unit contributes up to `rows_per_unit` rows to the
-    /// table: replacing the unit moves at most `rows_per_unit` rows, changing at most two cells
-    /// by `rows_per_unit` in the worst case (L1 `2k`, L2 `√2·k`), so each cell is calibrated for
-    /// `(ε/2, δ/2)` at sensitivity `k`, the same two-cell composition argument.
-    pub fn calibrate_for_unit(
+    /// [`Self::calibrate`] for a release of `shape`: when one privacy unit contributes up to
+    /// `k` rows to each of up to `g` tables (groups), replacing the unit moves at most `k` rows
+    /// out of and into them, changing at most `m = 2g` cells by at most `k` each (L1 `2gk`, L2
+    /// `k·√(2g)`): `ReleaseShape::new(2g, k)`, calibrated by
+    /// [`CountNoise::calibrate_release`] for the whole `(ε, δ)`.
+    pub fn calibrate_for_shape(
         mechanism: Mechanism,
         epsilon: f64,
         delta: Option<f64>,
         calibration: GaussianCalibration,
         sizes: GroupSizes,
-        rows_per_unit: u32,
+        shape: ReleaseShape,
     ) -> Result<Self, String> {
-        let cell = CountNoise::calibrate(
-            mechanism,
-            epsilon / 2.0,
-            delta.map(|d| d / 2.0),
-            rows_per_unit,
-            calibration,
-        )?;
+        let cell = CountNoise::calibrate_release(mechanism, epsilon, delta, shape, calibration)?;
         Ok(Self { cell, sizes })
     }
 

@@ -5,7 +5,8 @@
 //! (Canonne, Kamath & Steinke 2020, arXiv:2004.00010, Theorem 7). `(ε, δ)`-DP.
 
 use super::{
-    check_delta, check_epsilon, CountNoise, GaussianCalibration, Mechanism, NoiseMechanism, Sampler,
+    cdp_delta, check_delta, check_epsilon, rho_for, CountNoise, GaussianCalibration, Mechanism,
+    NoiseMechanism, PrivacyLoss, ReleaseShape, Sampler,
 };
 use crate::stats::sampler::{DiscreteGaussian, Rational};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -209,6 +210,158 @@ pub(super) fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
     Rational::ceil_dyadic(sigma2, bits)
 }
 
+/// The exact `δ(ε)` of adding independent `N_Z(0, σ²)` noise to each value of a release of
+/// `shape` (`m` values a unit moves by at most `Δ` each), for `m ≤ 2`; above, the zCDP
+/// conversion of its `ρ = mΔ²/(2σ²)` ([`cdp_delta`], CKS 2020 Corollary 13), an upper bound.
+///
+/// Why the all-`Δ` shift is the worst case: for one coordinate the likelihood ratio of
+/// `N_Z(0, σ²)` against `N_Z(a, σ²)` is monotone in the output, so the Neyman–Pearson tests
+/// are the same threshold tests for every shift `a > 0`, and their power grows with `a`: the
+/// trade-off function of shift `a` is at least that of shift `Δ ≥ a` (and a zero shift is
+/// the identity). Trade-off functions of product laws are monotone in each factor (Dong,
+/// Roth & Su 2019, arXiv:1905.02383, Lemma C.1/Theorem 4), so a unit that moves fewer
+/// values, or by less, is no worse than one moving `m` values by `Δ`; signs do not matter by
+/// symmetry. For that shift the privacy loss is `(mΔ² − 2Δ·T)/(2σ²)` with `T` the sum of the
+/// `m` noise draws, so, as in CKS 2020 Theorem 7 (`m = 1`),
+/// `δ = P[T > σ²ε/Δ − mΔ/2] − e^ε·P[T > σ²ε/Δ + mΔ/2]`, read here off the exact law of `T`
+/// (a convolution of two discrete Gaussians for `m = 2`).
+pub fn vector_delta(sigma2: f64, epsilon: f64, shape: ReleaseShape) -> f64 {
+    let d = shape.sensitivity as f64;
+    match shape.coordinates {
+        1 => discrete_gaussian_delta(sigma2, epsilon, shape.sensitivity),
+        2 => {
+            let (greater, outside) = pair_sum_tail(sigma2);
+            let center = sigma2 * epsilon / d;
+            // P(T > x) = P(T ≥ ⌊x⌋ + 1) for the integer-valued T. The truncated tails are
+            // below the true ones by at most `outside`: added to the first term only, so the
+            // result is never below the true δ.
+            let above = |x: f64| greater(x.floor() + 1.0);
+            (above(center - d) + outside - epsilon.exp() * above(center + d)).clamp(0.0, 1.0)
+        }
+        _ => cdp_delta(shape.l2_squared() / (2.0 * sigma2), epsilon),
+    }
+}
+
+/// `u ↦ P[Z₁ + Z₂ ≥ u]` for two independent `N_Z(0, σ²)` draws, both truncated to
+/// `|k| ≤ L = ⌈12σ⌉ + 2`, as `Σ_j P(Z₁ = j)·P(Z₂ ≥ u − j)` from tail sums accumulated from the
+/// far end; and the mass the truncation drops (below `e^-72`), which bounds how far below the
+/// true tail the result can be.
+fn pair_sum_tail(sigma2: f64) -> (impl Fn(f64) -> f64, f64) {
+    let sigma = sigma2.sqrt();
+    let radius = (12.0 * sigma).ceil() as i64 + 2;
+    let total = discrete_gaussian_total(sigma2);
+    let pmf: Vec<f64> = (-radius..=radius)
+        .map(|k| (-(k * k) as f64 / (2.0 * sigma2)).exp() / total)
+        .collect();
+    // tail[i] = P(Z ≥ i − radius) for i in 0..=2·radius + 1 (the last is 0).
+    let mut tail = vec![0.0; pmf.len() + 1];
+    for i in (0..pmf.len()).rev() {
+        tail[i] = tail[i + 1] + pmf[i];
+    }
+    // Mass outside ±radius, both tails of both draws, as a conservative allowance.
+    let outside = 4.0 * discrete_gaussian_tail(sigma2, total, (radius + 1) as f64);
+    let tail_of_sum = move |u: f64| {
+        let mut sum = 0.0;
+        for (i, p) in pmf.iter().enumerate() {
+            let j = i as i64 - radius;
+            let y = u as i64 - j; // P(Z₂ ≥ y)
+                                  // Below the truncation every draw counts: the truncated mass, `tail[0]`.
+            let t = if y < -radius {
+                tail[0]
+            } else if y > radius {
+                0.0
+            } else {
+                tail[(y + radius) as usize]
+            };
+            sum += p * t;
+        }
+        sum.min(1.0)
+    };
+    (tail_of_sum, outside)
+}
+
+/// The analytic Gaussian mechanism for a whole release of `shape` (`m ≥ 2`): start from the
+/// continuous mechanism's `σ` at the L2 sensitivity `Δ·√m` (Balle & Wang 2018, Theorem 8;
+/// for `m > 2` from the zCDP budget [`rho_for`]`(ε, δ)`, `σ² = mΔ²/2ρ`), round `σ²` up to the
+/// sampler's dyadic grid, and raise it until the discrete law's [`vector_delta`] is within
+/// `δ`. Whichever of this and the per-value calibration needs less noise is kept (both are
+/// `(ε, δ)`-DP; the privacy map reports the smaller `δ` of the two analyses).
+pub(super) fn calibrate_vector(
+    epsilon: f64,
+    delta: Option<f64>,
+    shape: ReleaseShape,
+) -> Result<CountNoise, String> {
+    let m = shape.coordinates as f64;
+    let per_value = GaussianMechanism.calibrate_count(
+        epsilon / m,
+        delta.map(|d| d / m),
+        shape.sensitivity,
+        GaussianCalibration::PerCell,
+    );
+    match (per_value, vector_sigma2(epsilon, delta, shape)) {
+        (Ok(per_value), Ok(sigma2))
+            if per_value.variance <= discrete_gaussian_variance(sigma2.to_f64()) =>
+        {
+            Ok(per_value)
+        }
+        (_, Ok(sigma2)) => {
+            let s2 = sigma2.to_f64();
+            Ok(CountNoise {
+                mechanism: Mechanism::Gaussian,
+                epsilon,
+                delta: delta.unwrap_or(0.0),
+                sensitivity: shape.sensitivity,
+                shape,
+                scale: s2.sqrt(),
+                variance: discrete_gaussian_variance(s2),
+                fourth_cumulant: discrete_gaussian_fourth_cumulant(s2),
+                sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
+            })
+        }
+        // Past the vector calibration's range (an ε above 700 for the whole release), the
+        // per-value one may still calibrate.
+        (Ok(per_value), Err(_)) => Ok(per_value),
+        (Err(e), Err(_)) => Err(e),
+    }
+}
+
+/// The smallest dyadic `σ²` (the sampler's grid) whose [`vector_delta`] is within `δ`.
+fn vector_sigma2(
+    epsilon: f64,
+    delta: Option<f64>,
+    shape: ReleaseShape,
+) -> Result<Rational, String> {
+    let delta = delta.ok_or_else(|| {
+        "the gaussian mechanism needs delta (set dp.delta or pass delta=...)".to_string()
+    })?;
+    check_delta(delta)?;
+    let m = shape.coordinates as f64;
+    let d = shape.sensitivity as f64;
+    let start_sigma2 = if shape.coordinates == 2 {
+        analytic_gaussian_sigma(epsilon, delta, d * m.sqrt())?.powi(2)
+    } else {
+        let rho = rho_for(epsilon, delta)
+            .ok_or_else(|| format!("no zCDP budget reaches epsilon={epsilon}, delta={delta}"))?;
+        shape.l2_squared() / (2.0 * rho)
+    };
+    if start_sigma2.sqrt() > MAX_GAUSSIAN_SIGMA {
+        return Err(format!(
+            "epsilon={epsilon}, delta={delta} needs Gaussian noise with sigma {:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism",
+            start_sigma2.sqrt()
+        ));
+    }
+    let mut sigma2 = dyadic_sigma2(start_sigma2)?;
+    let mut guard = 0;
+    while vector_delta(sigma2.to_f64(), epsilon, shape) > delta {
+        sigma2 = dyadic_sigma2(sigma2.to_f64() * (1.0 + 1e-6))?;
+        guard += 1;
+        if guard > 100_000 {
+            return Err("could not calibrate the discrete Gaussian".into());
+        }
+    }
+    Ok(sigma2)
+}
+
 /// The discrete Gaussian mechanism for integers (module docs): `(ε, δ)`-DP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GaussianMechanism;
@@ -218,10 +371,30 @@ impl NoiseMechanism for GaussianMechanism {
         "gaussian"
     }
 
-    /// It spends the `δ` it was calibrated for (Canonne, Kamath & Steinke 2020,
-    /// arXiv:2004.00010, Theorem 7).
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        (epsilon, delta.unwrap_or(0.0))
+    /// From the exact `σ²` sampled: `ρ = m·Δ²/(2σ²)`-zCDP (the discrete Gaussian's
+    /// concentrated-DP bound, Canonne, Kamath & Steinke 2020, arXiv:2004.00010, Proposition 5,
+    /// summed over the `m` values it moves), and at the `ε` asked for, the smaller of two valid
+    /// `δ`s: each value's exact `δ(ε/m)` (CKS 2020, Theorem 7) times `m` (basic composition, the
+    /// paper's per-cell calibration) and the vector's ([`vector_delta`]).
+    fn loss(&self, noise: &CountNoise) -> PrivacyLoss {
+        let Sampler::DiscreteGaussian(law) = noise.sampler else {
+            unreachable!("a Gaussian CountNoise samples the discrete Gaussian law")
+        };
+        let sigma2 = law.sigma2().to_f64();
+        let shape = noise.shape;
+        let m = shape.coordinates as f64;
+        let epsilon = noise.epsilon;
+        let per_value = m * discrete_gaussian_delta(sigma2, epsilon / m, shape.sensitivity);
+        let delta = if shape.coordinates == 1 {
+            per_value
+        } else {
+            per_value.min(vector_delta(sigma2, epsilon, shape))
+        };
+        PrivacyLoss {
+            epsilon,
+            delta: delta.min(1.0),
+            rho: Some(shape.l2_squared() / (2.0 * sigma2)),
+        }
     }
 
     fn needs_delta(&self) -> bool {
@@ -253,7 +426,9 @@ impl NoiseMechanism for GaussianMechanism {
         })?;
         let d = sensitivity as f64;
         let sigma = match calibration {
-            GaussianCalibration::Analytic => analytic_gaussian_sigma(epsilon, delta, d)?,
+            GaussianCalibration::Analytic | GaussianCalibration::PerCell => {
+                analytic_gaussian_sigma(epsilon, delta, d)?
+            }
             GaussianCalibration::Classic => classic_gaussian_sigma(epsilon, delta, d)?,
         };
         if sigma > MAX_GAUSSIAN_SIGMA {
@@ -279,6 +454,7 @@ impl NoiseMechanism for GaussianMechanism {
             epsilon,
             delta,
             sensitivity,
+            shape: ReleaseShape::scalar(sensitivity),
             scale: sigma2.to_f64().sqrt(),
             variance: discrete_gaussian_variance(sigma2.to_f64()),
             fourth_cumulant: discrete_gaussian_fourth_cumulant(sigma2.to_f64()),

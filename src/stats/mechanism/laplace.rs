@@ -6,7 +6,7 @@
 
 use super::{
     check_epsilon, check_epsilon_range, short_number, CountNoise, GaussianCalibration, Mechanism,
-    NoiseMechanism, Sampler, MAX_EPSILON, MAX_NOISE_SCALE,
+    NoiseMechanism, PrivacyLoss, ReleaseShape, Sampler, MAX_EPSILON, MAX_NOISE_SCALE,
 };
 use crate::stats::sampler::{discrete_laplace, Rational};
 use rand::RngCore;
@@ -20,9 +20,28 @@ impl NoiseMechanism for LaplaceMechanism {
         "laplace"
     }
 
-    /// Pure `ε`-DP, so it spends no `δ` whatever was asked (paper, Theorem Lap_DP).
-    fn cost(&self, epsilon: f64, _delta: Option<f64>) -> (f64, f64) {
-        (epsilon, 0.0)
+    /// The law `P(k) ∝ exp(−|k|·s/t)` is exactly `ε₁`-DP for a value of sensitivity `Δ` with
+    /// `ε₁ = Δ·s/t` (paper, Theorem Lap_DP; no `δ` whatever was asked), read from the
+    /// sampler's exact rational. A release of `m` such values: `m·ε₁` (basic composition,
+    /// tight for the L1 norm `m·Δ`) and `m·ε₁²/2`-zCDP (Bun & Steinke 2016, Proposition 1.4
+    /// per value, Lemma 2.3 over the values).
+    fn loss(&self, noise: &CountNoise) -> PrivacyLoss {
+        let Sampler::DiscreteLaplace { s, t } = noise.sampler else {
+            unreachable!("a Laplace CountNoise samples the discrete Laplace law")
+        };
+        // t = den(ε₁)·Δ exactly (calibrate_count), so s/(t/Δ) is ε₁'s exact dyadic value and
+        // its f64 is exact (a numerator of at most 53 bits).
+        let per_value = Rational {
+            num: s,
+            den: t / noise.sensitivity as u128,
+        }
+        .to_f64();
+        let m = noise.shape.coordinates as f64;
+        PrivacyLoss {
+            epsilon: m * per_value,
+            delta: 0.0,
+            rho: Some(m * per_value * per_value / 2.0),
+        }
     }
 
     fn needs_delta(&self) -> bool {
@@ -70,6 +89,7 @@ impl NoiseMechanism for LaplaceMechanism {
             epsilon,
             delta: 0.0,
             sensitivity,
+            shape: ReleaseShape::scalar(sensitivity),
             scale: b,
             variance: 2.0 * q / (1.0 - q).powi(2),
             // G₁ − G₂ with G geometric of ratio q: twice the geometric's κ₄.

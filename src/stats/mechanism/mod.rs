@@ -35,12 +35,14 @@
 
 pub mod gaussian;
 pub mod laplace;
+pub mod privacy_map;
 
 pub use gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, discrete_gaussian_delta, gaussian_delta,
     GaussianMechanism, MAX_GAUSSIAN_EPSILON, MAX_GAUSSIAN_SIGMA,
 };
 pub use laplace::{LaplaceMechanism, RealLaplace};
+pub use privacy_map::{cdp_delta, cdp_epsilon, rho_for, PrivacyLoss, ReleaseShape};
 
 use crate::stats::sampler::DiscreteGaussian;
 use rand::RngCore;
@@ -63,8 +65,10 @@ pub trait NoiseMechanism: Sync + fmt::Debug {
     /// The option value naming it (`mechanism = '<name>'`).
     fn name(&self) -> &'static str;
 
-    /// The privacy cost `(ε, δ)` of a release calibrated for `(ε, δ)` (its privacy map).
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64);
+    /// Its privacy map: the loss of releasing `noise.shape` with this calibrated noise,
+    /// computed from the sampler's exact parameters (never from what was asked), in every
+    /// measure it has a map for ([`privacy_map`]).
+    fn loss(&self, noise: &CountNoise) -> PrivacyLoss;
 
     /// Whether its calibration needs a `δ` (and so a `δ` per noised value must be checked).
     fn needs_delta(&self) -> bool;
@@ -111,12 +115,6 @@ impl Mechanism {
         }
     }
 
-    /// The privacy cost `(ε, δ)` of a release this mechanism calibrated for `(ε, δ)`
-    /// ([`NoiseMechanism::cost`]). Budget accounting reads this, never the mechanism's name.
-    pub fn cost(self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.law().cost(epsilon, delta)
-    }
-
     pub fn parse(name: &str) -> Result<Self, String> {
         let wanted = name.trim().to_ascii_lowercase();
         if let Some(m) = Self::ALL.into_iter().find(|m| m.law().name() == wanted) {
@@ -139,13 +137,20 @@ impl fmt::Display for Mechanism {
     }
 }
 
-/// How the Gaussian mechanism's `σ` is computed from `(ε, δ, Δ)`.
+/// How the Gaussian mechanism's `σ` is computed from `(ε, δ)` and the release's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum GaussianCalibration {
-    /// The tight analytic Gaussian mechanism (Balle & Wang 2018, Theorem 8).
+    /// The tight analytic Gaussian mechanism (Balle & Wang 2018, Theorem 8) applied once to
+    /// the whole release at its L2 sensitivity `k·√m` ([`ReleaseShape`]; the vector's exact
+    /// discrete `δ`, [`gaussian::vector_delta`]). For a single value, the same as
+    /// [`Self::PerCell`].
     #[default]
     Analytic,
-    /// `σ² = 2 ln(1.25/δ) Δ² / ε²`, valid only for `ε < 1` (Dwork & Roth 2014, Theorem A.1).
+    /// The paper's calibration: each of the `m` values a unit can move gets the analytic
+    /// Gaussian for `(ε/m, δ/m)` at sensitivity `k` (basic composition).
+    PerCell,
+    /// `σ² = 2 ln(1.25/δ) Δ² / ε²` per value, valid only for `ε < 1` (Dwork & Roth 2014,
+    /// Theorem A.1), split as [`Self::PerCell`].
     Classic,
 }
 
@@ -153,9 +158,10 @@ impl GaussianCalibration {
     pub fn parse(name: &str) -> Result<Self, String> {
         match name.trim().to_ascii_lowercase().as_str() {
             "analytic" => Ok(Self::Analytic),
+            "per_cell" => Ok(Self::PerCell),
             "classic" => Ok(Self::Classic),
             other => Err(format!(
-                "unknown Gaussian calibration '{other}' (expected 'analytic' or 'classic')"
+                "unknown Gaussian calibration '{other}' (expected 'analytic', 'per_cell' or 'classic')"
             )),
         }
     }
@@ -165,6 +171,7 @@ impl fmt::Display for GaussianCalibration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Analytic => "analytic",
+            Self::PerCell => "per_cell",
             Self::Classic => "classic",
         })
     }
@@ -269,14 +276,17 @@ enum Sampler {
     DiscreteGaussian(DiscreteGaussian),
 }
 
-/// A calibrated integer-noise mechanism for one count of sensitivity `Δ`.
+/// A calibrated integer-noise mechanism: one independent draw for each value of a release of
+/// shape [`Self::shape`] (each value of sensitivity `Δ`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CountNoise {
     pub mechanism: Mechanism,
-    /// Privacy parameters this noise was calibrated for, for sensitivity `sensitivity`.
+    /// Privacy parameters this noise was calibrated for, for the whole release of [`Self::shape`].
     pub epsilon: f64,
     pub delta: f64,
     pub sensitivity: u32,
+    /// What one unit can move: `m` values by at most `Δ = sensitivity` each.
+    pub shape: ReleaseShape,
     /// The continuous parameter: Laplace scale `b = Δ/ε`, or the Gaussian `σ` actually sampled.
     pub scale: f64,
     /// The exact variance of the integer noise added.
@@ -314,9 +324,54 @@ impl CountNoise {
         self.mechanism.law()
     }
 
-    /// The privacy cost of this noise's release when the call was charged `(ε, δ)`.
-    pub fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.law().cost(epsilon, delta)
+    /// Calibrates `mechanism` for a whole release of `shape` at `(ε, δ)`: Laplace, and the
+    /// Gaussian's [`GaussianCalibration::PerCell`] and [`GaussianCalibration::Classic`], split
+    /// `(ε, δ)` evenly over the `m` values a unit can move (basic composition, the L1 split,
+    /// already tight for Laplace); the analytic Gaussian calibrates once for the vector
+    /// ([`gaussian::calibrate_vector`]). With `m = 1` every calibration is
+    /// [`Self::calibrate`]'s.
+    pub fn calibrate_release(
+        mechanism: Mechanism,
+        epsilon: f64,
+        delta: Option<f64>,
+        shape: ReleaseShape,
+        calibration: GaussianCalibration,
+    ) -> Result<Self, String> {
+        let m = shape.coordinates;
+        if m == 0 {
+            return Err("a release moves at least one value".into());
+        }
+        check_epsilon(epsilon)?;
+        let per_value = |e: f64| e / m as f64;
+        let mut noise = if m > 1
+            && mechanism == Mechanism::Gaussian
+            && calibration == GaussianCalibration::Analytic
+        {
+            check_count_epsilon(mechanism, per_value(epsilon), shape.sensitivity)?;
+            gaussian::calibrate_vector(epsilon, delta, shape)?
+        } else {
+            Self::calibrate(
+                mechanism,
+                per_value(epsilon),
+                delta.map(per_value),
+                shape.sensitivity,
+                calibration,
+            )?
+        };
+        noise.epsilon = epsilon;
+        noise.delta = if mechanism.law().needs_delta() {
+            delta.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        noise.shape = shape;
+        Ok(noise)
+    }
+
+    /// The privacy loss of this noise's release ([`NoiseMechanism::loss`]): what the
+    /// accountant charges.
+    pub fn loss(&self) -> PrivacyLoss {
+        self.law().loss(self)
     }
 
     /// One noise draw.
@@ -335,11 +390,167 @@ mod tests {
     use crate::stats::sampler::discrete_laplace;
     use rand::SeedableRng;
 
+    fn calibrated(m: Mechanism, eps: f64, delta: f64, shape: ReleaseShape) -> CountNoise {
+        CountNoise::calibrate_release(m, eps, Some(delta), shape, Default::default()).unwrap()
+    }
+
     #[test]
-    fn each_mechanism_states_its_cost() {
-        assert_eq!(Mechanism::Laplace.cost(0.5, Some(1e-6)), (0.5, 0.0));
-        assert_eq!(Mechanism::Laplace.cost(0.5, None), (0.5, 0.0));
-        assert_eq!(Mechanism::Gaussian.cost(0.5, Some(1e-6)), (0.5, 1e-6));
+    fn each_mechanism_states_its_cost_from_its_noise() {
+        // Laplace: ε read off the sampler's rational, at any shape; no δ; ρ = m·(ε/m)²/2.
+        for (eps, shape) in [
+            (0.5, ReleaseShape::scalar(1)),
+            (0.1, ReleaseShape::new(2, 3)),
+            (1.0, ReleaseShape::new(8, 1)),
+        ] {
+            let loss = calibrated(Mechanism::Laplace, eps, 1e-6, shape).loss();
+            let m = shape.coordinates as f64;
+            assert_eq!((loss.epsilon, loss.delta), (eps, 0.0), "{shape:?}");
+            assert_eq!(loss.rho, Some(m * (eps / m).powi(2) / 2.0));
+        }
+        // Gaussian: δ recomputed from σ² at the ε asked for, never above the target and
+        // within the dyadic rounding of it; ρ = mΔ²/2σ².
+        for shape in [
+            ReleaseShape::scalar(1),
+            ReleaseShape::new(2, 1),
+            ReleaseShape::new(6, 2),
+        ] {
+            let noise = calibrated(Mechanism::Gaussian, 1.0, 1e-6, shape);
+            let loss = noise.loss();
+            assert_eq!(loss.epsilon, 1.0);
+            assert!(
+                loss.delta <= 1e-6 && loss.delta > 0.9e-6,
+                "{shape:?}: {}",
+                loss.delta
+            );
+            let rho = shape.l2_squared() / (2.0 * noise.scale * noise.scale);
+            assert!((loss.rho.unwrap() / rho - 1.0).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn a_planted_calibration_bug_shows_in_the_charge() {
+        // The same release with σ/√2 (σ² halved): the map reads the noise, so the charge
+        // moves: δ far above the target, ρ doubled.
+        let shape = ReleaseShape::new(2, 1);
+        let good = calibrated(Mechanism::Gaussian, 1.0, 1e-6, shape);
+        let Sampler::DiscreteGaussian(law) = good.sampler else {
+            unreachable!()
+        };
+        let mut half = law.sigma2();
+        half.den *= 2;
+        let bad = CountNoise {
+            sampler: Sampler::DiscreteGaussian(
+                crate::stats::sampler::DiscreteGaussian::new(half).unwrap(),
+            ),
+            ..good
+        };
+        let (g, b) = (good.loss(), bad.loss());
+        assert!(b.delta > 100.0 * g.delta, "{} vs {}", b.delta, g.delta);
+        assert!((b.rho.unwrap() / g.rho.unwrap() - 2.0).abs() < 1e-12);
+        // Laplace with half the scale: twice the ε.
+        let good = calibrated(Mechanism::Laplace, 1.0, 1e-6, shape);
+        let Sampler::DiscreteLaplace { s, t } = good.sampler else {
+            unreachable!()
+        };
+        let bad = CountNoise {
+            sampler: Sampler::DiscreteLaplace { s: 2 * s, t },
+            ..good
+        };
+        assert_eq!(bad.loss().epsilon, 2.0 * good.loss().epsilon);
+    }
+
+    #[test]
+    fn vector_calibration_needs_about_half_the_variance_of_per_cell() {
+        // The figures: grouped Gaussian count at ε = 1, δ = 1e-4, L2 sensitivity √2.
+        // Per cell (ε/2, δ/2) at sensitivity 1: σ² ≈ 39.06 continuous (39.25 measured through
+        // SQL); one vector: 20.30 for the continuous analytic Gaussian (Balle & Wang 2018 at
+        // Δ = √2, computed independently in docs/privacy-analysis.md); the discrete law's
+        // exact δ and the dyadic grid keep it within 1% of that.
+        let shape = ReleaseShape::new(2, 1);
+        let vector = calibrated(Mechanism::Gaussian, 1.0, 1e-4, shape);
+        let per_cell = CountNoise::calibrate_release(
+            Mechanism::Gaussian,
+            1.0,
+            Some(1e-4),
+            shape,
+            GaussianCalibration::PerCell,
+        )
+        .unwrap();
+        assert!(
+            vector.variance < 20.3 * 1.01 && vector.variance > 20.3 * 0.97,
+            "{}",
+            vector.variance
+        );
+        assert!(
+            (per_cell.variance / 39.06 - 1.0).abs() < 0.01,
+            "{}",
+            per_cell.variance
+        );
+        // Per cell is the old calibration exactly.
+        let old = CountNoise::calibrate(
+            Mechanism::Gaussian,
+            0.5,
+            Some(5e-5),
+            1,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
+        assert_eq!(per_cell.sampler, old.sampler);
+        // A single value: every calibration is the scalar one.
+        let one = calibrated(Mechanism::Gaussian, 0.7, 1e-5, ReleaseShape::scalar(3));
+        let scalar = CountNoise::calibrate(
+            Mechanism::Gaussian,
+            0.7,
+            Some(1e-5),
+            3,
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
+        assert_eq!(one.sampler, scalar.sampler);
+        // Many values: the zCDP route, still far below per cell (ε/8 per value).
+        let shape = ReleaseShape::new(8, 1);
+        let vector = calibrated(Mechanism::Gaussian, 1.0, 1e-4, shape);
+        let per_cell = CountNoise::calibrate_release(
+            Mechanism::Gaussian,
+            1.0,
+            Some(1e-4),
+            shape,
+            GaussianCalibration::PerCell,
+        )
+        .unwrap();
+        assert!(
+            vector.variance < 0.5 * per_cell.variance,
+            "{} vs {}",
+            vector.variance,
+            per_cell.variance
+        );
+        assert!(vector.loss().delta <= 1e-4);
+    }
+
+    #[test]
+    fn the_vector_delta_of_two_values_matches_a_direct_sum() {
+        // δ = Σ_y max(0, P(y) − e^ε P'(y)) over the joint law of two draws, summed directly
+        // over the grid (the definition, independent of the tail sums), at shift (1, 1).
+        let sigma2: f64 = 3.0;
+        let r = 40i64;
+        let w = |k: i64| (-(k * k) as f64 / (2.0 * sigma2)).exp();
+        let z: f64 = (-r..=r).map(w).sum();
+        for eps in [0.3f64, 1.0, 2.0] {
+            let mut direct = 0.0;
+            for a in -r..=r {
+                for b in -r..=r {
+                    let p = w(a) * w(b) / (z * z);
+                    let q = w(a - 1) * w(b - 1) / (z * z);
+                    direct += (p - eps.exp() * q).max(0.0);
+                }
+            }
+            let fast = gaussian::vector_delta(sigma2, eps, ReleaseShape::new(2, 1));
+            // Both are sums of thousands of doubles: equal to 1e-12 relative.
+            assert!(
+                (fast - direct).abs() < 1e-12 * direct,
+                "{eps}: {fast} vs {direct}"
+            );
+        }
     }
 
     #[test]
@@ -349,9 +560,8 @@ mod tests {
             assert_eq!(m.to_string(), m.law().name());
             let noise = CountNoise::calibrate(m, 1.0, Some(1e-6), 1, Default::default()).unwrap();
             assert_eq!(noise.mechanism, m);
-            assert_eq!(noise.cost(1.0, Some(1e-6)), m.cost(1.0, Some(1e-6)));
             // A mechanism that needs no delta spends none.
-            assert_eq!(m.law().needs_delta(), m.cost(1.0, Some(1e-6)).1 > 0.0);
+            assert_eq!(m.law().needs_delta(), noise.loss().delta > 0.0);
             assert!(m.law().max_epsilon() <= MAX_EPSILON);
         }
         assert_eq!(Mechanism::parse(" Gaussian "), Ok(Mechanism::Gaussian));

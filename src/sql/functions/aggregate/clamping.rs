@@ -25,7 +25,7 @@
 //! bounds.
 
 use super::statistic::{Call, StatisticNoise};
-use crate::stats::mechanism::short_number;
+use crate::stats::mechanism::{short_number, PrivacyLoss, ReleaseShape};
 use crate::stats::CountNoise;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
@@ -37,10 +37,18 @@ use datafusion_functions_aggregate_common::aggregate::groups_accumulator::accumu
 const MAX_GRID_EXPONENT: i32 = 900;
 
 /// Validates the bounds (the first two constants) and calibrates the noise of a clamped sum
-/// for `(epsilon, delta)` per group (after the caller's splits): the grid and its noise for
-/// real inputs and, with integer bounds, for integer inputs.
-pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Result<SumNoise> {
+/// whose release costs `(epsilon, delta)` and a replaced unit moves `sides` sums in each of
+/// its groups ([`Call::shape`]): the grid and its noise for real inputs and, with integer
+/// bounds, for integer inputs.
+pub(super) fn sum_noise(
+    call: &Call<'_>,
+    epsilon: f64,
+    delta: Option<f64>,
+    sides: u32,
+) -> Result<SumNoise> {
     let name = call.name;
+    let coordinates = call.shape(sides, 1)?.coordinates;
+    let release = (epsilon, delta, coordinates);
     let (lower, upper) = (call.number(0, "lower")?, call.number(1, "upper")?);
     if lower > upper {
         return plan_err!(
@@ -59,7 +67,7 @@ pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Re
             short_number(upper)
         );
     }
-    let real = Grid::choose(call, epsilon, delta, width, -1022, MAX_GRID_EXPONENT, |k| {
+    let real = Grid::choose(call, release, width, -1022, MAX_GRID_EXPONENT, |k| {
         let scale = 2f64.powi(-k);
         (
             (lower * scale).round() as i128,
@@ -69,7 +77,7 @@ pub(super) fn sum_noise(call: &Call<'_>, epsilon: f64, delta: Option<f64>) -> Re
     let integer = match call.constants_i64() {
         Some((l, u)) => {
             let (l, u) = (l as i128, u as i128);
-            Some(Grid::choose(call, epsilon, delta, width, 0, 120, |k| {
+            Some(Grid::choose(call, release, width, 0, 120, |k| {
                 (round_shift(l, k), round_shift(u, k))
             })?)
         }
@@ -115,12 +123,11 @@ impl Grid {
     /// The coarsest-needed grid: from the first exponent at which the sensitivity is at most
     /// `2^30` grid units (`2^12` for the Gaussian, whose exact sampler is checked up to
     /// `σ = 1e5` units) upwards, the first at which the noise calibrates.
-    /// `bounds(k)` gives the bounds in units of `2^k`; `width` is the sensitivity.
-    #[allow(clippy::too_many_arguments)]
+    /// `bounds(k)` gives the bounds in units of `2^k`; `width` is the sensitivity; `release`
+    /// is the whole release's `(ε, δ)` and how many sums a unit moves.
     fn choose(
         call: &Call<'_>,
-        epsilon: f64,
-        delta: Option<f64>,
+        release: (f64, Option<f64>, u32),
         width: f64,
         min_exponent: i32,
         max_exponent: i32,
@@ -128,7 +135,12 @@ impl Grid {
     ) -> Result<Self> {
         let rows = call.contribution.rows as i128;
         let options = call.options;
-        let target = options.mechanism.law().grid_sensitivity(epsilon);
+        let (epsilon, delta, coordinates) = release;
+        // The grid aims at each sum's share of ε (the per-value calibration's scale).
+        let target = options
+            .mechanism
+            .law()
+            .grid_sensitivity(epsilon / coordinates as f64);
         let mut exponent = if width > 0.0 {
             ((width / target.max(1.0)).log2().ceil() as i32).clamp(min_exponent, max_exponent)
         } else {
@@ -143,11 +155,11 @@ impl Grid {
                 .and_then(|w| w.checked_mul(rows))
                 .and_then(|u| u32::try_from(u).ok());
             if let Some(units) = units {
-                match CountNoise::calibrate(
+                match CountNoise::calibrate_release(
                     options.mechanism,
                     epsilon,
                     delta,
-                    units.max(1),
+                    ReleaseShape::new(coordinates, units.max(1)),
                     options.gaussian_calibration,
                 ) {
                     Ok(noise) => {
@@ -181,8 +193,10 @@ pub(super) struct SumNoise {
 }
 
 impl StatisticNoise for SumNoise {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.real.noise.cost(epsilon, delta)
+    /// The real grid's noise (the integer grid, when there is one, is calibrated for the same
+    /// release and used instead of it, never beside it).
+    fn loss(&self) -> PrivacyLoss {
+        self.real.noise.loss()
     }
 }
 

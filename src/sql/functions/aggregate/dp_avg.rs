@@ -27,6 +27,7 @@ use super::statistic::{
 };
 use super::CallPlan;
 use super::{DpCount, DpSum};
+use crate::stats::mechanism::PrivacyLoss;
 use crate::stats::CountNoise;
 use arrow::array::{
     ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
@@ -140,17 +141,17 @@ impl DpStatistic for DpAvg {
             group_epsilon: call.group_epsilon / 2.0,
             group_delta: call.group_delta.map(|d| d / 2.0),
         };
-        let sides = if call.grouped { 2.0 } else { 1.0 };
-        half.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-        let epsilon = half.group_epsilon / sides;
-        let delta = half.group_delta.map(|d| d / sides);
-        let sum = sum_noise(&half, epsilon, delta)?;
+        let sides = if call.grouped { 2 } else { 1 };
+        half.check_split(sides as f64, "both sides of a replaced unit in a GROUP BY")?;
+        // Each half's release: (ε/2, δ/2) for all its groups.
+        let (epsilon, delta) = (call.epsilon / 2.0, call.options.delta.map(|d| d / 2.0));
+        let sum = sum_noise(&half, epsilon, delta, sides)?;
         let options = call.options;
-        let count = CountNoise::calibrate(
+        let count = CountNoise::calibrate_release(
             options.mechanism,
             epsilon,
             delta,
-            call.contribution.rows,
+            half.shape(sides, call.contribution.rows)?,
             options.gaussian_calibration,
         )
         .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
@@ -189,9 +190,9 @@ struct AvgNoise {
 }
 
 impl StatisticNoise for AvgNoise {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        // Both halves use the call's mechanism and together spend the call's (ε, δ).
-        self.count.cost(epsilon, delta)
+    /// The sum's release then the count's (sequential composition).
+    fn loss(&self) -> PrivacyLoss {
+        self.sum.loss().then(self.count.loss())
     }
 }
 

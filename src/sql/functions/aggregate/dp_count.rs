@@ -13,7 +13,7 @@ use super::statistic::{
     StatisticNoise,
 };
 use super::CallPlan;
-use crate::stats::mechanism::add_noise;
+use crate::stats::mechanism::{add_noise, PrivacyLoss};
 use crate::stats::CountNoise;
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array};
 use arrow::datatypes::DataType;
@@ -108,14 +108,14 @@ impl CountRelease {
     /// per group keeps the GROUP BY at (ε, δ). (The 2x2 table's per-cell (ε/2, δ/2) covers
     /// the same two sides.) Without GROUP BY the one count changes by at most `rows`.
     pub fn calibrate(name: &str, call: &Call<'_>) -> Result<Self> {
-        let sides = if call.grouped { 2.0 } else { 1.0 };
-        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
+        let sides = if call.grouped { 2 } else { 1 };
+        call.check_split(sides as f64, "both sides of a replaced unit in a GROUP BY")?;
         let options = call.options;
-        let noise = CountNoise::calibrate(
+        let noise = CountNoise::calibrate_release(
             options.mechanism,
-            call.group_epsilon / sides,
-            call.group_delta.map(|d| d / sides),
-            call.contribution.rows,
+            call.epsilon,
+            options.delta,
+            call.shape(sides, call.contribution.rows)?,
             options.gaussian_calibration,
         )
         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
@@ -139,8 +139,8 @@ impl CountRelease {
 }
 
 impl StatisticNoise for CountRelease {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.0.cost(epsilon, delta)
+    fn loss(&self) -> PrivacyLoss {
+        self.0.loss()
     }
 }
 

@@ -20,9 +20,9 @@ use super::statistic::{
     StatisticNoise,
 };
 use super::CallPlan;
-use crate::stats::mechanism::short_number;
+use crate::stats::mechanism::{short_number, PrivacyLoss};
 use crate::stats::quantile::{self, LeafCounts, QuantileTree};
-use crate::stats::CountNoise;
+use crate::stats::{CountNoise, GaussianCalibration};
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Float64Array, ListArray, UInt32Array, UInt64Array,
 };
@@ -139,17 +139,22 @@ impl DpStatistic for DpQuantile {
         }
         let tree = QuantileTree::new(call.number(1, "lower")?, call.number(2, "upper")?)
             .map_err(|e| plan_datafusion_err!("{NAME}: argument {e}"))?;
-        let epsilon = call.group_epsilon / 2.0;
-        let delta = call.group_delta.map(|d| d / 2.0);
         let sensitivity = QuantileTree::sensitivity(call.contribution.rows)
             .map_err(|e| plan_datafusion_err!("{NAME}: {e}"))?;
         let options = call.options;
-        let noise = CountNoise::calibrate(
+        // Each tree's counts are calibrated as one value of sensitivity `4k` (the L1 norm of
+        // a unit's rows over the tree's four levels), per tree and side: the per-value split,
+        // whatever the session's Gaussian calibration.
+        let calibration = match options.gaussian_calibration {
+            GaussianCalibration::Classic => GaussianCalibration::Classic,
+            _ => GaussianCalibration::PerCell,
+        };
+        let noise = CountNoise::calibrate_release(
             options.mechanism,
-            epsilon,
-            delta,
-            sensitivity,
-            options.gaussian_calibration,
+            call.epsilon,
+            options.delta,
+            call.shape(2, sensitivity)?,
+            calibration,
         )
         .map_err(|e| {
             // The split and the sensitivity, so that the refusal explains itself.
@@ -193,8 +198,8 @@ struct QuantileNoise {
 }
 
 impl StatisticNoise for QuantileNoise {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.noise.cost(epsilon, delta)
+    fn loss(&self) -> PrivacyLoss {
+        self.noise.loss()
     }
 }
 

@@ -124,13 +124,9 @@ impl DpStatistic for DpSum {
     }
 
     fn calibrate(&self, call: &Call<'_>) -> Result<Release> {
-        let sides = if call.grouped { 2.0 } else { 1.0 };
-        call.check_split(sides, "both sides of a replaced unit in a GROUP BY")?;
-        let noise = sum_noise(
-            call,
-            call.group_epsilon / sides,
-            call.group_delta.map(|d| d / sides),
-        )?;
+        let sides = if call.grouped { 2 } else { 1 };
+        call.check_split(sides as f64, "both sides of a replaced unit in a GROUP BY")?;
+        let noise = sum_noise(call, call.epsilon, call.options.delta, sides)?;
         Ok(Release::new(noise))
     }
 

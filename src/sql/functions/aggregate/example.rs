@@ -14,6 +14,7 @@ use super::statistic::{
 };
 use super::CallPlan;
 use super::DpCount;
+use crate::stats::mechanism::PrivacyLoss;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::DataType;
 use datafusion::common::Result;
@@ -91,8 +92,8 @@ impl DpStatistic for DpCountTrue {
 pub struct TrueCount(CountRelease);
 
 impl StatisticNoise for TrueCount {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.0.cost(epsilon, delta)
+    fn loss(&self) -> PrivacyLoss {
+        self.0.loss()
     }
 }
 

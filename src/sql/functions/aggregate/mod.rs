@@ -66,7 +66,7 @@ pub use dp_count::CountRelease;
 pub use statistic::Release;
 
 use crate::sql::options::DpOptions;
-use crate::stats::mechanism::{short_number, MAX_EPSILON};
+use crate::stats::mechanism::{short_number, PrivacyLoss, MAX_EPSILON};
 use crate::stats::Contribution;
 use accumulator::SingleGroup;
 use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
@@ -242,9 +242,23 @@ impl CallPlan {
     /// mechanism, smooth sensitivity, PTR, private group selection). Budget accounting charges
     /// exactly this.
     pub fn cost(&self) -> (f64, f64) {
-        // The calibrated noise's own mechanism states what it spends.
-        let (epsilon, delta) = self.release.cost(self.epsilon, self.options.delta);
-        (epsilon, delta + self.selection_delta.unwrap_or(0.0))
+        let loss = self.loss();
+        (loss.epsilon, loss.delta)
+    }
+
+    /// What the call spends in every measure: its release's privacy map
+    /// ([`StatisticNoise::loss`](statistic::StatisticNoise::loss)), then private group
+    /// selection's `δ` (a failure probability, with no zCDP map).
+    pub fn loss(&self) -> PrivacyLoss {
+        let loss = self.release.loss();
+        match self.selection_delta {
+            None => loss,
+            Some(delta) => PrivacyLoss {
+                delta: loss.delta + delta,
+                rho: None,
+                ..loss
+            },
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 
 use super::CallPlan;
 use crate::sql::options::DpOptions;
-use crate::stats::mechanism::{check_count_epsilon, short_number};
+use crate::stats::mechanism::{check_count_epsilon, short_number, PrivacyLoss, ReleaseShape};
 use crate::stats::{Contribution, RatioStatistic};
 use arrow::datatypes::DataType;
 use datafusion::common::{
@@ -213,9 +213,10 @@ pub type StatisticAccumulator = Box<dyn GroupsAccumulator + Sync>;
 /// its accumulator reads it back with [`Release::noise`]. Equality and downcasting come with
 /// any `PartialEq` type ([`NoiseAny`]).
 pub trait StatisticNoise: Debug + Send + Sync + NoiseAny {
-    /// The `(ε, δ)` a call with `epsilon` and the options' `delta` spends; budget accounting
-    /// charges exactly this.
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64);
+    /// What the call's release costs, from its calibrated noise's privacy map
+    /// ([`crate::stats::mechanism::NoiseMechanism::loss`]); budget accounting charges exactly
+    /// this.
+    fn loss(&self) -> PrivacyLoss;
 }
 
 /// Downcasting and equality of a [`StatisticNoise`] behind `dyn` (a bound call compares equal
@@ -253,9 +254,9 @@ impl Release {
         })
     }
 
-    /// What a call with `epsilon` and the options' `delta` spends ([`StatisticNoise::cost`]).
-    pub fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
-        self.0.cost(epsilon, delta)
+    /// What the call's release costs ([`StatisticNoise::loss`]).
+    pub fn loss(&self) -> PrivacyLoss {
+        self.0.loss()
     }
 }
 
@@ -284,6 +285,21 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The shape of the release ([`ReleaseShape`]): a replaced unit moves at most `sides`
+    /// values in each of at most `max_groups_per_unit` groups (the plan's contribution
+    /// bound), each by at most `sensitivity`. The one place the L1/L2 shape of a call is
+    /// derived from the plan's bound (docs/privacy-analysis.md, "Vector releases").
+    pub fn shape(&self, sides: u32, sensitivity: u32) -> Result<ReleaseShape> {
+        let name = self.name;
+        let coordinates = sides.checked_mul(self.contribution.groups).ok_or_else(|| {
+            plan_datafusion_err!(
+                "{name}: max_groups_per_unit = {} is too large to calibrate",
+                self.contribution.groups
+            )
+        })?;
+        Ok(ReleaseShape::new(coordinates, sensitivity))
+    }
+
     /// The constant argument at `i` (of [`ArgKind::Constant`]) as a finite number; an error
     /// naming the function and the argument `arg` otherwise.
     pub fn number(&self, i: usize, arg: &str) -> Result<f64> {

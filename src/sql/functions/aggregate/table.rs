@@ -18,7 +18,7 @@ use super::statistic::{
 };
 use super::CallPlan;
 use crate::sql::options::DpOptions;
-use crate::stats::mechanism::{check_count_epsilon, short_number, RealLaplace};
+use crate::stats::mechanism::{check_count_epsilon, short_number, PrivacyLoss, RealLaplace};
 use crate::stats::methods::release_relative_risk;
 use crate::stats::{
     Contribution, GroupSizes, IntervalMethod, IntervalSpec, Mechanism, RatioMethod, RatioStatistic,
@@ -141,13 +141,13 @@ impl<T: TableStatistic> DpStatistic for T {
                 .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
         }
         call.check_split(2.0, "each cell of the 2x2 table")?;
-        let noise = TableNoise::calibrate_for_unit(
+        let noise = TableNoise::calibrate_for_shape(
             options.mechanism,
-            call.group_epsilon,
-            call.group_delta,
+            call.epsilon,
+            options.delta,
             options.gaussian_calibration,
             options.group_sizes,
-            rows,
+            call.shape(2, rows)?,
         )
         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
         Ok(Release::new(TableRelease::Counts {
@@ -201,11 +201,18 @@ pub enum TableRelease {
 }
 
 impl StatisticNoise for TableRelease {
-    fn cost(&self, epsilon: f64, delta: Option<f64>) -> (f64, f64) {
+    fn loss(&self) -> PrivacyLoss {
         match self {
-            // The cells' own mechanism states what it spends.
-            Self::Counts { noise, .. } => noise.cell.cost(epsilon, delta),
-            Self::LocalRatio { delta, .. } => (epsilon, delta.unwrap_or(0.0)),
+            // The cells' noise states what the table's release costs.
+            Self::Counts { noise, .. } => noise.cell.loss(),
+            // The paper's local methods: Laplace noise on a statistic (and, for smooth
+            // sensitivity and PTR, a failure probability δ), `(ε, δ)`-DP by the paper's
+            // Appendix C; they have no zCDP map.
+            Self::LocalRatio { epsilon, delta, .. } => PrivacyLoss {
+                epsilon: *epsilon,
+                delta: delta.unwrap_or(0.0),
+                rho: None,
+            },
         }
     }
 }

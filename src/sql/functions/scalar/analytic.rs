@@ -189,7 +189,9 @@ fn gaussian_sigma(
     let calibration = GaussianCalibration::parse(calibration.unwrap_or("analytic"))?;
     let sensitivity = values[2];
     match calibration {
-        GaussianCalibration::Analytic => analytic_gaussian_sigma(values[0], values[1], sensitivity),
+        GaussianCalibration::Analytic | GaussianCalibration::PerCell => {
+            analytic_gaussian_sigma(values[0], values[1], sensitivity)
+        }
         GaussianCalibration::Classic => classic_gaussian_sigma(values[0], values[1], sensitivity),
     }
     .map(Some)
