@@ -69,7 +69,7 @@ impl Setting {
             self.mechanism,
             self.epsilon,
             delta,
-            GaussianCalibration::Analytic,
+            calibration(),
             self.sizes,
         )
     }
@@ -211,13 +211,7 @@ fn paper_part(out: &mut String, simulations: usize) -> Result<(), String> {
         for mechanism in [Mechanism::Gaussian, Mechanism::Laplace] {
             for method in [Plain, Conservative] {
                 let delta = (mechanism == Mechanism::Gaussian).then_some(1e-4);
-                let noise = TableNoise::calibrate(
-                    mechanism,
-                    1.0,
-                    delta,
-                    GaussianCalibration::Analytic,
-                    sizes,
-                )?;
+                let noise = TableNoise::calibrate(mechanism, 1.0, delta, calibration(), sizes)?;
                 writeln!(
                     out,
                     "### {mechanism}, {method} interval, {sizes} group sizes\n"
@@ -617,7 +611,20 @@ fn progress(message: &str) {
     PROGRESS.with(|p| p.borrow_mut().update(message));
 }
 
+/// The Gaussian calibration of every table (third argument): `per_cell`, the paper's and the
+/// committed docs' (default), or `analytic`, the SQL default since issue 45 (one vector).
+static CALIBRATION: std::sync::OnceLock<GaussianCalibration> = std::sync::OnceLock::new();
+
+fn calibration() -> GaussianCalibration {
+    *CALIBRATION.get_or_init(|| GaussianCalibration::PerCell)
+}
+
 fn main() -> Result<(), String> {
+    if let Some(name) = std::env::args().nth(3) {
+        CALIBRATION
+            .set(GaussianCalibration::parse(&name)?)
+            .expect("set once");
+    }
     let result = tables();
     PROGRESS.with(|p| p.borrow_mut().finish());
     result

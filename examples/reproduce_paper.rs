@@ -129,7 +129,7 @@ fn figure1(out: &Path, report: &mut String) -> Result<()> {
                 Mechanism::Laplace,
                 eps,
                 None,
-                GaussianCalibration::Analytic,
+                GaussianCalibration::PerCell,
                 GroupSizes::Public,
             )?;
             let mut rng = ChaCha20Rng::seed_from_u64(1000 + k as u64 + 100 * x + y);
@@ -215,7 +215,7 @@ fn figure2(out: &Path, report: &mut String) -> Result<()> {
                 Mechanism::Laplace,
                 eps,
                 None,
-                GaussianCalibration::Analytic,
+                GaussianCalibration::PerCell,
                 GroupSizes::Public,
             )?;
             let mut rng = ChaCha20Rng::seed_from_u64((i * 100 + k) as u64);
@@ -304,14 +304,14 @@ fn figure3(out: &Path, report: &mut String) -> Result<()> {
                 Mechanism::Laplace,
                 eps,
                 None,
-                GaussianCalibration::Analytic,
+                GaussianCalibration::PerCell,
                 GroupSizes::Public,
             )?;
             let gaussian = TableNoise::calibrate(
                 Mechanism::Gaussian,
                 eps,
                 Some(delta),
-                GaussianCalibration::Analytic,
+                GaussianCalibration::PerCell,
                 GroupSizes::Public,
             )?;
             let mut rng = ChaCha20Rng::seed_from_u64((i * 100 + k) as u64 + 7);
@@ -417,7 +417,7 @@ fn coverage_table(out: &Path, report: &mut String) -> Result<()> {
             *mechanism,
             1.0,
             delta,
-            GaussianCalibration::Analytic,
+            GaussianCalibration::PerCell,
             GroupSizes::Public,
         )?;
         writeln!(report, "### {title}\n")?;

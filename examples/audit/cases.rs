@@ -751,6 +751,29 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "planted_gaussian_sigma_over_sqrt2",
+            what: "PLANTED: grouped Gaussian dp_count with sigma/sqrt(2) (the vector's L2 sensitivity sqrt(2) forgotten: the engine run at epsilon 1.5137, where the vector's sigma is that of one value at 1.0, claiming (1.0, 1e-3)), a row moves from a to b",
+            epsilon: 1.0,
+            delta: 1e-3,
+            // The continuous analytic Gaussian at L2 sensitivity √2 and σ = σ(1, 1e-3, Δ=1)
+            // reaches δ = 1e-3 at ε = 1.5137 (Balle & Wang 2018, solved numerically).
+            visible: 1.5137,
+            expect: Expect::Exceeds,
+            ci: 200_000,
+            full: 2_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, g, dp_count(x, 1.5137445, 'mechanism=gaussian, delta=1e-3') AS c FROM t GROUP BY replicate, g",
+                    gx(&[("a", Some(1)), ("a", Some(1)), ("b", Some(1))]),
+                    gx(&[("a", Some(1)), ("b", Some(1)), ("b", Some(1))]),
+                    n,
+                    58,
+                )
+                .group_columns(&["g"])
+                .delta(1e-3)
+            },
+        },
+        Case {
             name: "planted_sum_sensitivity",
             what: "PLANTED: grouped dp_sum(x, 0, 4) calibrated for sensitivity 1 (the unit's row bound, forgetting the bounds' width 4; the engine run at epsilon 4.0 claiming 1.0): one row's value 4 in D, 0 in D'",
             epsilon: 1.0,

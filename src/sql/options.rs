@@ -280,7 +280,7 @@ pub const OPTIONS: &[DpOption] = &[
     },
     DpOption {
         key: "gaussian_calibration",
-        doc: "'analytic' (Balle-Wang, default) or 'classic' (Dwork-Roth, epsilon < 1)",
+        doc: "'analytic' (default: Balle-Wang once for the whole release at its L2 sensitivity), 'per_cell' (the paper's: Balle-Wang per noised value) or 'classic' (Dwork-Roth per value, epsilon < 1)",
         set_by: SetBy::Analyst,
         per_call: true,
         get: |o| Some(o.gaussian_calibration.to_string()),

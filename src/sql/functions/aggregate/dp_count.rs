@@ -59,8 +59,11 @@ impl DpStatistic for DpCount {
                  whole result under replace-one neighbours. Without GROUP BY one row changes the \
                  count by at most 1: noise for `(ε, δ)` at sensitivity 1 (Laplace scale `1/ε`). \
                  With GROUP BY a replaced row can leave one group and join another, changing two \
-                 counts: each group's count gets noise for `(ε/2, δ/2)` (Laplace scale `2/ε`), as \
-                 each cell of the 2x2 table does.\n\
+                 counts: Laplace noise for `ε/2` per group (scale `2/ε`), as each cell of the 2x2 \
+                 table; the Gaussian is calibrated once for all the groups' counts, one vector of \
+                 L2 sensitivity `√2` (about half the variance of `(ε/2, δ/2)` per group, which \
+                 `gaussian_calibration=per_cell` keeps). The δ charged is the noise's own, at \
+                 most the δ asked.\n\
                  - The value is the raw noisy count: unbiased, and it can be negative.",
             ],
             sql_example: "SELECT dp_count(age, 1.0) AS visits FROM visits WHERE ward = 'A'",

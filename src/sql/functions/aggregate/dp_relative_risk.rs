@@ -39,9 +39,11 @@ impl TableStatistic for DpRelativeRisk {
              every noisy count in a denominator is floored at 1 (the paper's Claim \
              bias_ratio_counts), so the estimate always exists; it can be 0 or negative when the \
              noisy numerator is.",
-            "- Guarantee: `(ε, δ)`-DP for the whole table (δ = 0 for Laplace). Each cell gets \
-             noise for `(ε/2, δ/2)` at sensitivity 1 (Laplace scale `2/ε`, as the paper's \
-             LaplaceNoisedCounts).\n\
+            "- Guarantee: `(ε, δ)`-DP for the whole table (δ = 0 for Laplace). A replaced row \
+             changes at most two cells by 1: Laplace noise for `ε/2` per cell (scale `2/ε`, as \
+             the paper's LaplaceNoisedCounts); the Gaussian is calibrated once for the table, \
+             one vector of L2 sensitivity `√2` (`gaussian_calibration=per_cell`: the paper's \
+             `(ε/2, δ/2)` per cell).\n\
              - `group_sizes=private` (default): all four cells are noised; `n_x`, `n_y` are sums \
              of noisy cells. `group_sizes=public`: only `X` and `Y` are noised and the exact \
              `n_x`, `n_y` are used and released — this reproduces the paper, and **you assert \

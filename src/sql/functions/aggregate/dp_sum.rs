@@ -83,8 +83,9 @@ impl DpStatistic for DpSum {
                  `max_rows_per_unit` values to a group, so replacing it changes that group's sum \
                  by at most `Δ = max_rows_per_unit × (max(upper, 0) − min(lower, 0))` \
                  (`max_rows_per_unit × max(|lower|, |upper|)` when the bounds do not straddle 0). \
-                 The noise is calibrated for `Δ`, with `(ε/2, δ/2)` per group under GROUP BY and \
-                 `ε/max_groups_per_unit` as for `dp_count`.\n\
+                 The noise is calibrated for `Δ`, with `ε/2` per group under GROUP BY and \
+                 `ε/max_groups_per_unit` as for `dp_count` (the Gaussian: once for the vector of \
+                 the sums a unit moves, as for `dp_count`).\n\
                  - No floating-point leak (Mironov 2012, doi:10.1145/2382196.2382264): clamped \
                  values are rounded to a power-of-two grid `2^k` (for Laplace noise of scale `b`, \
                  no coarser than `max(Δ/2^29, b/2^38)`: far below the noise), summed exactly in \
