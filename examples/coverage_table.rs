@@ -49,6 +49,10 @@ enum Measured {
     Defaults,
     /// The defaults in small, noisy groups, off the paper's grid (docs/coverage-small-groups.md).
     SmallGroups,
+    /// Every cell's coverage and median width of the defaults, Gaussian, n = 200, as
+    /// tab-separated lines: run once per calibration (third argument) to compare them cell by
+    /// cell (issue 45's width target; BENCHMARKS.md, docs/intervals.md).
+    Widths,
 }
 
 /// One simulated setting of part 2.
@@ -645,12 +649,52 @@ fn tables() -> Result<(), String> {
         Some("none") => Measured::None,
         Some("defaults") => Measured::Defaults,
         Some("small-groups") => Measured::SmallGroups,
+        Some("widths") => Measured::Widths,
         Some(other) => {
             return Err(format!(
-                "unknown second argument {other} (small, all, none, defaults, small-groups)"
+                "unknown second argument {other} (small, all, none, defaults, small-groups, widths)"
             ))
         }
     };
+    if measured == Measured::Widths {
+        let mut out = String::from(
+            "calibration\tepsilon\tsizes\tinterval\tp_x\tp_y\tcell_noise_variance\tcoverage\tmedian_width\n",
+        );
+        let mut index = 0;
+        for epsilon in [0.5, 1.0] {
+            for sizes in [GroupSizes::Private, GroupSizes::Public] {
+                let setting = Setting {
+                    n: 200,
+                    n_y: 200,
+                    epsilon,
+                    mechanism: Mechanism::Gaussian,
+                    sizes,
+                };
+                let variance = setting.noise()?.cell.variance;
+                let grid = run_setting(setting, index, simulations, Measured::Defaults)?;
+                index += 1;
+                for (i, row) in grid.cells.iter().enumerate() {
+                    for (j, cell) in row.iter().enumerate() {
+                        for m in cell {
+                            writeln!(
+                                out,
+                                "{}\t{epsilon}\t{sizes}\t{}\t{}\t{}\t{variance}\t{}\t{}",
+                                calibration(),
+                                name(m.statistic, m.method),
+                                GRID[i],
+                                GRID[j],
+                                m.coverage,
+                                m.median_width
+                            )
+                            .unwrap();
+                        }
+                    }
+                }
+            }
+        }
+        datafusion_dp::cli::terminal::print_out(&out)?;
+        return Ok(());
+    }
     if measured == Measured::SmallGroups {
         let mut out = String::new();
         small_groups_part(&mut out, simulations)?;

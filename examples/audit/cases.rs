@@ -156,6 +156,32 @@ fn with_grid(audit: SqlAudit) -> SqlAudit {
     )
 }
 
+/// The `(ε, 1e-3)` that zCDP accounting claims for `count_composition_zcdp`: each grouped
+/// Gaussian count's `ρ` read from its calibrated noise's privacy map (a grouped count is one
+/// vector of shape `(2, 1)`), summed (Bun & Steinke 2016, Lemma 2.3) and converted with
+/// `cdp_epsilon`. Linear accounting would claim 4.
+fn zcdp_composition_claim() -> f64 {
+    use datafusion_dp::stats::mechanism::{cdp_epsilon, ReleaseShape};
+    use datafusion_dp::stats::{CountNoise, Mechanism};
+    let rho: f64 = [1e-6, 2e-6, 3e-6, 4e-6]
+        .iter()
+        .map(|&delta| {
+            CountNoise::calibrate_release(
+                Mechanism::Gaussian,
+                1.0,
+                Some(delta),
+                ReleaseShape::new(2, 1),
+                Default::default(),
+            )
+            .expect("calibrates")
+            .loss()
+            .rho
+            .expect("a zCDP map")
+        })
+        .sum();
+    cdp_epsilon(rho, 1e-3)
+}
+
 pub fn cases() -> Vec<Case> {
     vec![
         // ---- dp_count ----
@@ -238,6 +264,30 @@ pub fn cases() -> Vec<Case> {
                     13,
                 )
                 .group_columns(&["g"])
+                .delta(1e-3)
+            },
+        },
+        Case {
+            name: "count_composition_zcdp",
+            what: "four grouped Gaussian dp_counts in one query (delta 1e-6..4e-6 each), one row's value NULL in D': their joint release against the zCDP accounting, the sum of the four noises' rho converted to (epsilon, 1e-3) (Canonne, Kamath & Steinke 2020, Corollary 13)",
+            epsilon: zcdp_composition_claim(),
+            delta: 1e-3,
+            visible: zcdp_composition_claim(),
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 1_000_000,
+            build: |n| {
+                grouped(
+                    "SELECT replicate, dp_count(x, 1.0, 'mechanism=gaussian, delta=1e-6') AS c1, \
+                     dp_count(x, 1.0, 'mechanism=gaussian, delta=2e-6') AS c2, \
+                     dp_count(x, 1.0, 'mechanism=gaussian, delta=3e-6') AS c3, \
+                     dp_count(x, 1.0, 'mechanism=gaussian, delta=4e-6') AS c4 \
+                     FROM t GROUP BY replicate",
+                    gx(&[("a", Some(1))]),
+                    gx(&[("a", None)]),
+                    n,
+                    14,
+                )
                 .delta(1e-3)
             },
         },
