@@ -504,8 +504,14 @@ async fn main() {
     let baseline_ledger = dir.join("baseline.ledger");
     let ctx = owner
         .locked_session(&datafusion_dp::owner::SessionBudget {
-            epsilon: 1e6,
-            delta: None,
+            budget: datafusion_dp::sql::accounting::budget::Budget::new(
+                datafusion_dp::sql::accounting::budget::BudgetMeasure::EpsilonDelta,
+                Some(1e6),
+                None,
+                None,
+                "",
+            )
+            .unwrap(),
             ledger: baseline_ledger.to_string_lossy().into_owned(),
         })
         .unwrap();

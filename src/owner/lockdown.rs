@@ -2,15 +2,15 @@
 //! [`crate::lock`], [`crate::analyst_sql`]): [`lock_session`] declares each table's
 //! protection, fixes the owner's options and the analyst's budget and ledger, and locks.
 
+use crate::sql::accounting::budget::Budget;
 use crate::Protection;
 use datafusion::error::Result;
 use datafusion::prelude::SessionContext;
 
-/// The budget and ledger a locked session spends.
+/// The budget (in its measure) and ledger a locked session spends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionBudget {
-    pub epsilon: f64,
-    pub delta: Option<f64>,
+    pub budget: Budget,
     pub ledger: String,
 }
 
@@ -38,9 +38,8 @@ pub fn lock_session(
     for (key, value) in options {
         set(ctx, key, value)?;
     }
-    set(ctx, "epsilon_budget", &budget.epsilon.to_string())?;
-    if let Some(delta) = budget.delta {
-        set(ctx, "delta_budget", &delta.to_string())?;
+    for (key, value) in budget.budget.options() {
+        set(ctx, key, &value)?;
     }
     set(ctx, "ledger", &budget.ledger)?;
     crate::lock(ctx)

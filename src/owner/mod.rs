@@ -107,8 +107,7 @@ impl AnalystConfig {
     /// The budget and ledger this analyst's sessions spend.
     pub fn budget(&self) -> SessionBudget {
         SessionBudget {
-            epsilon: self.epsilon_budget,
-            delta: self.delta_budget,
+            budget: self.budget,
             ledger: self.ledger.to_string_lossy().into_owned(),
         }
     }

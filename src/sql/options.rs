@@ -6,6 +6,7 @@
 //! `'mechanism=gaussian, delta=1e-6, confidence=0.9'`. Which keys a statistic accepts is its
 //! own declaration (`DpStatistic::option_keys`).
 
+use crate::sql::accounting::budget::{Budget, BudgetMeasure};
 use crate::sql::privacy::plan::protection::Protections;
 use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
@@ -78,11 +79,16 @@ pub struct DpOptions {
     pub bias_correction: bool,
     /// PTR only: the proposed bound on the local sensitivity.
     pub ptr_bound: Option<f64>,
+    /// The measure the session's budget is declared and counted in ([`BudgetMeasure`]:
+    /// `epsilon_delta`, the default, or `zcdp`). Enforced by [`crate::sql::accounting::budget`].
+    pub budget_measure: BudgetMeasure,
     /// Total epsilon the session may spend (`None`: no budget enforcement unless
-    /// `delta_budget` is set). Enforced by [`crate::sql::accounting::budget`].
+    /// `delta_budget` is set); under `zcdp`, with `delta_budget`, the target converted to ρ.
     pub epsilon_budget: Option<f64>,
     /// Total delta the session may spend (`None`: 0 when `epsilon_budget` is set).
     pub delta_budget: Option<f64>,
+    /// Total ρ (zCDP) the session may spend, under `budget_measure = 'zcdp'`.
+    pub rho_budget: Option<f64>,
     /// Append-only file that keeps the charges across sessions and processes.
     pub ledger: Option<String>,
     /// Refuse the non-private seeded mode for the rest of the session.
@@ -122,8 +128,10 @@ impl Default for DpOptions {
             method: RatioMethod::NoisyCounts,
             bias_correction: false,
             ptr_bound: None,
+            budget_measure: BudgetMeasure::EpsilonDelta,
             epsilon_budget: None,
             delta_budget: None,
+            rho_budget: None,
             ledger: None,
             require_secure: false,
             protections: Protections::default(),
@@ -331,8 +339,20 @@ pub const OPTIONS: &[DpOption] = &[
         copy: |o, from| o.ptr_bound = from.ptr_bound,
     },
     DpOption {
+        key: "budget_measure",
+        doc: "the measure the budget is declared and counted in: 'epsilon_delta' (default: epsilon_budget and delta_budget, each query's (epsilon, delta) added; pure epsilon when delta_budget is unset) or 'zcdp' (rho_budget, or epsilon_budget with delta_budget as a target (epsilon, delta) converted to rho; each query's rho added, and a query without a zCDP map is refused)",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| Some(o.budget_measure.to_string()),
+        set: |o, value| {
+            o.budget_measure = BudgetMeasure::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.budget_measure = from.budget_measure,
+    },
+    DpOption {
         key: "epsilon_budget",
-        doc: "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning",
+        doc: "total epsilon this session may spend, >= 0 ('none': no enforcement); every DP query is charged at planning. With budget_measure 'zcdp': the target epsilon, with delta_budget",
         set_by: SetBy::Owner,
         per_call: false,
         get: |o| o.epsilon_budget.map(|b| b.to_string()),
@@ -344,7 +364,7 @@ pub const OPTIONS: &[DpOption] = &[
     },
     DpOption {
         key: "delta_budget",
-        doc: "total delta this session may spend, >= 0 (0 when only epsilon_budget is set)",
+        doc: "total delta this session may spend, >= 0 (0 when only epsilon_budget is set). With budget_measure 'zcdp': the target delta, in (0, 1), with epsilon_budget",
         set_by: SetBy::Owner,
         per_call: false,
         get: |o| o.delta_budget.map(|b| b.to_string()),
@@ -353,6 +373,18 @@ pub const OPTIONS: &[DpOption] = &[
             Ok(())
         },
         copy: |o, from| o.delta_budget = from.delta_budget,
+    },
+    DpOption {
+        key: "rho_budget",
+        doc: "budget_measure 'zcdp' only: total rho (zero-concentrated DP) this session may spend, >= 0 ('none': unset); the budget is then (epsilon, cdp_delta(rho, epsilon))-DP for every epsilon",
+        set_by: SetBy::Owner,
+        per_call: false,
+        get: |o| o.rho_budget.map(|b| b.to_string()),
+        set: |o, value| {
+            o.rho_budget = parse_budget("rho_budget", value)?;
+            Ok(())
+        },
+        copy: |o, from| o.rho_budget = from.rho_budget,
     },
     DpOption {
         key: "protected_tables",
@@ -465,7 +497,7 @@ pub const OPTIONS: &[DpOption] = &[
     },
     DpOption {
         key: "locked",
-        doc: "true: lock the session for an untrusted analyst (the data owner's options can no longer be set; needs dp.epsilon_budget; cannot be undone); see datafusion_dp::lock",
+        doc: "true: lock the session for an untrusted analyst (the data owner's options can no longer be set; needs a budget: dp.epsilon_budget, or a zCDP one; cannot be undone); see datafusion_dp::lock",
         set_by: SetBy::Analyst,
         per_call: false,
         get: |o| Some(o.locked.to_string()),
@@ -601,11 +633,23 @@ fn parse_bound(key: &str, value: &str) -> std::result::Result<u32, String> {
 
 impl DpOptions {
     /// Locks the owner's options ([`SetBy::Owner`]) for the rest of the session, turning
-    /// `require_secure` on. Refused without an epsilon budget, or with `dp.seed` set.
+    /// `require_secure` on. Refused without a budget (an epsilon budget, or a zCDP one) that
+    /// its options declare in one measure ([`Budget::new`]), or with `dp.seed` set.
     pub fn lock(&mut self) -> std::result::Result<(), String> {
-        if self.epsilon_budget.is_none() {
+        let budget = Budget::new(
+            self.budget_measure,
+            self.epsilon_budget,
+            self.delta_budget,
+            self.rho_budget,
+            "dp.",
+        )?;
+        let enforced = match budget.measure {
+            BudgetMeasure::EpsilonDelta => budget.epsilon.is_some(),
+            BudgetMeasure::Zcdp => budget.is_enforced(),
+        };
+        if !enforced {
             return Err(
-                "a locked session needs a budget: set dp.epsilon_budget (and dp.delta_budget for (epsilon, delta) mechanisms) first"
+                "a locked session needs a budget: set dp.epsilon_budget (and dp.delta_budget for (epsilon, delta) mechanisms), or dp.budget_measure = 'zcdp' with dp.rho_budget (or with dp.epsilon_budget and dp.delta_budget as a target), first"
                     .to_string(),
             );
         }
@@ -761,8 +805,10 @@ mod tests {
             ("method", "ptr"),
             ("bias_correction", "true"),
             ("ptr_bound", "2.5"),
+            ("budget_measure", "zcdp"),
             ("epsilon_budget", "10"),
             ("delta_budget", "0.01"),
+            ("rho_budget", "0.5"),
             ("protected_tables", "visits(patient_id)"),
             ("public_tables", "regions"),
             ("max_rows_per_unit", "3"),
@@ -835,8 +881,10 @@ mod tests {
         let mut client = DpOptions::default();
         for (key, value) in [
             ("seed", "7"),
+            ("budget_measure", "zcdp"),
             ("epsilon_budget", "100"),
             ("delta_budget", "0.5"),
+            ("rho_budget", "2"),
             ("ledger", "/tmp/mine"),
             ("public_groups", "assert"),
             ("group_sizes", "public"),
@@ -907,6 +955,25 @@ mod tests {
         );
         o.set("epsilon_budget", "none").unwrap();
         assert_eq!(o.epsilon_budget, None);
+        // The measure and rho are parsed here; whether they declare one budget is checked when
+        // it is used (Budget::new), whatever the order they were set in.
+        o.set("budget_measure", " ZCDP ").unwrap();
+        assert_eq!(o.budget_measure, BudgetMeasure::Zcdp);
+        let err = o.set("budget_measure", "renyi").unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "dp.budget_measure: budget_measure must be 'epsilon_delta' or 'zcdp', got 'renyi'"
+            ),
+            "{err}"
+        );
+        o.set("rho_budget", "0.5").unwrap();
+        assert_eq!(o.rho_budget, Some(0.5));
+        for bad in ["-1", "inf", "NaN", "half"] {
+            let err = o.set("rho_budget", bad).unwrap_err().to_string();
+            assert!(err.contains("dp.rho_budget"), "{err}");
+        }
+        o.set("rho_budget", "none").unwrap();
+        assert_eq!(o.rho_budget, None);
         o.set("ledger", " /tmp/x.ledger ").unwrap();
         assert_eq!(o.ledger.as_deref(), Some("/tmp/x.ledger"));
         o.set("ledger", "none").unwrap();

@@ -1,5 +1,11 @@
 //! The `[[analyst]]` sections: each analyst's credential, budget and ledger.
+//!
+//! A budget is declared in one measure ([`Budget`], as the session options declare it):
+//! `epsilon_budget` (pure ε) or `epsilon_budget` and `delta_budget` ((ε, δ), the default
+//! measure), or `budget_measure = "zcdp"` with `rho_budget`, or with `epsilon_budget` and
+//! `delta_budget` as a target (ε, δ) converted to ρ.
 
+use crate::sql::accounting::budget::{Budget, BudgetMeasure};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -10,8 +16,8 @@ pub struct AnalystConfig {
     /// How the analyst's password is checked; `None`: the analyst cannot log in to the
     /// server (a `dpsql --config` shell the owner hands over).
     pub credential: Option<Credential>,
-    pub epsilon_budget: f64,
-    pub delta_budget: Option<f64>,
+    /// The analyst's budget, in its measure (always enforced: a locked session needs one).
+    pub budget: Budget,
     /// The analyst's durable ledger (resolved against the configuration's directory).
     pub ledger: PathBuf,
 }
@@ -41,8 +47,10 @@ pub(super) struct RawAnalyst {
     name: String,
     password: Option<String>,
     password_hash: Option<String>,
+    budget_measure: Option<String>,
     epsilon_budget: Option<f64>,
     delta_budget: Option<f64>,
+    rho_budget: Option<f64>,
     ledger: Option<String>,
 }
 
@@ -71,13 +79,18 @@ pub(super) fn parse(
             (Some(password), None) => Some(Credential::Password(password)),
             (None, None) => None,
         };
-        let epsilon_budget = a.epsilon_budget.ok_or_else(|| {
-            format!("{who}: needs epsilon_budget (a locked session requires a budget)")
-        })?;
-        if !(epsilon_budget.is_finite() && epsilon_budget > 0.0) {
-            return Err(format!(
-                "{who}: epsilon_budget must be a positive number, got {epsilon_budget}"
-            ));
+        let measure = match a.budget_measure.as_deref() {
+            None => BudgetMeasure::EpsilonDelta,
+            Some(name) => BudgetMeasure::parse(name).map_err(|e| format!("{who}: {e}"))?,
+        };
+        // Each amount in its range, then one budget in one measure (Budget::new, as for the
+        // session options), then one that is enforced: a locked session requires a budget.
+        if let Some(epsilon) = a.epsilon_budget {
+            if !(epsilon.is_finite() && epsilon > 0.0) {
+                return Err(format!(
+                    "{who}: epsilon_budget must be a positive number, got {epsilon}"
+                ));
+            }
         }
         if let Some(delta) = a.delta_budget {
             if !(0.0..1.0).contains(&delta) {
@@ -85,6 +98,28 @@ pub(super) fn parse(
                     "{who}: delta_budget must be in [0, 1), got {delta}"
                 ));
             }
+        }
+        if let Some(rho) = a.rho_budget {
+            if !(rho.is_finite() && rho > 0.0) {
+                return Err(format!(
+                    "{who}: rho_budget must be a positive number, got {rho}"
+                ));
+            }
+        }
+        let budget = Budget::new(measure, a.epsilon_budget, a.delta_budget, a.rho_budget, "")
+            .map_err(|e| format!("{who}: {e}"))?;
+        match measure {
+            BudgetMeasure::EpsilonDelta if budget.epsilon.is_none() => {
+                return Err(format!(
+                    "{who}: needs epsilon_budget (a locked session requires a budget)"
+                ))
+            }
+            BudgetMeasure::Zcdp if !budget.is_enforced() => {
+                return Err(format!(
+                    "{who}: budget_measure = \"zcdp\" needs rho_budget, or epsilon_budget and delta_budget (a target converted to rho): a locked session requires a budget"
+                ))
+            }
+            _ => {}
         }
         let ledger = a.ledger.ok_or_else(|| {
             format!(
@@ -102,8 +137,7 @@ pub(super) fn parse(
         analysts.push(AnalystConfig {
             name: a.name,
             credential,
-            epsilon_budget,
-            delta_budget: a.delta_budget,
+            budget,
             ledger,
         });
     }

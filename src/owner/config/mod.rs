@@ -176,6 +176,7 @@ impl OwnerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::accounting::budget::{Budget, BudgetMeasure};
     use crate::Protection;
     use datafusion::arrow::datatypes::DataType;
     use std::path::PathBuf;
@@ -235,7 +236,8 @@ mod tests {
             ]
         );
         let alice = config.analyst("alice").unwrap();
-        assert_eq!(alice.epsilon_budget, 2.0);
+        assert_eq!(alice.budget.epsilon, Some(2.0));
+        assert_eq!(alice.budget.measure, BudgetMeasure::EpsilonDelta);
         assert_eq!(alice.ledger, PathBuf::from("/owner/alice.ledger"));
         assert_eq!(config.server.session_idle_seconds, 3600);
         assert_eq!(
@@ -576,6 +578,89 @@ mod tests {
             err("[server]\nmax_session = 1").contains("max_session"),
             "unknown keys"
         );
+    }
+
+    #[test]
+    fn analysts_budgets_are_declared_in_one_measure() {
+        let budget = |extra: &str| -> std::result::Result<Budget, String> {
+            parse(&format!(
+                "[[analyst]]\nname = \"a\"\nledger = \"a.l\"\n{extra}"
+            ))
+            .map(|c| c.analysts[0].budget)
+            .map_err(|e| e.to_string())
+        };
+        let zcdp = |epsilon, delta, rho| Budget {
+            measure: BudgetMeasure::Zcdp,
+            epsilon,
+            delta,
+            rho,
+        };
+        // Old configurations keep their meaning: pure epsilon, (epsilon, delta).
+        let pure = budget("epsilon_budget = 3").unwrap();
+        assert_eq!(
+            (pure.measure, pure.epsilon, pure.delta, pure.rho),
+            (BudgetMeasure::EpsilonDelta, Some(3.0), None, None)
+        );
+        assert_eq!(pure.label(), "epsilon");
+        let approx = budget("epsilon_budget = 3\ndelta_budget = 1e-6").unwrap();
+        assert_eq!(approx.limits(), Some((3.0, 1e-6)));
+        assert_eq!(approx.label(), "epsilon_delta");
+        // zCDP: rho itself, or a target (epsilon, delta) converted to rho once.
+        assert_eq!(
+            budget("budget_measure = \"zcdp\"\nrho_budget = 0.5").unwrap(),
+            zcdp(None, None, Some(0.5))
+        );
+        let target =
+            budget("budget_measure = \"zcdp\"\nepsilon_budget = 10\ndelta_budget = 1e-4").unwrap();
+        assert_eq!(target, zcdp(Some(10.0), Some(1e-4), None));
+        let rho = target.rho_limit().unwrap();
+        assert!((rho / 2.117 - 1.0).abs() < 1e-3, "{rho}");
+        // The options a locked session is given for it.
+        assert_eq!(
+            target.options(),
+            vec![
+                ("budget_measure", "zcdp".to_string()),
+                ("epsilon_budget", "10".to_string()),
+                ("delta_budget", "0.0001".to_string()),
+            ]
+        );
+        // Errors name the analyst and the keys.
+        for (extra, expected) in [
+            (
+                "rho_budget = 0.5",
+                "analyst 'a': rho_budget is a zCDP budget, but budget_measure is 'epsilon_delta'",
+            ),
+            ("delta_budget = 1e-6", "analyst 'a': needs epsilon_budget"),
+            (
+                "epsilon_budget = 1\nrho_budget = 0.5",
+                "analyst 'a': rho_budget is a zCDP budget, but budget_measure is 'epsilon_delta': set budget_measure = 'zcdp'",
+            ),
+            (
+                "budget_measure = \"zcdp\"\nrho_budget = 0.5\nepsilon_budget = 1\ndelta_budget = 1e-6",
+                "analyst 'a': a zCDP budget is rho_budget, or epsilon_budget with delta_budget as a target (epsilon, delta) converted to rho: not both",
+            ),
+            (
+                "budget_measure = \"zcdp\"\nepsilon_budget = 1",
+                "analyst 'a': a zCDP budget (budget_measure = 'zcdp') is rho_budget, or a target (epsilon, delta) converted to rho: epsilon_budget > 0 with delta_budget in (0, 1); got epsilon_budget=1, delta_budget=none",
+            ),
+            (
+                "budget_measure = \"zcdp\"",
+                "analyst 'a': budget_measure = \"zcdp\" needs rho_budget, or epsilon_budget and delta_budget",
+            ),
+            (
+                "budget_measure = \"zcdp\"\nrho_budget = -1",
+                "analyst 'a': rho_budget must be a positive number, got -1",
+            ),
+            (
+                "budget_measure = \"renyi\"\nepsilon_budget = 1",
+                "analyst 'a': budget_measure must be 'epsilon_delta' or 'zcdp', got 'renyi'",
+            ),
+        ] {
+            let err = budget(extra).unwrap_err();
+            assert!(err.contains(expected), "{extra}: {err}");
+        }
+        assert!(err("[options]\nrho_budget = 1").contains("per analyst"));
+        assert!(err("[options]\nbudget_measure = \"zcdp\"").contains("per analyst"));
     }
 
     #[test]

@@ -3,7 +3,13 @@
 use std::collections::BTreeMap;
 
 /// Options an analyst's budget sets (per analyst, never in `[options]`).
-const PER_ANALYST: [&str; 3] = ["epsilon_budget", "delta_budget", "ledger"];
+const PER_ANALYST: [&str; 5] = [
+    "budget_measure",
+    "epsilon_budget",
+    "delta_budget",
+    "rho_budget",
+    "ledger",
+];
 
 /// Options the `[[table]]` sections set.
 const PER_TABLE: [&str; 2] = ["protected_tables", "public_tables"];
@@ -16,7 +22,7 @@ pub(super) fn parse(raw: BTreeMap<String, toml::Value>) -> Result<Vec<(String, S
         let key = key.strip_prefix("dp.").unwrap_or(&key).to_string();
         if PER_ANALYST.contains(&key.as_str()) {
             return Err(format!(
-                "[options] dp.{key}: budgets and ledgers are set per analyst ([[analyst]] epsilon_budget, delta_budget, ledger)"
+                "[options] dp.{key}: budgets and ledgers are set per analyst ([[analyst]] budget_measure, epsilon_budget, delta_budget, rho_budget, ledger)"
             ));
         }
         if PER_TABLE.contains(&key.as_str()) {

@@ -4,10 +4,10 @@
 //! A running `f64` sum drops any charge below half its last bit: once `1e6` of epsilon was
 //! spent, a charge below `5.8e-11` left the total unchanged, and queries at such an epsilon
 //! were answered without end after the budget was spent (red team, issue 27). Here every
-//! amount is counted in units of [`EPSILON_UNIT`] (`10^-12`) of epsilon and [`DELTA_UNIT`]
-//! (`10^-30`) of delta:
+//! amount is counted in units of [`EPSILON_UNIT`] (`10^-12`) of epsilon, [`DELTA_UNIT`]
+//! (`10^-30`) of delta and [`RHO_UNIT`] (`10^-12`) of zCDP's rho:
 //! - a charge is rounded **up** to the unit (at least one unit for any positive amount, so the
-//!   minimum charge is `10^-12` of epsilon), a budget **down**: the accountant never charges
+//!   minimum charge is `10^-12` of epsilon, and of rho), a budget **down**: the accountant never charges
 //!   less than was spent, nor allows more than the budget;
 //! - sums are exact integer sums (checked: an amount past `u128` is refused, never wrapped).
 //!
@@ -25,6 +25,11 @@ pub const DELTA_DIGITS: u32 = 30;
 pub const EPSILON_UNIT: f64 = 1e-12;
 /// The smallest positive delta charge (one unit).
 pub const DELTA_UNIT: f64 = 1e-30;
+/// Decimal digits of rho's unit (zero-concentrated DP, Bun & Steinke 2016): whole multiples of
+/// `10^-12`, as epsilon's (a query's ρ is `ε²/2` for a Laplace count, typically `1e-4` to 1).
+pub const RHO_DIGITS: u32 = 12;
+/// The smallest rho charge (one unit): a query with a smaller positive ρ is charged this.
+pub const RHO_UNIT: f64 = 1e-12;
 
 /// How a decimal that is not a whole number of units is rounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +184,26 @@ mod tests {
             let units = charge_units(x, 12).unwrap();
             assert_eq!(units_to_f64(units, 12), x, "{x}");
         }
+    }
+
+    #[test]
+    fn rho_is_counted_exactly_in_its_own_unit() {
+        // ρ has its own unit (10^-12), rounded up for charges and down for budgets.
+        assert_eq!(RHO_UNIT, 1e-12);
+        assert_eq!(charge_units(0.02117, RHO_DIGITS), Ok(21_170_000_000));
+        assert_eq!(
+            100 * charge_units(0.02, RHO_DIGITS).unwrap(),
+            budget_units(2.0, RHO_DIGITS)
+        );
+        // A Laplace count at ε = 0.1 is ε²/2-zCDP, 0.005000000000000001 in f64: one unit more
+        // than 0.005, never less.
+        let rho = 0.1f64 * 0.1 / 2.0;
+        assert_eq!(rho.to_string(), "0.005000000000000001");
+        assert_eq!(charge_units(rho, RHO_DIGITS), Ok(5_000_000_001));
+        assert_eq!(budget_units(rho, RHO_DIGITS), 5_000_000_000);
+        assert_eq!(charge_units(1e-20, RHO_DIGITS), Ok(1));
+        assert_eq!(format_units(21_170_000_000, RHO_DIGITS), "0.02117");
+        assert_eq!(parse_units("2.117", RHO_DIGITS), Some(2_117_000_000_000));
     }
 
     #[test]

@@ -1,13 +1,39 @@
-//! Privacy budget accounting: `dp.epsilon_budget`, `dp.delta_budget`, `dp.ledger` and the
-//! `dp_budget()` table function.
+//! Privacy budget accounting: `dp.budget_measure`, `dp.epsilon_budget`, `dp.delta_budget`,
+//! `dp.rho_budget`, `dp.ledger` and the `dp_budget()` table function.
+//!
+//! **Measures** ([`BudgetMeasure`], [`Budget`]): a budget is declared in exactly one measure,
+//! chosen by its owner, and every charge is counted in it:
+//! - **(ε, δ)** (`dp.budget_measure = 'epsilon_delta'`, the default): `dp.epsilon_budget` and
+//!   `dp.delta_budget`, each query's `(ε, δ)` added (basic composition, Dwork, Kenthapadi,
+//!   McSherry, Mironov & Naor 2006; Dwork & Roth 2014, Theorem 3.16). With only
+//!   `dp.epsilon_budget` set the δ budget is 0: a **pure ε** budget.
+//! - **ρ-zCDP** (`dp.budget_measure = 'zcdp'`; Bun & Steinke 2016, arXiv:1605.02065): either
+//!   `dp.rho_budget = ρ`, or a target `(ε, δ)` given as `dp.epsilon_budget` and
+//!   `dp.delta_budget`, converted once to the largest ρ whose guarantee meets it
+//!   ([`rho_for`]: Canonne, Kamath & Steinke 2020, arXiv:2004.00010, Corollary 13, the tightest
+//!   conversion known). Each query is charged its ρ ([`CallPlan::loss`]), which add (Bun &
+//!   Steinke 2016, Lemma 2.3). A query with a call that has no zCDP map (the paper's local
+//!   ratio methods, private group selection) is refused before it runs.
+//!
+//! **Adaptivity.** The analyst picks each query after seeing the answers to the earlier ones, and
+//! the budget, not a fixed sequence of queries, stops them: composition must hold for privacy
+//! parameters chosen adaptively. It does, as a *privacy filter*: for (ε, δ), the filter that
+//! answers while `Σεᵢ ≤ ε_B` and `Σδᵢ ≤ δ_B` is `(ε_B, δ_B)`-DP (Rogers, Roth, Ullman & Vadhan
+//! 2016, arXiv:1605.06432: basic composition is a valid filter); for zCDP, the filter that
+//! answers while `Σρᵢ ≤ ρ_B` is `ρ_B`-zCDP (Feldman & Zrnic 2021, arXiv:2008.11193, the Rényi
+//! filter, applied at every order α with budget `αρ_B`; Whitehouse, Ramdas, Rogers & Wu 2023,
+//! arXiv:2203.05481, fully adaptive composition), hence `(ε, cdp_delta(ρ_B, ε))`-DP for every
+//! ε. The accountant refuses a query whose charge would pass the budget, so the running total
+//! never passes it (docs/privacy-analysis.md, "Budgets and composition").
 //!
 //! **What a query costs** ([`Cost::of_plan`]): the sum, by sequential composition, of the
-//! `(epsilon, delta)` of every DP aggregate call in the plan, subqueries and views included.
-//! `delta` is the call's δ when it uses the Gaussian mechanism or the `smooth_sensitivity`/`ptr`
-//! method, else 0. The disjoint groups of one GROUP BY are one charge (parallel composition:
-//! under the replace-one neighbouring relation, with one row per individual, a row is in one
-//! group); GROUPING SETS, ROLLUP and CUBE put each row in one group *per grouping set*, so such
-//! a call costs `k·(ε, δ)` for `k` sets. Identical calls in one SELECT, which DataFusion
+//! loss of every DP aggregate call in the plan, subqueries and views included, in every
+//! measure: `(ε, δ)` (δ is the call's δ when it uses the Gaussian mechanism or the
+//! `smooth_sensitivity`/`ptr` method, else 0) and ρ when every call has a zCDP map. The
+//! disjoint groups of one GROUP BY are one charge (parallel composition: under the replace-one
+//! neighbouring relation, with one row per individual, a row is in one group); GROUPING SETS,
+//! ROLLUP and CUBE put each row in one group *per grouping set*, so such a call costs
+//! `k·(ε, δ)` and `k·ρ` for `k` sets. Identical calls in one SELECT, which DataFusion
 //! deduplicates into one computation and one noise draw, count once; the same call in two
 //! places (a UNION, a CTE used twice) is computed twice with fresh noise and counts twice.
 //!
@@ -30,24 +56,29 @@
 //!   the charge one step, so concurrent queries cannot together overspend. With `dp.ledger`,
 //!   an exclusive file lock extends that to every session and process sharing the file, and
 //!   the charge is synced to disk before the plan is returned (see [`crate::sql::accounting::ledger`]).
+//!   A ledger counts in one measure (its header says which): a session whose budget is in
+//!   another is refused, never mixed.
 //!
 //! **Exact amounts** ([`crate::sql::accounting::amount`]): charges, budgets and totals are
-//! whole numbers of `10^-12` of epsilon and `10^-30` of delta, summed in `u128`. A charge is
-//! rounded up to the unit (so every query costs at least `10^-12` of epsilon, and no charge is
-//! lost however large the total), a budget down; a running `f64` sum lost every charge below
-//! half its last bit (issue 27).
+//! whole numbers of `10^-12` of epsilon, `10^-30` of delta and `10^-12` of rho, summed in
+//! `u128`. A charge is rounded up to the unit (so every query costs at least `10^-12` of
+//! epsilon, and no charge is lost however large the total), a budget down; a running `f64`
+//! sum lost every charge below half its last bit (issue 27).
 //!
-//! **Budgets** come from the session options when the query is analysed. With neither set
-//! nothing is enforced (charges are still recorded); with one set, the other is 0 (setting
-//! only `dp.epsilon_budget` allows pure-DP calls only). Spent = the ledger's total (all
-//! processes) plus this session's charges that are not in that ledger. The budget options are
-//! settings of whoever controls the session: a deployment that runs untrusted SQL must stop
-//! `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
+//! **Budgets** come from the session options when the query is analysed. With none set
+//! nothing is enforced (charges are still recorded, in the measure); in (ε, δ) with one set,
+//! the other is 0 (setting only `dp.epsilon_budget` allows pure-DP calls only). Spent = the
+//! ledger's total (all processes) plus this session's charges that are not in that ledger. The
+//! budget options are settings of whoever controls the session: a deployment that runs
+//! untrusted SQL must stop `SET` (DataFusion's `SQLOptions::with_allow_statements(false)`).
+//!
+//! [`CallPlan::loss`]: crate::sql::functions::aggregate::CallPlan::loss
 
-use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS};
+use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS, RHO_DIGITS};
 use crate::sql::accounting::ledger;
 use crate::sql::functions::aggregate::DpAggregate;
 use crate::sql::options::DpOptions;
+use crate::stats::mechanism::{cdp_epsilon, rho_for};
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::{MemTable, TableFunctionArgs, TableFunctionImpl, TableProvider};
@@ -57,15 +88,91 @@ use datafusion::logical_expr::{Expr, GroupingSet, LogicalPlan};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The measure a budget is declared and counted in (`dp.budget_measure`, an analyst's
+/// `budget_measure`): the one place the accountant's measures are named (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BudgetMeasure {
+    /// `(ε, δ)`-DP, composed by adding ε and δ; pure ε-DP when the δ budget is 0.
+    #[default]
+    EpsilonDelta,
+    /// ρ-zero-concentrated DP (Bun & Steinke 2016), composed by adding ρ.
+    Zcdp,
+}
+
+impl BudgetMeasure {
+    /// Every measure, in the order messages list them.
+    pub const ALL: [Self; 2] = [Self::EpsilonDelta, Self::Zcdp];
+
+    /// Its name as `budget_measure` and a ledger's header write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::EpsilonDelta => "epsilon_delta",
+            Self::Zcdp => "zcdp",
+        }
+    }
+
+    /// The measure named `value` (any case, `'epsilon_delta'` or `'zcdp'`).
+    pub fn parse(value: &str) -> std::result::Result<Self, String> {
+        let wanted = value.trim().to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == wanted)
+            .ok_or_else(|| {
+                format!("budget_measure must be 'epsilon_delta' or 'zcdp', got '{value}'")
+            })
+    }
+}
+
+impl std::fmt::Display for BudgetMeasure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Exact privacy amounts in every measure the accountant keeps ([`amount`]): units of
+/// `10^-12` of ε, `10^-30` of δ and `10^-12` of ρ. `rho` is `None` when some part has no zCDP
+/// map, or its ρ is past `u128` (then it cannot be counted in ρ, and a zCDP budget refuses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Units {
+    pub epsilon: u128,
+    pub delta: u128,
+    pub rho: Option<u128>,
+}
+
+impl Default for Units {
+    /// Nothing spent, in every measure.
+    fn default() -> Self {
+        Self {
+            epsilon: 0,
+            delta: 0,
+            rho: Some(0),
+        }
+    }
+}
+
+impl Units {
+    /// `self + other` in exact arithmetic: an error naming `what` when ε or δ passes `u128`
+    /// (never a wrap or a saturation); ρ past it is `None` (not countable in ρ).
+    fn plus(self, other: Units, what: &str) -> Result<Units> {
+        Ok(Units {
+            epsilon: add_units(self.epsilon, other.epsilon, &format!("epsilon {what}"))?,
+            delta: add_units(self.delta, other.delta, &format!("delta {what}"))?,
+            rho: self.rho.zip(other.rho).and_then(|(a, b)| a.checked_add(b)),
+        })
+    }
+}
+
 /// The privacy cost of one query, by sequential composition over its DP aggregate calls.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Cost {
-    /// The exact cost in units of `10^-12` of epsilon and `10^-30` of delta: each call's
-    /// amount rounded up to the unit, times its grouping sets, summed exactly.
-    pub epsilon_units: u128,
-    pub delta_units: u128,
+    /// The exact cost: each call's amount rounded up to the unit, times its grouping sets,
+    /// summed exactly, in every measure.
+    pub units: Units,
     /// Number of bound DP aggregate calls found (each grouping set counted once per call).
     pub calls: usize,
+    /// Why the query cannot be counted in ρ: its first call without a zCDP map, named
+    /// (`None` when [`Units::rho`] is known).
+    pub without_zcdp: Option<String>,
 }
 
 /// How many grouping sets an aggregation's group expressions form (each row is in one group
@@ -119,40 +226,72 @@ fn add_units(a: u128, b: u128, what: &str) -> Result<u128> {
 }
 
 impl Cost {
-    /// The cost of every bound DP aggregate call in `plan` (see the module docs).
+    /// The cost of every bound DP aggregate call in `plan` (see the module docs): each call's
+    /// [`CallPlan::loss`](crate::sql::functions::aggregate::CallPlan::loss), in every measure,
+    /// times its grouping sets.
     pub fn of_plan(plan: &LogicalPlan) -> Result<Self> {
         let mut cost = Cost::default();
         let mut failed = None;
         for_each_dp_call(plan, |dp, sets, _| {
-            if let Some(call) = dp.plan() {
-                let (epsilon, delta) = call.cost();
-                let units = |amount: f64, digits: u32| {
-                    amount::charge_units(amount, digits).and_then(|u| {
-                        u.checked_mul(sets as u128)
-                            .ok_or_else(|| format!("{amount} x {sets} grouping sets is too large"))
-                    })
-                };
-                match (units(epsilon, EPSILON_DIGITS), units(delta, DELTA_DIGITS)) {
-                    (Ok(e), Ok(d)) => {
-                        cost.epsilon_units =
-                            cost.epsilon_units.checked_add(e).unwrap_or_else(|| {
-                                failed.get_or_insert_with(|| "the query's epsilon".to_string());
-                                u128::MAX
+            let Some(call) = dp.plan() else {
+                return;
+            };
+            let name = dp.function().name();
+            let loss = call.loss();
+            let units = |amount: f64, digits: u32| {
+                amount::charge_units(amount, digits).and_then(|u| {
+                    u.checked_mul(sets as u128)
+                        .ok_or_else(|| format!("{amount} x {sets} grouping sets is too large"))
+                })
+            };
+            let (epsilon, delta) = (loss.epsilon, loss.delta);
+            match (units(epsilon, EPSILON_DIGITS), units(delta, DELTA_DIGITS)) {
+                (Ok(e), Ok(d)) => {
+                    // ρ is counted only under a zCDP budget: one that cannot be counted makes
+                    // the query's ρ unknown (refused there), never an error here.
+                    let rho = match loss.rho.map(|r| units(r, RHO_DIGITS)) {
+                        Some(Ok(units)) => Some(units),
+                        Some(Err(e)) => {
+                            cost.without_zcdp.get_or_insert_with(|| {
+                                format!("{name}: its rho cannot be counted exactly ({e})")
                             });
-                        cost.delta_units = cost.delta_units.checked_add(d).unwrap_or_else(|| {
-                            failed.get_or_insert_with(|| "the query's delta".to_string());
-                            u128::MAX
-                        });
+                            None
+                        }
+                        None => {
+                            cost.without_zcdp.get_or_insert_with(|| {
+                                let why = call.without_zcdp_map().unwrap_or_else(|| {
+                                    "its release has no zCDP privacy map".to_string()
+                                });
+                                format!("{name}: {why}")
+                            });
+                            None
+                        }
+                    };
+                    let call_units = Units {
+                        epsilon: e,
+                        delta: d,
+                        rho,
+                    };
+                    match cost.units.plus(call_units, "of the query") {
+                        Ok(total) => cost.units = total,
+                        Err(_) => {
+                            failed.get_or_insert_with(|| "the query's amount".to_string());
+                        }
                     }
-                    (Err(e), _) | (_, Err(e)) => {
-                        failed.get_or_insert(format!(
-                            "{}: the charge for epsilon={epsilon}, delta={delta}: {e}",
-                            dp.function().name()
-                        ));
+                    if cost.units.rho.is_none() && cost.without_zcdp.is_none() {
+                        cost.without_zcdp = Some(
+                            "the query's rho is above the largest amount the accountant counts"
+                                .to_string(),
+                        );
                     }
                 }
-                cost.calls += sets;
+                (Err(e), _) | (_, Err(e)) => {
+                    failed.get_or_insert(format!(
+                        "{name}: the charge for epsilon={epsilon}, delta={delta}: {e}"
+                    ));
+                }
             }
+            cost.calls += sets;
         })?;
         if let Some(what) = failed {
             return plan_err!("dp budget: {what} cannot be counted exactly; refusing");
@@ -162,12 +301,19 @@ impl Cost {
 
     /// The epsilon charged, as a number (exact to the `f64` nearest the units).
     pub fn epsilon(&self) -> f64 {
-        amount::units_to_f64(self.epsilon_units, EPSILON_DIGITS)
+        amount::units_to_f64(self.units.epsilon, EPSILON_DIGITS)
     }
 
     /// The delta charged, as a number.
     pub fn delta(&self) -> f64 {
-        amount::units_to_f64(self.delta_units, DELTA_DIGITS)
+        amount::units_to_f64(self.units.delta, DELTA_DIGITS)
+    }
+
+    /// The rho of the query (zCDP), as a number: `None` when it has no zCDP map.
+    pub fn rho(&self) -> Option<f64> {
+        self.units
+            .rho
+            .map(|units| amount::units_to_f64(units, RHO_DIGITS))
     }
 }
 
@@ -211,78 +357,252 @@ pub fn describe(plan: &LogicalPlan) -> String {
     text
 }
 
-/// The budget of a session, from its options.
+/// A budget as declared: its measure and the amounts given (the session options, or an
+/// analyst's section of the owner's configuration). [`Budget::new`] checks that they declare
+/// one budget in that measure (module docs):
+/// - [`BudgetMeasure::EpsilonDelta`]: `epsilon` and `delta`, either or both (`None`: 0 when
+///   the other is set; neither: no limit); `rho` is not allowed.
+/// - [`BudgetMeasure::Zcdp`]: `rho`, or a target `epsilon` with `delta` in (0, 1) converted to
+///   ρ ([`Budget::rho_limit`]), not both; none of them: no limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Budget {
+    pub measure: BudgetMeasure,
     pub epsilon: Option<f64>,
     pub delta: Option<f64>,
+    pub rho: Option<f64>,
+}
+
+/// A budget's limit in exact units, rounded down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    EpsilonDelta { epsilon: u128, delta: u128 },
+    Zcdp { rho: u128 },
 }
 
 impl Budget {
-    pub fn from_options(options: &DpOptions) -> Self {
-        Self {
-            epsilon: options.epsilon_budget,
-            delta: options.delta_budget,
+    /// The budget `measure` with the amounts given, checked (see the type's docs). Amounts
+    /// are finite and `>= 0`, as their parsers ensure. Errors name the keys as `keys` prefixes
+    /// them (`"dp."` for session options, `""` for an analyst's section).
+    pub fn new(
+        measure: BudgetMeasure,
+        epsilon: Option<f64>,
+        delta: Option<f64>,
+        rho: Option<f64>,
+        keys: &str,
+    ) -> std::result::Result<Self, String> {
+        let budget = Self {
+            measure,
+            epsilon,
+            delta,
+            rho,
+        };
+        let measure_key = format!("{keys}budget_measure");
+        match measure {
+            BudgetMeasure::EpsilonDelta => {
+                if rho.is_some() {
+                    return Err(format!(
+                        "{keys}rho_budget is a zCDP budget, but {measure_key} is 'epsilon_delta': set {measure_key} = 'zcdp' to count in rho (a budget is declared in one measure)"
+                    ));
+                }
+            }
+            BudgetMeasure::Zcdp => match (rho, epsilon, delta) {
+                (None, None, None) => {}
+                (Some(_), None, None) => {}
+                (Some(_), _, _) => {
+                    return Err(format!(
+                        "a zCDP budget is {keys}rho_budget, or {keys}epsilon_budget with {keys}delta_budget as a target (epsilon, delta) converted to rho: not both"
+                    ))
+                }
+                (None, epsilon, delta) => {
+                    let target = epsilon.zip(delta).and_then(|(e, d)| rho_for(e, d));
+                    if target.is_none() {
+                        return Err(format!(
+                            "a zCDP budget ({measure_key} = 'zcdp') is {keys}rho_budget, or a target (epsilon, delta) converted to rho: {keys}epsilon_budget > 0 with {keys}delta_budget in (0, 1); got epsilon_budget={}, delta_budget={}",
+                            epsilon.map_or("none".to_string(), |e| e.to_string()),
+                            delta.map_or("none".to_string(), |d| d.to_string()),
+                        ));
+                    }
+                }
+            },
+        }
+        Ok(budget)
+    }
+
+    /// The session's budget, from its options; an error when they do not declare one budget
+    /// in one measure.
+    pub fn from_options(options: &DpOptions) -> Result<Self> {
+        Self::new(
+            options.budget_measure,
+            options.epsilon_budget,
+            options.delta_budget,
+            options.rho_budget,
+            "dp.",
+        )
+        .map_err(|e| plan_datafusion_err!("dp budget: {e}"))
+    }
+
+    /// The `dp.*` options (keys without `dp.`) that declare this budget, as `SET` takes them.
+    pub fn options(&self) -> Vec<(&'static str, String)> {
+        let mut options = vec![("budget_measure", self.measure.name().to_string())];
+        for (key, value) in [
+            ("epsilon_budget", self.epsilon),
+            ("delta_budget", self.delta),
+            ("rho_budget", self.rho),
+        ] {
+            if let Some(value) = value {
+                options.push((key, value.to_string()));
+            }
+        }
+        options
+    }
+
+    /// Whether a limit is enforced (some amount is declared).
+    pub fn is_enforced(&self) -> bool {
+        self.epsilon.is_some() || self.delta.is_some() || self.rho.is_some()
+    }
+
+    /// What the budget is, for `dp_budget()`: `epsilon` (pure ε: no δ budget), `epsilon_delta`
+    /// or `zcdp`.
+    pub fn label(&self) -> &'static str {
+        match self.measure {
+            BudgetMeasure::EpsilonDelta
+                if self.epsilon.is_some() && self.delta.unwrap_or(0.0) == 0.0 =>
+            {
+                "epsilon"
+            }
+            measure => measure.name(),
         }
     }
 
-    /// The enforced `(epsilon, delta)` limits: `None` when neither budget is set; an unset one
-    /// is 0 when the other is set.
+    /// The enforced `(epsilon, delta)` limits of an (ε, δ) budget: `None` when neither is set
+    /// or the budget is in zCDP; an unset one is 0 when the other is set.
     pub fn limits(&self) -> Option<(f64, f64)> {
-        if self.epsilon.is_none() && self.delta.is_none() {
+        if self.measure != BudgetMeasure::EpsilonDelta || !self.is_enforced() {
             return None;
         }
         Some((self.epsilon.unwrap_or(0.0), self.delta.unwrap_or(0.0)))
     }
 
-    /// The enforced limits in units (rounded down): `None` when neither budget is set.
-    pub fn limit_units(&self) -> Option<(u128, u128)> {
-        self.limits().map(|(e, d)| {
-            (
-                amount::budget_units(e, EPSILON_DIGITS),
-                amount::budget_units(d, DELTA_DIGITS),
-            )
+    /// The target `(ε, δ)` of a zCDP budget declared by one.
+    pub fn target(&self) -> Option<(f64, f64)> {
+        match self.measure {
+            BudgetMeasure::Zcdp => self.epsilon.zip(self.delta),
+            BudgetMeasure::EpsilonDelta => None,
+        }
+    }
+
+    /// The ρ of a zCDP budget: `rho_budget`, or its target converted once by [`rho_for`] (the
+    /// largest ρ whose `cdp_delta(ρ, ε)` is at most δ); `None` without a zCDP limit.
+    pub fn rho_limit(&self) -> Option<f64> {
+        match self.measure {
+            BudgetMeasure::Zcdp => self
+                .rho
+                .or_else(|| self.target().and_then(|(e, d)| rho_for(e, d))),
+            BudgetMeasure::EpsilonDelta => None,
+        }
+    }
+
+    /// The enforced limit in units (rounded down, so a converted ρ stays within its target):
+    /// `None` when no budget is set.
+    fn limit_units(&self) -> Option<Limit> {
+        match self.measure {
+            BudgetMeasure::EpsilonDelta => self.limits().map(|(e, d)| Limit::EpsilonDelta {
+                epsilon: amount::budget_units(e, EPSILON_DIGITS),
+                delta: amount::budget_units(d, DELTA_DIGITS),
+            }),
+            BudgetMeasure::Zcdp => self.rho_limit().map(|rho| Limit::Zcdp {
+                rho: amount::budget_units(rho, RHO_DIGITS),
+            }),
+        }
+    }
+
+    /// The (ε, δ)-DP guarantee of `rho` spent under this zCDP budget: ε at the target's δ
+    /// ([`cdp_epsilon`]) and that δ; `(0, 0)` when nothing is spent; `None` for a budget
+    /// declared as ρ alone, which names no δ (it is `(ε, cdp_delta(ρ, ε))`-DP for every ε).
+    fn zcdp_guarantee(&self, rho: f64) -> Option<(f64, f64)> {
+        let (_, delta) = self.target()?;
+        Some(match rho > 0.0 {
+            true => (cdp_epsilon(rho, delta), delta),
+            false => (0.0, 0.0),
         })
     }
 
-    /// Refuses `cost` when `spent + cost` exceeds the limits, all in exact units (`spent` in
-    /// units of `10^-12` of epsilon and `10^-30` of delta): ten charges of 0.1 fit a budget of
-    /// 1 exactly, and the smallest charge still counts once a large amount is spent.
-    fn check(&self, cost: &Cost, spent: (u128, u128)) -> Result<()> {
-        let Some((epsilon_limit, delta_limit)) = self.limit_units() else {
-            return Ok(());
-        };
+    /// Refuses `cost` when `spent + cost` exceeds the limits, all in exact units: ten charges
+    /// of 0.1 fit a budget of 1 exactly, and the smallest charge still counts once a large
+    /// amount is spent. Under a zCDP budget, a query without a zCDP map is refused, limit or
+    /// not (its charge could not be counted in ρ).
+    fn check(&self, cost: &Cost, spent: &Units) -> Result<()> {
+        if self.measure == BudgetMeasure::Zcdp && cost.units.rho.is_none() {
+            let why = cost
+                .without_zcdp
+                .as_deref()
+                .unwrap_or("the query has no zCDP privacy map");
+            return plan_err!(
+                "dp budget: {why}; this budget is in zCDP (dp.budget_measure = 'zcdp'), which counts every query in rho, so the query is refused"
+            );
+        }
         // A total past u128 does not fit any budget.
         let fits = |spent: u128, cost: u128, limit: u128| {
             spent.checked_add(cost).is_some_and(|total| total <= limit)
         };
-        if fits(spent.0, cost.epsilon_units, epsilon_limit)
-            && fits(spent.1, cost.delta_units, delta_limit)
-        {
-            return Ok(());
-        }
-        let e = |units: u128| amount::format_units(units, EPSILON_DIGITS);
-        let d = |units: u128| amount::format_units(units, DELTA_DIGITS);
-        let unset = |v: Option<f64>, key: &str| {
-            if v.is_none() {
-                format!(" (dp.{key} not set)")
-            } else {
-                String::new()
+        match self.limit_units() {
+            None => Ok(()),
+            Some(Limit::EpsilonDelta {
+                epsilon: epsilon_limit,
+                delta: delta_limit,
+            }) => {
+                if fits(spent.epsilon, cost.units.epsilon, epsilon_limit)
+                    && fits(spent.delta, cost.units.delta, delta_limit)
+                {
+                    return Ok(());
+                }
+                let e = |units: u128| amount::format_units(units, EPSILON_DIGITS);
+                let d = |units: u128| amount::format_units(units, DELTA_DIGITS);
+                let unset = |v: Option<f64>, key: &str| {
+                    if v.is_none() {
+                        format!(" (dp.{key} not set)")
+                    } else {
+                        String::new()
+                    }
+                };
+                plan_err!(
+                    "dp budget exceeded: this query needs epsilon={}, delta={}; spent epsilon={} of {}{}, delta={} of {}{}; remaining epsilon={}, delta={}",
+                    e(cost.units.epsilon),
+                    d(cost.units.delta),
+                    e(spent.epsilon),
+                    e(epsilon_limit),
+                    unset(self.epsilon, "epsilon_budget"),
+                    d(spent.delta),
+                    d(delta_limit),
+                    unset(self.delta, "delta_budget"),
+                    e(epsilon_limit.saturating_sub(spent.epsilon)),
+                    d(delta_limit.saturating_sub(spent.delta))
+                )
             }
-        };
-        plan_err!(
-            "dp budget exceeded: this query needs epsilon={}, delta={}; spent epsilon={} of {}{}, delta={} of {}{}; remaining epsilon={}, delta={}",
-            e(cost.epsilon_units),
-            d(cost.delta_units),
-            e(spent.0),
-            e(epsilon_limit),
-            unset(self.epsilon, "epsilon_budget"),
-            d(spent.1),
-            d(delta_limit),
-            unset(self.delta, "delta_budget"),
-            e(epsilon_limit.saturating_sub(spent.0)),
-            d(delta_limit.saturating_sub(spent.1))
-        )
+            Some(Limit::Zcdp { rho: limit }) => {
+                let Some(spent_rho) = spent.rho else {
+                    return plan_err!(
+                        "dp budget: this budget is in zCDP (dp.budget_measure = 'zcdp'), but this session charged queries without a zCDP map before it was (they cannot be counted in rho); refusing"
+                    );
+                };
+                let needed = cost.units.rho.unwrap_or(u128::MAX);
+                if fits(spent_rho, needed, limit) {
+                    return Ok(());
+                }
+                let r = |units: u128| amount::format_units(units, RHO_DIGITS);
+                let declared = match self.target() {
+                    Some((e, d)) => format!(" (converted from the target epsilon={e}, delta={d})"),
+                    None => String::new(),
+                };
+                plan_err!(
+                    "dp budget exceeded: this query needs rho={} (zCDP); spent rho={} of {}{declared}; remaining rho={}",
+                    r(needed),
+                    r(spent_rho),
+                    r(limit),
+                    r(limit.saturating_sub(spent_rho))
+                )
+            }
+        }
     }
 }
 
@@ -294,12 +614,11 @@ struct LedgerRecord {
     hash: String,
 }
 
-/// One charge made by this session, in units of `10^-12` of epsilon and `10^-30` of delta.
+/// One charge made by this session, in exact units.
 #[derive(Debug, Clone, PartialEq)]
 struct SessionCharge {
     unix_ms: i64,
-    epsilon_units: u128,
-    delta_units: u128,
+    units: Units,
     query: String,
     ledger: Option<LedgerRecord>,
 }
@@ -310,6 +629,9 @@ pub struct HistoryEntry {
     pub unix_ms: i64,
     pub epsilon: f64,
     pub delta: f64,
+    /// The charge's ρ (zCDP); `None` when it has none (a release without a zCDP map, or a
+    /// line of a ledger format without ρ).
+    pub rho: Option<f64>,
     pub query: String,
 }
 
@@ -319,21 +641,57 @@ pub struct Status {
     pub budget: Budget,
     pub epsilon_spent: f64,
     pub delta_spent: f64,
-    /// The spent amounts exactly, in units of `10^-12` of epsilon and `10^-30` of delta.
-    pub spent_units: (u128, u128),
+    /// The ρ spent, when every charge has one.
+    pub rho_spent: Option<f64>,
+    /// The spent amounts exactly.
+    pub spent_units: Units,
     pub history: Vec<HistoryEntry>,
 }
 
 impl Status {
-    /// What is left (the budget rounded down to the unit, less the exact amount spent):
-    /// `None` when no budget is enforced.
+    /// What is left of an (ε, δ) budget (the budget rounded down to the unit, less the exact
+    /// amount spent): `None` when no (ε, δ) budget is enforced.
     pub fn remaining(&self) -> Option<(f64, f64)> {
-        self.budget.limit_units().map(|(e, d)| {
-            (
-                amount::units_to_f64(e.saturating_sub(self.spent_units.0), EPSILON_DIGITS),
-                amount::units_to_f64(d.saturating_sub(self.spent_units.1), DELTA_DIGITS),
-            )
-        })
+        match self.budget.limit_units()? {
+            Limit::EpsilonDelta { epsilon, delta } => Some((
+                amount::units_to_f64(
+                    epsilon.saturating_sub(self.spent_units.epsilon),
+                    EPSILON_DIGITS,
+                ),
+                amount::units_to_f64(delta.saturating_sub(self.spent_units.delta), DELTA_DIGITS),
+            )),
+            Limit::Zcdp { .. } => None,
+        }
+    }
+
+    /// What is left of a zCDP budget's ρ: `None` when no zCDP budget is enforced (or what was
+    /// spent has no ρ).
+    pub fn rho_remaining(&self) -> Option<f64> {
+        match self.budget.limit_units()? {
+            Limit::Zcdp { rho } => Some(amount::units_to_f64(
+                rho.saturating_sub(self.spent_units.rho?),
+                RHO_DIGITS,
+            )),
+            Limit::EpsilonDelta { .. } => None,
+        }
+    }
+
+    /// The (ε, δ)-DP guarantee of everything spent: in (ε, δ), the sums; in zCDP, ε at the
+    /// target's δ ([`cdp_epsilon`]), `None` for a budget declared as ρ alone.
+    pub fn spent_guarantee(&self) -> Option<(f64, f64)> {
+        match self.budget.measure {
+            BudgetMeasure::EpsilonDelta => Some((self.epsilon_spent, self.delta_spent)),
+            BudgetMeasure::Zcdp => self.budget.zcdp_guarantee(self.rho_spent?),
+        }
+    }
+
+    /// The (ε, δ)-DP guarantee of the whole budget: the (ε, δ) budget, or a zCDP budget's
+    /// target (`None` for ρ alone, or without a budget).
+    pub fn budget_guarantee(&self) -> Option<(f64, f64)> {
+        match self.budget.measure {
+            BudgetMeasure::EpsilonDelta => self.budget.limits(),
+            BudgetMeasure::Zcdp => self.budget.target(),
+        }
     }
 }
 
@@ -390,31 +748,33 @@ fn check_session_charges_kept(
     Ok(())
 }
 
-/// Spent `(epsilon, delta)` in units: the ledger's entries plus this session's charges not in
-/// it, summed exactly (an error past `u128`, never a wrap).
+/// The amounts of a ledger entry.
+fn entry_units(entry: &ledger::Entry) -> Units {
+    Units {
+        epsilon: entry.epsilon_units,
+        delta: entry.delta_units,
+        rho: entry.rho_units,
+    }
+}
+
+/// Spent amounts in units: the ledger's entries plus this session's charges not in it, summed
+/// exactly (an error past `u128` in ε or δ, never a wrap).
 fn spent(
     charges: &[SessionCharge],
     entries: &[ledger::Entry],
     identity: Option<&Path>,
-) -> Result<(u128, u128)> {
-    let mut total = (0u128, 0u128);
-    let amounts = entries
-        .iter()
-        .map(|e| (e.epsilon_units, e.delta_units))
-        .chain(
-            charges
-                .iter()
-                .filter(|c| {
-                    identity.is_none()
-                        || c.ledger.as_ref().map(|r| r.identity.as_path()) != identity
-                })
-                .map(|c| (c.epsilon_units, c.delta_units)),
-        );
-    for (epsilon, delta) in amounts {
-        total.0 = add_units(total.0, epsilon, "epsilon spent")?;
-        total.1 = add_units(total.1, delta, "delta spent")?;
-    }
-    Ok(total)
+) -> Result<Units> {
+    let amounts = entries.iter().map(entry_units).chain(
+        charges
+            .iter()
+            .filter(|c| {
+                identity.is_none() || c.ledger.as_ref().map(|r| r.identity.as_path()) != identity
+            })
+            .map(|c| c.units),
+    );
+    amounts
+        .into_iter()
+        .try_fold(Units::default(), |total, units| total.plus(units, "spent"))
 }
 
 impl Accountant {
@@ -438,21 +798,22 @@ impl Accountant {
         if cost.calls == 0 {
             return Ok(cost);
         }
-        let budget = Budget::from_options(options);
+        let budget = Budget::from_options(options)?;
         let query = describe(plan);
         let mut charges = self.lock()?;
         let mut record = None;
         if let Some(path) = options.ledger.as_deref() {
             let path = Path::new(path);
             let mut identity = PathBuf::new();
-            let entry = ledger::append_with(path, |entries, id| {
+            let entry = ledger::append_with(path, budget.measure, |entries, id| {
                 check_session_charges_kept(&charges, entries, id, path)?;
-                budget.check(&cost, spent(&charges, entries, Some(id))?)?;
+                budget.check(&cost, &spent(&charges, entries, Some(id))?)?;
                 identity = id.to_path_buf();
                 Ok(ledger::NewCharge {
                     unix_ms: unix_ms(),
-                    epsilon_units: cost.epsilon_units,
-                    delta_units: cost.delta_units,
+                    epsilon_units: cost.units.epsilon,
+                    delta_units: cost.units.delta,
+                    rho_units: cost.units.rho,
                     query: query.clone(),
                 })
             })?;
@@ -465,7 +826,7 @@ impl Accountant {
                 },
             ));
         } else {
-            budget.check(&cost, spent(&charges, &[], None)?)?;
+            budget.check(&cost, &spent(&charges, &[], None)?)?;
         }
         let (time, ledger) = match record {
             Some((time, record)) => (time, Some(record)),
@@ -473,8 +834,7 @@ impl Accountant {
         };
         charges.push(SessionCharge {
             unix_ms: time,
-            epsilon_units: cost.epsilon_units,
-            delta_units: cost.delta_units,
+            units: cost.units,
             query,
             ledger,
         });
@@ -483,13 +843,14 @@ impl Accountant {
     }
 
     /// The session's budget, spent amount and history (the ledger's, when `dp.ledger` is set,
-    /// re-read and verified now).
+    /// re-read and verified now; refused when it counts in another measure than the budget).
     pub fn status(&self, options: &DpOptions) -> Result<Status> {
+        let budget = Budget::from_options(options)?;
         let charges = self.lock()?;
         let (entries, identity) = match options.ledger.as_deref() {
             Some(path) => {
                 let path = Path::new(path);
-                let entries = ledger::read(path)?;
+                let entries = ledger::read_in(path, budget.measure)?;
                 let identity = ledger::identity(path);
                 check_session_charges_kept(&charges, &entries, &identity, path)?;
                 (entries, Some(identity))
@@ -503,6 +864,7 @@ impl Accountant {
                 unix_ms: e.unix_ms,
                 epsilon: e.epsilon,
                 delta: e.delta,
+                rho: e.rho,
                 query: e.query.clone(),
             })
             .collect();
@@ -515,16 +877,18 @@ impl Accountant {
                 })
                 .map(|c| HistoryEntry {
                     unix_ms: c.unix_ms,
-                    epsilon: amount::units_to_f64(c.epsilon_units, EPSILON_DIGITS),
-                    delta: amount::units_to_f64(c.delta_units, DELTA_DIGITS),
+                    epsilon: amount::units_to_f64(c.units.epsilon, EPSILON_DIGITS),
+                    delta: amount::units_to_f64(c.units.delta, DELTA_DIGITS),
+                    rho: c.units.rho.map(|r| amount::units_to_f64(r, RHO_DIGITS)),
                     query: c.query.clone(),
                 }),
         );
         history.sort_by_key(|h| h.unix_ms);
         Ok(Status {
-            budget: Budget::from_options(options),
-            epsilon_spent: amount::units_to_f64(spent_units.0, EPSILON_DIGITS),
-            delta_spent: amount::units_to_f64(spent_units.1, DELTA_DIGITS),
+            budget,
+            epsilon_spent: amount::units_to_f64(spent_units.epsilon, EPSILON_DIGITS),
+            delta_spent: amount::units_to_f64(spent_units.delta, DELTA_DIGITS),
+            rho_spent: spent_units.rho.map(|r| amount::units_to_f64(r, RHO_DIGITS)),
             spent_units,
             history,
         })
@@ -543,7 +907,8 @@ impl DpBudgetFunction {
         Self { accountant }
     }
 
-    /// The schema of `dp_budget()`.
+    /// The schema of `dp_budget()`: the first five columns as before budgets had measures,
+    /// then the measure, ρ, and the (ε, δ)-DP guarantee of the budget and of what is spent.
     pub fn schema() -> Arc<Schema> {
         Arc::new(Schema::new(vec![
             Field::new("entry", DataType::Utf8, false),
@@ -555,31 +920,56 @@ impl DpBudgetFunction {
                 true,
             ),
             Field::new("query", DataType::Utf8, true),
+            Field::new("measure", DataType::Utf8, true),
+            Field::new("rho", DataType::Float64, true),
+            Field::new("guarantee_epsilon", DataType::Float64, true),
+            Field::new("guarantee_delta", DataType::Float64, true),
         ]))
     }
 
     fn batch(status: &Status) -> Result<RecordBatch> {
-        let limits = status.budget.limits();
+        let budget = &status.budget;
+        let limits = budget.limits();
         let remaining = status.remaining();
+        let target = budget.target();
         let mut entry = vec!["budget", "spent", "remaining"];
         let mut epsilon = vec![
-            limits.map(|l| l.0),
+            limits.or(target).map(|l| l.0),
             Some(status.epsilon_spent),
             remaining.map(|r| r.0),
         ];
         let mut delta = vec![
-            limits.map(|l| l.1),
+            limits.or(target).map(|l| l.1),
             Some(status.delta_spent),
             remaining.map(|r| r.1),
         ];
         let mut time = vec![None, None, None];
         let mut query = vec![None, None, None];
+        let label = budget.label();
+        let mut measure = vec![Some(label), Some(label), Some(label)];
+        let mut rho = vec![budget.rho_limit(), status.rho_spent, status.rho_remaining()];
+        let (spent_guarantee, budget_guarantee) =
+            (status.spent_guarantee(), status.budget_guarantee());
+        let mut guarantee_epsilon = vec![
+            budget_guarantee.map(|g| g.0),
+            spent_guarantee.map(|g| g.0),
+            None,
+        ];
+        let mut guarantee_delta = vec![
+            budget_guarantee.map(|g| g.1),
+            spent_guarantee.map(|g| g.1),
+            None,
+        ];
         for h in &status.history {
             entry.push("charge");
             epsilon.push(Some(h.epsilon));
             delta.push(Some(h.delta));
             time.push(Some(h.unix_ms));
             query.push(Some(h.query.as_str()));
+            measure.push(None);
+            rho.push(h.rho);
+            guarantee_epsilon.push(None);
+            guarantee_delta.push(None);
         }
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(entry)),
@@ -587,6 +977,10 @@ impl DpBudgetFunction {
             Arc::new(Float64Array::from(delta)),
             Arc::new(TimestampMillisecondArray::from(time).with_timezone("UTC")),
             Arc::new(StringArray::from(query)),
+            Arc::new(StringArray::from(measure)),
+            Arc::new(Float64Array::from(rho)),
+            Arc::new(Float64Array::from(guarantee_epsilon)),
+            Arc::new(Float64Array::from(guarantee_delta)),
         ];
         Ok(RecordBatch::try_new(Self::schema(), columns)?)
     }
@@ -619,35 +1013,50 @@ mod tests {
 
     fn cost(epsilon: f64, delta: f64) -> Cost {
         Cost {
-            epsilon_units: amount::charge_units(epsilon, EPSILON_DIGITS).unwrap(),
-            delta_units: amount::charge_units(delta, DELTA_DIGITS).unwrap(),
+            units: Units {
+                epsilon: amount::charge_units(epsilon, EPSILON_DIGITS).unwrap(),
+                delta: amount::charge_units(delta, DELTA_DIGITS).unwrap(),
+                rho: None,
+            },
             calls: 1,
+            without_zcdp: Some("dp_x: method 'ptr' has no zCDP privacy map".to_string()),
         }
     }
 
+    /// A cost with a ρ.
+    fn cost_rho(epsilon: f64, delta: f64, rho: f64) -> Cost {
+        let mut cost = cost(epsilon, delta);
+        cost.units.rho = Some(amount::charge_units(rho, RHO_DIGITS).unwrap());
+        cost.without_zcdp = None;
+        cost
+    }
+
     /// Spent amounts in units.
-    fn spent(epsilon: f64, delta: f64) -> (u128, u128) {
-        let c = cost(epsilon, delta);
-        (c.epsilon_units, c.delta_units)
+    fn spent(epsilon: f64, delta: f64) -> Units {
+        cost(epsilon, delta).units
+    }
+
+    /// An (ε, δ) budget.
+    fn budget(epsilon: Option<f64>, delta: Option<f64>) -> Budget {
+        Budget::new(BudgetMeasure::EpsilonDelta, epsilon, delta, None, "dp.").unwrap()
+    }
+
+    /// A zCDP budget.
+    fn zcdp(epsilon: Option<f64>, delta: Option<f64>, rho: Option<f64>) -> Budget {
+        Budget::new(BudgetMeasure::Zcdp, epsilon, delta, rho, "dp.").unwrap()
     }
 
     #[test]
     fn budget_limits_and_messages() {
-        let none = Budget {
-            epsilon: None,
-            delta: None,
-        };
+        let none = budget(None, None);
         assert_eq!(none.limits(), None);
-        assert!(none.check(&cost(1e9, 0.5), spent(1e9, 0.5)).is_ok());
+        assert!(none.check(&cost(1e9, 0.5), &spent(1e9, 0.5)).is_ok());
 
-        let eps_only = Budget {
-            epsilon: Some(10.0),
-            delta: None,
-        };
+        let eps_only = budget(Some(10.0), None);
         assert_eq!(eps_only.limits(), Some((10.0, 0.0)));
-        assert!(eps_only.check(&cost(0.5, 0.0), spent(9.5, 0.0)).is_ok());
+        assert!(eps_only.check(&cost(0.5, 0.0), &spent(9.5, 0.0)).is_ok());
         let err = eps_only
-            .check(&cost(2.0, 0.0), spent(9.5, 0.0))
+            .check(&cost(2.0, 0.0), &spent(9.5, 0.0))
             .unwrap_err()
             .to_string();
         assert!(
@@ -655,31 +1064,27 @@ mod tests {
             "{err}"
         );
         // A delta charge needs a delta budget.
-        assert!(eps_only.check(&cost(0.1, 1e-9), spent(0.0, 0.0)).is_err());
+        assert!(eps_only.check(&cost(0.1, 1e-9), &spent(0.0, 0.0)).is_err());
 
-        let both = Budget {
-            epsilon: Some(1.0),
-            delta: Some(1e-6),
-        };
+        let both = budget(Some(1.0), Some(1e-6));
         // Ten charges of 0.1 (whose f64 sum is 0.9999999999999999 or 1.0000000000000002
         // depending on order) fill a budget of 1 exactly; an eleventh does not fit.
-        let mut total = (0, 0);
+        let mut total = Units::default();
         for _ in 0..10 {
-            both.check(&cost(0.1, 1e-7), total).unwrap();
-            let c = cost(0.1, 1e-7);
-            total = (total.0 + c.epsilon_units, total.1 + c.delta_units);
+            both.check(&cost(0.1, 1e-7), &total).unwrap();
+            total = total.plus(cost(0.1, 1e-7).units, "spent").unwrap();
         }
         assert_eq!(total, spent(1.0, 1e-6));
-        assert!(both.check(&cost(0.1, 0.0), total).is_err());
+        assert!(both.check(&cost(0.1, 0.0), &total).is_err());
         assert!(
-            both.check(&cost(1e-9, 1e-7), total).is_err(),
+            both.check(&cost(1e-9, 1e-7), &total).is_err(),
             "delta exhausted"
         );
         // The smallest charge (1e-12) still counts: nothing fits once the budget is spent.
         assert!(both
-            .check(&cost(1e-300, 0.0), spent(1.0 - 1e-12, 0.0))
+            .check(&cost(1e-300, 0.0), &spent(1.0 - 1e-12, 0.0))
             .is_ok());
-        assert!(both.check(&cost(1e-300, 0.0), spent(1.0, 0.0)).is_err());
+        assert!(both.check(&cost(1e-300, 0.0), &spent(1.0, 0.0)).is_err());
     }
 
     #[test]
@@ -687,21 +1092,18 @@ mod tests {
         // With 999999.999999999 of 1e6 spent, the f64 sum's last bit is 1.2e-10, and the old
         // running sum dropped every charge of 5e-11: here each is 50 units, and the budget's
         // last 1e-9 holds exactly 20 of them.
-        let budget = Budget {
-            epsilon: Some(1e6),
-            delta: None,
-        };
+        let budget = budget(Some(1e6), None);
         let mut total = spent(999_999.999_999_999, 0.0);
         let mut answered = 0;
-        while budget.check(&cost(5e-11, 0.0), total).is_ok() {
-            total.0 += cost(5e-11, 0.0).epsilon_units;
+        while budget.check(&cost(5e-11, 0.0), &total).is_ok() {
+            total.epsilon += cost(5e-11, 0.0).units.epsilon;
             answered += 1;
             assert!(answered <= 20, "the budget never ran out");
         }
         assert_eq!(answered, 20);
         assert_eq!(total, spent(1e6, 0.0));
         let err = budget
-            .check(&cost(5e-11, 0.0), total)
+            .check(&cost(5e-11, 0.0), &total)
             .unwrap_err()
             .to_string();
         assert!(
@@ -709,7 +1111,194 @@ mod tests {
             "{err}"
         );
         // A total past u128 fits no budget; it is never wrapped.
-        assert!(budget.check(&cost(1.0, 0.0), (u128::MAX, 0)).is_err());
+        let past = Units {
+            epsilon: u128::MAX,
+            ..Units::default()
+        };
+        assert!(budget.check(&cost(1.0, 0.0), &past).is_err());
+    }
+
+    #[test]
+    fn each_budget_is_declared_in_one_measure() {
+        let new = |measure, epsilon, delta, rho| Budget::new(measure, epsilon, delta, rho, "dp.");
+        use BudgetMeasure::{EpsilonDelta, Zcdp};
+        // (ε, δ): today's budgets, unchanged; rho belongs to zCDP.
+        assert!(new(EpsilonDelta, Some(1.0), None, None).is_ok());
+        assert!(new(EpsilonDelta, None, None, None).is_ok());
+        let err = new(EpsilonDelta, Some(1.0), None, Some(0.5)).unwrap_err();
+        assert!(
+            err.contains("dp.rho_budget is a zCDP budget, but dp.budget_measure is 'epsilon_delta': set dp.budget_measure = 'zcdp'"),
+            "{err}"
+        );
+        // zCDP: rho, or a target (ε, δ) with δ in (0, 1), not both.
+        assert!(new(Zcdp, None, None, Some(0.5)).is_ok());
+        assert!(new(Zcdp, Some(10.0), Some(1e-4), None).is_ok());
+        assert!(
+            new(Zcdp, None, None, None).is_ok(),
+            "no limit, as in (ε, δ)"
+        );
+        let err = new(Zcdp, Some(1.0), Some(1e-6), Some(0.5)).unwrap_err();
+        assert!(err.contains("not both"), "{err}");
+        for (epsilon, delta) in [
+            (Some(1.0), None),
+            (Some(1.0), Some(0.0)),
+            (Some(1.0), Some(1.0)),
+            (Some(0.0), Some(1e-6)),
+            (None, Some(1e-6)),
+        ] {
+            let err = new(Zcdp, epsilon, delta, None).unwrap_err();
+            assert!(
+                err.contains("dp.epsilon_budget > 0 with dp.delta_budget in (0, 1)"),
+                "{epsilon:?} {delta:?}: {err}"
+            );
+        }
+        // The label dp_budget() shows.
+        assert_eq!(budget(Some(1.0), None).label(), "epsilon");
+        assert_eq!(budget(Some(1.0), Some(0.0)).label(), "epsilon");
+        assert_eq!(budget(Some(1.0), Some(1e-6)).label(), "epsilon_delta");
+        assert_eq!(zcdp(None, None, Some(1.0)).label(), "zcdp");
+    }
+
+    #[test]
+    fn a_target_is_converted_once_to_the_largest_rho_that_meets_it() {
+        // (10, 1e-4): ρ ≈ 2.1171 (the same formula evaluated on a grid of α, in privacy_map's
+        // tests), rounded down to the unit, so the budget's guarantee stays within the target.
+        let target = zcdp(Some(10.0), Some(1e-4), None);
+        let rho = target.rho_limit().unwrap();
+        assert!((2.1165..2.1176).contains(&rho), "{rho}");
+        let Some(Limit::Zcdp { rho: units }) = target.limit_units() else {
+            panic!("a zCDP limit")
+        };
+        let limit = amount::units_to_f64(units, RHO_DIGITS);
+        assert!(limit <= rho && rho - limit < 1e-12, "{limit} {rho}");
+        assert!(crate::stats::mechanism::cdp_delta(limit, 10.0) <= 1e-4);
+        // Bun & Steinke 2016, Proposition 1.3, independent of the tighter conversion: ρ-zCDP
+        // is (ρ + 2√(ρ ln(1/δ)), δ)-DP, so the ρ that meets (10, 1e-4) is at least the ρ that
+        // meets it by that bound (√ρ = √(ln(1/δ) + 10) − √(ln(1/δ)), ρ ≈ 1.75).
+        let l = (1.0f64 / 1e-4).ln();
+        let weaker = ((l + 10.0).sqrt() - l.sqrt()).powi(2);
+        assert!(weaker < rho && weaker > 1.7, "{weaker}");
+        // The guarantee of what is spent, as (ε, δ): ε at the target's δ.
+        let status = |rho: f64| Status {
+            budget: target,
+            epsilon_spent: 0.0,
+            delta_spent: 0.0,
+            rho_spent: Some(rho),
+            spent_units: Units::default(),
+            history: Vec::new(),
+        };
+        let (epsilon, delta) = status(limit).spent_guarantee().unwrap();
+        assert!(
+            (epsilon / 10.0 - 1.0).abs() < 1e-6 && epsilon <= 10.0 + 1e-9,
+            "{epsilon}"
+        );
+        assert_eq!(delta, 1e-4);
+        let (epsilon, _) = status(0.5).spent_guarantee().unwrap();
+        let bound = 0.5 + 2.0 * (0.5 * l).sqrt();
+        assert!(epsilon < bound && epsilon > 0.5, "{epsilon} vs {bound}");
+        assert_eq!(status(0.0).spent_guarantee(), Some((0.0, 0.0)));
+        assert_eq!(status(0.0).budget_guarantee(), Some((10.0, 1e-4)));
+        // A budget of ρ alone names no δ: no (ε, δ) is reported for it.
+        let alone = Status {
+            budget: zcdp(None, None, Some(2.0)),
+            ..status(1.0)
+        };
+        assert_eq!(alone.spent_guarantee(), None);
+        assert_eq!(alone.budget_guarantee(), None);
+    }
+
+    #[test]
+    fn zcdp_budgets_count_rho() {
+        let budget = zcdp(None, None, Some(1.0));
+        // Ten charges of ρ = 0.1 fill a budget of 1 exactly; an eleventh is refused.
+        let mut total = Units::default();
+        for _ in 0..10 {
+            budget.check(&cost_rho(5.0, 1e-3, 0.1), &total).unwrap();
+            total = total.plus(cost_rho(5.0, 1e-3, 0.1).units, "spent").unwrap();
+        }
+        assert_eq!(total.rho, Some(1_000_000_000_000));
+        let err = budget
+            .check(&cost_rho(0.1, 0.0, 0.1), &total)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dp budget exceeded: this query needs rho=0.1 (zCDP); spent rho=1 of 1; remaining rho=0"),
+            "{err}"
+        );
+        // Only ρ counts: ε and δ spent far past any (ε, δ) budget do not matter.
+        assert_eq!(amount::units_to_f64(total.epsilon, EPSILON_DIGITS), 50.0);
+        // A converted target says so.
+        let target = zcdp(Some(1.0), Some(1e-6), None);
+        let err = target
+            .check(&cost_rho(1.0, 0.0, 1.0), &Units::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("(converted from the target epsilon=1, delta=0.000001)"),
+            "{err}"
+        );
+        // A query without a zCDP map is refused in zCDP, limit or not, naming the call; an
+        // (ε, δ) budget charges it as before.
+        for refusing in [budget, zcdp(None, None, None)] {
+            let err = refusing
+                .check(&cost(0.1, 1e-9), &Units::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("dp_x: method 'ptr' has no zCDP privacy map; this budget is in zCDP (dp.budget_measure = 'zcdp')"),
+                "{err}"
+            );
+        }
+        let approx =
+            super::Budget::new(BudgetMeasure::EpsilonDelta, Some(1.0), Some(1e-6), None, "")
+                .unwrap();
+        approx.check(&cost(0.1, 1e-9), &Units::default()).unwrap();
+        // Spending that has no ρ (charged before the measure was zCDP) cannot be counted in it.
+        let err = budget
+            .check(&cost_rho(0.1, 0.0, 0.005), &spent(0.1, 0.0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot be counted in rho"), "{err}");
+        // The smallest ρ charge is one unit: it still counts once the budget is spent.
+        let full = Units {
+            rho: Some(1_000_000_000_000),
+            ..Units::default()
+        };
+        assert!(budget.check(&cost_rho(1e-300, 0.0, 1e-300), &full).is_err());
+    }
+
+    #[test]
+    fn units_add_exactly() {
+        let a = Units {
+            epsilon: 1,
+            delta: 2,
+            rho: Some(3),
+        };
+        assert_eq!(
+            a.plus(a, "spent").unwrap(),
+            Units {
+                epsilon: 2,
+                delta: 4,
+                rho: Some(6)
+            }
+        );
+        // Past u128: ε or δ is an error; ρ is no longer countable (refused only in zCDP).
+        let big = Units {
+            epsilon: u128::MAX,
+            ..a
+        };
+        let err = big.plus(a, "spent").unwrap_err().to_string();
+        assert!(
+            err.contains("epsilon spent is above the largest amount"),
+            "{err}"
+        );
+        let big = Units {
+            rho: Some(u128::MAX),
+            ..a
+        };
+        assert_eq!(big.plus(a, "spent").unwrap().rho, None);
+        let none = Units { rho: None, ..a };
+        assert_eq!(a.plus(none, "spent").unwrap().rho, None);
     }
 
     #[test]

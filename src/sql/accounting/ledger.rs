@@ -1,14 +1,28 @@
 //! The durable privacy ledger behind `SET dp.ledger = 'path'`: an append-only text file with
 //! one line per charge, shared by every session and process that names it.
 //!
-//! Format: a fixed header line, then one line per charge,
-//! `seq TAB unix_ms TAB pid TAB epsilon TAB delta TAB query TAB hash`, where `hash` is the
-//! first 16 hex digits of SHA-256 over the previous line's hash and this line's content (a
-//! chain: an edited, reordered or deleted line breaks every later hash). Amounts are written as
-//! exact decimals of whole units ([`crate::sql::accounting::amount`]: `10^-12` of epsilon,
-//! `10^-30` of delta) and read back digit by digit, so the totals read back are exactly the
-//! totals charged; a line an older version wrote (Rust's shortest `f64` form, any decimal) is
-//! read rounded up to the unit.
+//! Format: a header line that names the format's version, then one line per charge. Two
+//! versions, both read and appended to in their own format (a file is never rewritten):
+//! - **v1** ([`HEADER_V1`], every ledger written before budgets had measures): lines
+//!   `seq TAB unix_ms TAB pid TAB epsilon TAB delta TAB query TAB hash`; an (ε, δ) ledger.
+//! - **v2** ([`header_v2`], every new ledger): the header also names the budget measure the
+//!   ledger counts in (`epsilon_delta` or `zcdp`, [`BudgetMeasure`]), and each line adds the
+//!   charge's ρ after delta: `seq TAB unix_ms TAB pid TAB epsilon TAB delta TAB rho TAB query
+//!   TAB hash`, `rho` being `none` for a release without a zCDP map (only in an
+//!   `epsilon_delta` ledger: a `zcdp` ledger counts every charge in ρ). The first line's hash
+//!   is chained on the header, so the measure cannot be changed without breaking the chain.
+//!
+//! `hash` is the first 16 hex digits of SHA-256 over the previous line's hash and this line's
+//! content (a chain: an edited, reordered or deleted line breaks every later hash). Amounts are
+//! written as exact decimals of whole units ([`crate::sql::accounting::amount`]: `10^-12` of
+//! epsilon, `10^-30` of delta, `10^-12` of rho) and read back digit by digit, so the totals
+//! read back are exactly the totals charged; a line an older version wrote (Rust's shortest
+//! `f64` form, any decimal) is read rounded up to the unit.
+//!
+//! **A ledger belongs to one budget measure.** A session appends to, or reports from, a ledger
+//! only if its budget is in the ledger's measure (a v1 ledger's is `epsilon_delta`); otherwise
+//! it is refused with an error naming the file and both measures, and nothing is written: (ε,
+//! δ) charges are not counted against a zCDP budget, nor ρ against an (ε, δ) one.
 //!
 //! Every access holds an OS file lock (`flock` on Unix, `LockFileEx` on Windows; std's
 //! `File::lock`) for the whole read-verify-(check)-append sequence, so several processes can
@@ -43,7 +57,8 @@
 //! first charge of a new file is synced, with its directory entry, before the lock is
 //! released.
 
-use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS};
+use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS, RHO_DIGITS};
+use crate::sql::accounting::budget::BudgetMeasure;
 use datafusion::common::{plan_datafusion_err, DataFusionError, Result};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
@@ -51,8 +66,70 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-/// The first line of every ledger (identifies the file and the format version).
-const HEADER: &str = "# datafusion-dp privacy ledger v1: seq, unix_ms, pid, epsilon, delta, query, chained sha256 prefix";
+/// The first line of a ledger of the first format (identifies the file and the version): an
+/// (ε, δ) ledger without ρ.
+pub const HEADER_V1: &str = "# datafusion-dp privacy ledger v1: seq, unix_ms, pid, epsilon, delta, query, chained sha256 prefix";
+
+/// The first line of a ledger of the second format, counting in `measure`.
+pub fn header_v2(measure: BudgetMeasure) -> String {
+    format!(
+        "# datafusion-dp privacy ledger v2, budget measure {measure}: seq, unix_ms, pid, epsilon, delta, rho, query, chained sha256 prefix"
+    )
+}
+
+/// A ledger's format, from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// [`HEADER_V1`]: (ε, δ), no ρ.
+    V1,
+    /// [`header_v2`]: its measure, and ρ on every line.
+    V2(BudgetMeasure),
+}
+
+impl Format {
+    /// The format whose header is `line`.
+    fn of_header(line: &str) -> Option<Self> {
+        if line == HEADER_V1 {
+            return Some(Self::V1);
+        }
+        BudgetMeasure::ALL
+            .into_iter()
+            .find(|m| line == header_v2(*m))
+            .map(Self::V2)
+    }
+
+    fn header(self) -> String {
+        match self {
+            Self::V1 => HEADER_V1.to_string(),
+            Self::V2(measure) => header_v2(measure),
+        }
+    }
+
+    /// The measure the ledger counts in.
+    fn measure(self) -> BudgetMeasure {
+        match self {
+            Self::V1 => BudgetMeasure::EpsilonDelta,
+            Self::V2(measure) => measure,
+        }
+    }
+
+    /// What the first line's hash is chained on: nothing in v1, the header in v2 (so the
+    /// measure it names is part of the chain).
+    fn chain_start(self) -> String {
+        match self {
+            Self::V1 => String::new(),
+            Self::V2(_) => self.header(),
+        }
+    }
+}
+
+/// The refusal of a ledger kept in another measure than the session's budget.
+fn other_measure(path: &Path, ledger: BudgetMeasure, budget: BudgetMeasure) -> DataFusionError {
+    plan_datafusion_err!(
+        "dp.ledger '{}' counts charges in the budget measure '{ledger}' (its header), but this budget is in '{budget}' (dp.budget_measure): a ledger belongs to one budget measure, and its charges are not counted in another; give this budget a ledger file of its own",
+        path.display()
+    )
+}
 
 /// Longest query description kept in a line (characters), so lines stay short.
 const MAX_QUERY_CHARS: usize = 500;
@@ -67,9 +144,13 @@ pub struct Entry {
     pub pid: u32,
     pub epsilon: f64,
     pub delta: f64,
-    /// The charge exactly, in units of `10^-12` of epsilon and `10^-30` of delta (rounded up).
+    /// The charge's ρ (zCDP): `None` on a v1 line, or for a release without a zCDP map.
+    pub rho: Option<f64>,
+    /// The charge exactly, in units of `10^-12` of epsilon, `10^-30` of delta and `10^-12` of
+    /// rho (rounded up).
     pub epsilon_units: u128,
     pub delta_units: u128,
+    pub rho_units: Option<u128>,
     /// A description of the charged query.
     pub query: String,
     /// The chained checksum of this line.
@@ -77,12 +158,15 @@ pub struct Entry {
 }
 
 /// A charge to append: what the caller decided after seeing the current entries, in units of
-/// `10^-12` of epsilon and `10^-30` of delta ([`crate::sql::accounting::amount`]).
+/// `10^-12` of epsilon, `10^-30` of delta and `10^-12` of rho
+/// ([`crate::sql::accounting::amount`]; `rho_units` is `None` for a release without a zCDP
+/// map, and is not kept in a v1 ledger).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCharge {
     pub unix_ms: i64,
     pub epsilon_units: u128,
     pub delta_units: u128,
+    pub rho_units: Option<u128>,
     pub query: String,
 }
 
@@ -146,10 +230,25 @@ fn unescape(text: &str) -> Option<String> {
     Some(out)
 }
 
-/// The line (without its newline) recording `charge` as entry `seq` after `previous`.
-fn format_line(seq: u64, pid: u32, charge: &NewCharge, previous: &str) -> (String, String) {
+/// The text of a v2 line's `rho` field for a charge without a zCDP map.
+const NO_RHO: &str = "none";
+
+/// The line (without its newline) recording `charge` as entry `seq` after `previous` in a
+/// ledger of `format`.
+fn format_line(
+    format: Format,
+    seq: u64,
+    pid: u32,
+    charge: &NewCharge,
+    previous: &str,
+) -> (String, String) {
+    let rho = match (format, charge.rho_units) {
+        (Format::V1, _) => String::new(),
+        (Format::V2(_), Some(units)) => format!("\t{}", amount::format_units(units, RHO_DIGITS)),
+        (Format::V2(_), None) => format!("\t{NO_RHO}"),
+    };
     let content = format!(
-        "{seq}\t{}\t{pid}\t{}\t{}\t{}",
+        "{seq}\t{}\t{pid}\t{}\t{}{rho}\t{}",
         charge.unix_ms,
         amount::format_units(charge.epsilon_units, EPSILON_DIGITS),
         amount::format_units(charge.delta_units, DELTA_DIGITS),
@@ -159,31 +258,53 @@ fn format_line(seq: u64, pid: u32, charge: &NewCharge, previous: &str) -> (Strin
     (format!("{content}\t{hash}"), hash)
 }
 
-/// Parses and verifies a whole ledger file's text.
-fn parse(path: &Path, text: &str) -> Result<Vec<Entry>> {
+/// Parses and verifies a whole ledger file's text: its format (`None` for an empty file) and
+/// entries.
+fn parse(path: &Path, text: &str) -> Result<(Option<Format>, Vec<Entry>)> {
     let mut entries = Vec::new();
-    parse_more(path, text, &mut entries, true)?;
-    Ok(entries)
+    let mut format = None;
+    parse_more(path, text, &mut format, &mut entries)?;
+    Ok((format, entries))
 }
 
-/// Parses and verifies `text`, the lines of a ledger that follow the verified `entries`
-/// (`at_start`: `text` is the whole file, header included), and appends them to `entries`:
-/// each line is checked exactly as if the whole file were parsed. On an error `entries` is
-/// left as it was.
-fn parse_more(path: &Path, text: &str, entries: &mut Vec<Entry>, at_start: bool) -> Result<()> {
+/// Parses and verifies `text`, the lines of a ledger that follow the verified `entries` of a
+/// file of `format` (`None`: `text` is the whole file, header included, which sets it), and
+/// appends them to `entries`: each line is checked exactly as if the whole file were parsed.
+/// On an error `entries` and `format` are left as they were.
+fn parse_more(
+    path: &Path,
+    text: &str,
+    format: &mut Option<Format>,
+    entries: &mut Vec<Entry>,
+) -> Result<()> {
     let verified = entries.len();
-    let result = parse_lines(path, text, entries, at_start);
+    let known = *format;
+    let result = parse_lines(path, text, format, entries);
     if result.is_err() {
         entries.truncate(verified);
+        *format = known;
     }
     result
 }
 
 /// [`parse_more`] without the undoing: lines verified before an error stay in `entries`.
-fn parse_lines(path: &Path, text: &str, entries: &mut Vec<Entry>, at_start: bool) -> Result<()> {
+fn parse_lines(
+    path: &Path,
+    text: &str,
+    format: &mut Option<Format>,
+    entries: &mut Vec<Entry>,
+) -> Result<()> {
     // Line index 0 is the header; entry k (1-based) is at index k.
-    let first_index = if at_start { 0 } else { entries.len() + 1 };
-    let mut previous = entries.last().map(|e| e.hash.clone()).unwrap_or_default();
+    let first_index = if format.is_none() {
+        0
+    } else {
+        entries.len() + 1
+    };
+    let mut previous = match (entries.last(), *format) {
+        (Some(last), _) => last.hash.clone(),
+        (None, Some(format)) => format.chain_start(),
+        (None, None) => String::new(),
+    };
     for (offset, raw) in text.split_inclusive('\n').enumerate() {
         let index = first_index + offset;
         let number = index + 1;
@@ -195,26 +316,32 @@ fn parse_lines(path: &Path, text: &str, entries: &mut Vec<Entry>, at_start: bool
             ));
         };
         if index == 0 {
-            if line != HEADER {
+            let Some(found) = Format::of_header(line) else {
                 return Err(corrupt(
                     path,
                     number,
                     "not a datafusion-dp ledger (unexpected header)",
                 ));
-            }
+            };
+            *format = Some(found);
+            previous = found.chain_start();
             continue;
         }
-        let entry = parse_line(path, number, index, line, &previous)?;
+        let Some(line_format) = *format else {
+            return Err(corrupt(path, number, "a charge before the header"));
+        };
+        let entry = parse_line(path, line_format, number, index, line, &previous)?;
         previous.clone_from(&entry.hash);
         entries.push(entry);
     }
     Ok(())
 }
 
-/// Parses and verifies one charge line (without its newline): entry `index`, line `number` of
-/// the file, chained after the hash `previous`.
+/// Parses and verifies one charge line (without its newline) of a ledger of `format`: entry
+/// `index`, line `number` of the file, chained after the hash `previous`.
 fn parse_line(
     path: &Path,
+    format: Format,
     number: usize,
     index: usize,
     line: &str,
@@ -230,8 +357,15 @@ fn parse_line(
         ));
     }
     let fields: Vec<&str> = content.split('\t').collect();
-    let [seq, unix_ms, pid, epsilon, delta, query] = fields[..] else {
-        return Err(bad("expected 7 tab-separated fields"));
+    let (seq, unix_ms, pid, epsilon, delta, rho, query) = match (format, &fields[..]) {
+        (Format::V1, &[seq, unix_ms, pid, epsilon, delta, query]) => {
+            (seq, unix_ms, pid, epsilon, delta, None, query)
+        }
+        (Format::V2(_), &[seq, unix_ms, pid, epsilon, delta, rho, query]) => {
+            (seq, unix_ms, pid, epsilon, delta, Some(rho), query)
+        }
+        (Format::V1, _) => return Err(bad("expected 7 tab-separated fields")),
+        (Format::V2(_), _) => return Err(bad("expected 8 tab-separated fields")),
     };
     let seq: u64 = seq.parse().map_err(|_| bad("unparsable sequence number"))?;
     if seq != index as u64 {
@@ -248,14 +382,26 @@ fn parse_line(
     };
     let (epsilon, epsilon_units) = amount(epsilon, "epsilon", EPSILON_DIGITS)?;
     let (delta, delta_units) = amount(delta, "delta", DELTA_DIGITS)?;
+    let rho = match rho {
+        None => None,
+        Some(NO_RHO) if format == Format::V2(BudgetMeasure::Zcdp) => {
+            return Err(bad(
+                "rho 'none' in a zcdp ledger (every charge of a zCDP budget has a rho)",
+            ))
+        }
+        Some(NO_RHO) => None,
+        Some(rho) => Some(amount(rho, "rho", RHO_DIGITS)?),
+    };
     Ok(Entry {
         seq,
         unix_ms: unix_ms.parse().map_err(|_| bad("unparsable time"))?,
         pid: pid.parse().map_err(|_| bad("unparsable process id"))?,
         epsilon,
         delta,
+        rho: rho.map(|(rho, _)| rho),
         epsilon_units,
         delta_units,
+        rho_units: rho.map(|(_, units)| units),
         query: unescape(query).ok_or_else(|| bad("bad escape in the query text"))?,
         hash: hash.to_string(),
     })
@@ -274,11 +420,13 @@ fn utf8<'a>(path: &Path, bytes: &'a [u8], first_line: usize) -> Result<&'a str> 
     })
 }
 
-/// The verified contents of one ledger file as this process last read them: its bytes and
-/// their entries. Used only while holding the file's OS lock.
+/// The verified contents of one ledger file as this process last read them: its bytes, its
+/// format (`None` while it is empty) and their entries. Used only while holding the file's OS
+/// lock.
 #[derive(Default)]
 struct Verified {
     bytes: Vec<u8>,
+    format: Option<Format>,
     entries: Vec<Entry>,
 }
 
@@ -302,16 +450,20 @@ impl Verified {
             parse_more(
                 path,
                 utf8(path, tail, first_line)?,
+                &mut self.format,
                 &mut self.entries,
-                false,
             )?;
             self.bytes = bytes;
             return Ok(());
         }
         // Start again: nothing of the old contents is trusted.
         *self = Verified::default();
-        let entries = parse(path, utf8(path, &bytes, 1)?)?;
-        *self = Verified { bytes, entries };
+        let (format, entries) = parse(path, utf8(path, &bytes, 1)?)?;
+        *self = Verified {
+            bytes,
+            format,
+            entries,
+        };
         Ok(())
     }
 }
@@ -427,27 +579,48 @@ fn sync_failed(path: &Path, error: &str) -> DataFusionError {
     )
 }
 
-/// Reads and verifies the ledger under a shared lock; a missing file is an empty ledger.
-pub fn read(path: &Path) -> Result<Vec<Entry>> {
+/// Reads and verifies the ledger under a shared lock, whatever its measure: the measure it
+/// counts in (`None` for a missing or empty file, an empty ledger) and its entries.
+pub fn read_with_measure(path: &Path) -> Result<(Option<BudgetMeasure>, Vec<Entry>)> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
         Err(e) => return Err(io_error(path, "open", e)),
     };
     let shared = shared(&file);
     let mut verified = lock_verified(&shared);
     file.lock_shared().map_err(|e| io_error(path, "lock", e))?;
     verified.refresh(path, &file)?;
-    Ok(verified.entries.clone())
+    Ok((
+        verified.format.map(Format::measure),
+        verified.entries.clone(),
+    ))
 }
 
-/// Under an exclusive lock: reads and verifies every entry, asks `decide` (given the entries and
-/// the file's identity) for the charge to add and appends it; then, the lock released, waits
-/// until the charge is synced to disk (group commit, [`wait_durable`]) before returning it. An
-/// error from `decide` leaves the file unchanged; an error returned after the append leaves the
-/// charge in the file (counted, never lost: its query must not be released).
+/// Reads and verifies the ledger's entries, whatever its measure; a missing file is an empty
+/// ledger.
+pub fn read(path: &Path) -> Result<Vec<Entry>> {
+    read_with_measure(path).map(|(_, entries)| entries)
+}
+
+/// [`read`] for a budget in `measure`: refused when the ledger counts in another.
+pub fn read_in(path: &Path, measure: BudgetMeasure) -> Result<Vec<Entry>> {
+    match read_with_measure(path)? {
+        (Some(ledger), _) if ledger != measure => Err(other_measure(path, ledger, measure)),
+        (_, entries) => Ok(entries),
+    }
+}
+
+/// Under an exclusive lock: reads and verifies every entry, refuses a ledger that counts in
+/// another measure than `measure` (a new ledger is a v2 one in `measure`), asks `decide`
+/// (given the entries and the file's identity) for the charge to add and appends it, in the
+/// file's format; then, the lock released, waits until the charge is synced to disk (group
+/// commit, [`wait_durable`]) before returning it. An error from `decide` leaves the file
+/// unchanged; an error returned after the append leaves the charge in the file (counted, never
+/// lost: its query must not be released).
 pub fn append_with(
     path: &Path,
+    measure: BudgetMeasure,
     decide: impl FnOnce(&[Entry], &Path) -> Result<NewCharge>,
 ) -> Result<Entry> {
     let mut file = OpenOptions::new()
@@ -463,17 +636,33 @@ pub fn append_with(
     let mut verified = lock_verified(&shared);
     file.lock().map_err(|e| io_error(path, "lock", e))?;
     verified.refresh(path, &file)?;
+    let format = match verified.format {
+        Some(format) if format.measure() != measure => {
+            return Err(other_measure(path, format.measure(), measure))
+        }
+        Some(format) => format,
+        None => Format::V2(measure),
+    };
     let identity = identity(path);
     let charge = decide(&verified.entries, &identity)?;
+    if format == Format::V2(BudgetMeasure::Zcdp) && charge.rho_units.is_none() {
+        return Err(plan_datafusion_err!(
+            "dp.ledger '{}' counts in zCDP, but the charge has no rho; refusing",
+            path.display()
+        ));
+    }
     // The whole file was read under the lock: this is its length.
     let original_len = verified.bytes.len() as u64;
     let seq = verified.entries.len() as u64 + 1;
-    let previous = verified.entries.last().map_or("", |e| e.hash.as_str());
+    let previous = match verified.entries.last() {
+        Some(last) => last.hash.clone(),
+        None => format.chain_start(),
+    };
     let pid = std::process::id();
-    let (line, hash) = format_line(seq, pid, &charge, previous);
+    let (line, hash) = format_line(format, seq, pid, &charge, &previous);
     let mut text = String::new();
     if original_len == 0 {
-        text.push_str(HEADER);
+        text.push_str(&format.header());
         text.push('\n');
     }
     text.push_str(&line);
@@ -491,6 +680,10 @@ pub fn append_with(
         *verified = Verified::default();
         return Err(io_error(path, "append the charge", e));
     }
+    let kept_rho = match format {
+        Format::V1 => None,
+        Format::V2(_) => charge.rho_units,
+    };
     let entry = Entry {
         seq,
         unix_ms: charge.unix_ms,
@@ -499,10 +692,14 @@ pub fn append_with(
         delta: amount::units_to_f64(charge.delta_units, DELTA_DIGITS),
         epsilon_units: charge.epsilon_units,
         delta_units: charge.delta_units,
+        // What a line of this format keeps (a v1 line has no ρ).
+        rho: kept_rho.map(|units| amount::units_to_f64(units, RHO_DIGITS)),
+        rho_units: kept_rho,
         query: charge.query.chars().take(MAX_QUERY_CHARS).collect(),
         hash,
     };
     verified.bytes.extend_from_slice(text.as_bytes());
+    verified.format = Some(format);
     verified.entries.push(entry.clone());
     if original_len == 0 {
         sync_parent_dir(path);
@@ -538,18 +735,31 @@ fn sync_parent_dir(path: &Path) {
 mod tests {
     use super::*;
 
+    /// A charge without a ρ (a release without a zCDP map).
     fn charge(epsilon: f64, delta: f64, query: &str) -> NewCharge {
         NewCharge {
             unix_ms: 1_700_000_000_000,
             epsilon_units: amount::charge_units(epsilon, EPSILON_DIGITS).unwrap(),
             delta_units: amount::charge_units(delta, DELTA_DIGITS).unwrap(),
+            rho_units: None,
             query: query.to_string(),
         }
     }
 
+    /// A charge with a ρ.
+    fn charge_rho(epsilon: f64, delta: f64, rho: f64, query: &str) -> NewCharge {
+        NewCharge {
+            rho_units: Some(amount::charge_units(rho, RHO_DIGITS).unwrap()),
+            ..charge(epsilon, delta, query)
+        }
+    }
+
+    const ED: BudgetMeasure = BudgetMeasure::EpsilonDelta;
+    const ZCDP: BudgetMeasure = BudgetMeasure::Zcdp;
+
     /// A line as the format's first version wrote it: amounts in Rust's shortest `f64` form.
     fn old_ledger_text(amounts: &[(f64, f64)]) -> String {
-        let mut text = format!("{HEADER}\n");
+        let mut text = format!("{HEADER_V1}\n");
         let mut previous = String::new();
         for (i, (epsilon, delta)) in amounts.iter().enumerate() {
             let content = format!("{}\t1700000000000\t7\t{epsilon}\t{delta}\tq", i + 1);
@@ -560,16 +770,27 @@ mod tests {
         text
     }
 
-    fn ledger_text(charges: &[NewCharge]) -> String {
-        let mut text = format!("{HEADER}\n");
-        let mut previous = String::new();
+    /// A ledger of `format` holding `charges`, as [`append_with`] writes one.
+    fn ledger_text_in(format: Format, charges: &[NewCharge]) -> String {
+        let mut text = format!("{}\n", format.header());
+        let mut previous = format.chain_start();
         for (i, c) in charges.iter().enumerate() {
-            let (line, hash) = format_line(i as u64 + 1, 7, c, &previous);
+            let (line, hash) = format_line(format, i as u64 + 1, 7, c, &previous);
             text.push_str(&line);
             text.push('\n');
             previous = hash;
         }
         text
+    }
+
+    /// A new (ε, δ) ledger holding `charges`.
+    fn ledger_text(charges: &[NewCharge]) -> String {
+        ledger_text_in(Format::V2(ED), charges)
+    }
+
+    /// The entries of a ledger's text.
+    fn entries(text: &str) -> Vec<Entry> {
+        parse(Path::new("l"), text).unwrap().1
     }
 
     #[test]
@@ -588,8 +809,8 @@ mod tests {
             text.contains("\t0.000000000001\t0.000000000000000000000000000001\t"),
             "{text}"
         );
-        assert!(text.contains("\t999999.999999999\t0\t"), "{text}");
-        let entries = parse(Path::new("l"), &text).unwrap();
+        assert!(text.contains("\t999999.999999999\t0\tnone\t"), "{text}");
+        let entries = entries(&text);
         assert_eq!(entries.len(), 4);
         for (entry, c) in entries.iter().zip(&charges) {
             assert_eq!(entry.epsilon_units, c.epsilon_units);
@@ -604,7 +825,149 @@ mod tests {
         assert_eq!(entries[0].epsilon, 0.1);
         assert_eq!(entries[1].delta, 1e-7);
         assert_eq!(entries[2].epsilon, 1e-12);
-        assert_eq!(parse(Path::new("l"), "").unwrap(), Vec::new());
+        assert_eq!(parse(Path::new("l"), "").unwrap(), (None, Vec::new()));
+    }
+
+    #[test]
+    fn every_format_round_trips_its_amounts() {
+        let charges = [
+            charge_rho(1.0, 0.0, 0.5, "laplace"),
+            charge_rho(1.0, 1e-6, 0.021_17, "gaussian"),
+            charge_rho(1e-300, 0.0, 1e-300, "tiny"),
+        ];
+        // A v1 ledger keeps (ε, δ) only; v2 ones keep ρ too, in either measure.
+        for format in [Format::V1, Format::V2(ED), Format::V2(ZCDP)] {
+            let text = ledger_text_in(format, &charges);
+            let (read, entries) = parse(Path::new("l"), &text).unwrap();
+            assert_eq!(read, Some(format));
+            assert_eq!(entries.len(), 3);
+            let rhos: Vec<Option<u128>> = entries.iter().map(|e| e.rho_units).collect();
+            match format {
+                Format::V1 => {
+                    assert!(text.contains("\t1\t0.000001\tgaussian\t"), "{text}");
+                    assert_eq!(rhos, vec![None; 3]);
+                }
+                Format::V2(_) => {
+                    assert!(
+                        text.contains("\t1\t0.000001\t0.02117\tgaussian\t"),
+                        "{text}"
+                    );
+                    // 0.5 and 0.02117 exactly, and the smallest ρ charge is one unit.
+                    assert_eq!(
+                        rhos,
+                        vec![Some(500_000_000_000), Some(21_170_000_000), Some(1)]
+                    );
+                    assert_eq!(entries[1].rho, Some(0.02117));
+                }
+            }
+            assert_eq!(entries[1].epsilon_units, 1_000_000_000_000);
+            assert_eq!(entries[1].delta_units, charges[1].delta_units);
+        }
+        // An (ε, δ) ledger keeps a charge without a zCDP map as `none`.
+        let text = ledger_text(&[charge(1.0, 1e-6, "ptr")]);
+        assert!(text.contains("\t1\t0.000001\tnone\tptr\t"), "{text}");
+        assert_eq!(entries(&text)[0].rho, None);
+    }
+
+    #[test]
+    fn a_ledger_belongs_to_one_measure() {
+        let err = |t: &str| parse(Path::new("l"), t).unwrap_err().to_string();
+        // The header names the measure, and the first line's hash is chained on it: relabelling
+        // an (ε, δ) ledger as zcdp breaks the chain.
+        let text = ledger_text(&[charge_rho(1.0, 0.0, 0.5, "q")]);
+        let relabelled = text.replacen(&header_v2(ED), &header_v2(ZCDP), 1);
+        assert_ne!(relabelled, text);
+        assert!(
+            err(&relabelled).contains("line 2: checksum mismatch"),
+            "{}",
+            err(&relabelled)
+        );
+        // A zcdp ledger's lines all have a ρ, even with a matching checksum.
+        let no_rho = ledger_text_in(Format::V2(ZCDP), &[charge(1.0, 1e-6, "ptr")]);
+        assert!(
+            err(&no_rho).contains("rho 'none' in a zcdp ledger"),
+            "{}",
+            err(&no_rho)
+        );
+        // A v1 line (no rho) in a v2 ledger, chained correctly, has the wrong number of fields.
+        let content = "1\t1700000000000\t7\t1\t0\tq";
+        let hash = chain_hash(&header_v2(ED), content);
+        let mixed = format!("{}\n{content}\t{hash}\n", header_v2(ED));
+        assert!(
+            err(&mixed).contains("line 2: expected 8 tab-separated fields"),
+            "{}",
+            err(&mixed)
+        );
+
+        // Appending: a ledger takes charges of its own measure only, and is left unchanged.
+        for (first, second) in [(ED, ZCDP), (ZCDP, ED)] {
+            let path = temp_ledger(&format!("measure-{first}"));
+            append_with(&path, first, |_, _| Ok(charge_rho(1.0, 0.0, 0.5, "q"))).unwrap();
+            let before = std::fs::read(&path).unwrap();
+            let refused = append_with(&path, second, |_, _| Ok(charge_rho(1.0, 0.0, 0.5, "q")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains(&format!(
+                    "counts charges in the budget measure '{first}' (its header), but this budget is in '{second}'"
+                )),
+                "{refused}"
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), before);
+            let refused = read_in(&path, second).unwrap_err().to_string();
+            assert!(
+                refused.contains("a ledger belongs to one budget measure"),
+                "{refused}"
+            );
+            assert_eq!(read_in(&path, first).unwrap().len(), 1);
+            assert_eq!(read_with_measure(&path).unwrap().0, Some(first));
+            let _ = std::fs::remove_file(&path);
+        }
+        // A zcdp ledger refuses a charge without a ρ.
+        let path = temp_ledger("zcdp-no-rho");
+        let refused = append_with(&path, ZCDP, |_, _| Ok(charge(1.0, 0.0, "q")))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("the charge has no rho"), "{refused}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_first_version_ledger_is_appended_to_in_its_own_format() {
+        // A v1 ledger (as every ledger before budget measures) is an (ε, δ) ledger: it counts,
+        // takes new (ε, δ) charges as v1 lines, and is refused to a zCDP budget.
+        let path = temp_ledger("v1");
+        std::fs::write(
+            &path,
+            old_ledger_text(&[(0.1, 0.0), (0.30000000000000004, 1e-7)]),
+        )
+        .unwrap();
+        let refused = append_with(&path, ZCDP, |_, _| Ok(charge_rho(1.0, 0.0, 0.5, "q")))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("measure 'epsilon_delta'"), "{refused}");
+        let entry = append_with(&path, ED, |entries, _| {
+            assert_eq!(entries.len(), 2);
+            Ok(charge_rho(2.0, 0.0, 2.0, "new"))
+        })
+        .unwrap();
+        assert_eq!((entry.seq, entry.rho_units), (3, None));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(HEADER_V1), "{text}");
+        let last = text.lines().last().unwrap();
+        assert!(last.starts_with("3\t"), "{text}");
+        assert!(
+            last.contains("\t2\t0\tnew\t"),
+            "a v1 line has no rho: {text}"
+        );
+        let (measure, entries) = read_with_measure(&path).unwrap();
+        assert_eq!(measure, Some(ED));
+        let units: Vec<u128> = entries.iter().map(|e| e.epsilon_units).collect();
+        assert_eq!(
+            units,
+            vec![100_000_000_000, 300_000_000_001, 2_000_000_000_000]
+        );
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
@@ -612,7 +975,7 @@ mod tests {
         // The first version wrote each amount in Rust's shortest f64 form, a decimal of any
         // length: it still loads, each amount read exactly and rounded up to the unit.
         let text = old_ledger_text(&[(0.1, 0.0), (0.30000000000000004, 1e-7), (1e-15, 1e-40)]);
-        let entries = parse(Path::new("l"), &text).unwrap();
+        let entries = entries(&text);
         let units: Vec<(u128, u128)> = entries
             .iter()
             .map(|e| (e.epsilon_units, e.delta_units))
@@ -633,6 +996,7 @@ mod tests {
     fn tampering_and_truncation_are_detected() {
         let text = ledger_text(&[charge(1.0, 0.0, "a"), charge(2.0, 0.0, "b")]);
         let err = |t: &str| parse(Path::new("l"), t).unwrap_err().to_string();
+        assert!(text.contains("\t2\t0\tnone\t"), "{text}");
         // An edited amount breaks the line's checksum.
         let edited = text.replacen("\t2\t0\t", "\t0.2\t0\t", 1);
         assert_ne!(edited, text);
@@ -671,7 +1035,7 @@ mod tests {
     /// Charges `epsilon` (in units) if the ledger's total plus it stays within `budget`
     /// units, as the accountant does; `Ok(None)` when it does not fit.
     fn charge_within(path: &Path, units: u128, budget: u128) -> Result<Option<Entry>> {
-        let result = append_with(path, |entries, _| {
+        let result = append_with(path, ED, |entries, _| {
             let spent: u128 = entries.iter().map(|e| e.epsilon_units).sum();
             if spent + units > budget {
                 return Err(plan_datafusion_err!("over budget"));
@@ -680,6 +1044,7 @@ mod tests {
                 unix_ms: 1_700_000_000_000,
                 epsilon_units: units,
                 delta_units: 0,
+                rho_units: None,
                 query: "q".to_string(),
             })
         });
@@ -713,7 +1078,7 @@ mod tests {
             .collect();
         granted.sort_by_key(|e| e.seq);
         let text = std::fs::read_to_string(&path).unwrap();
-        let entries = parse(&path, &text).unwrap();
+        let (_, entries) = parse(&path, &text).unwrap();
         assert_eq!(granted.len(), 100);
         assert_eq!(entries.len(), 100);
         assert_eq!(
@@ -795,7 +1160,7 @@ mod tests {
         }
         assert_eq!(read(&path).unwrap().len(), 3);
         let text = std::fs::read_to_string(&path).unwrap();
-        let edited = text.replacen("\t1\t0\tq\t", "\t0.5\t0\tq\t", 1);
+        let edited = text.replacen("\t1\t0\tnone\tq\t", "\t0.5\t0\tnone\tq\t", 1);
         assert_ne!(edited, text);
         std::fs::write(&path, &edited).unwrap();
         let err = read(&path).unwrap_err().to_string();
@@ -808,7 +1173,7 @@ mod tests {
         // as another process would) is verified and counted.
         let lines: Vec<&str> = text.lines().collect();
         let last_hash = lines[3].rsplit_once('\t').unwrap().1;
-        let (line, _) = format_line(4, 9, &charge(2.0, 0.0, "other"), last_hash);
+        let (line, _) = format_line(Format::V2(ED), 4, 9, &charge(2.0, 0.0, "other"), last_hash);
         std::fs::write(&path, format!("{text}{line}\n")).unwrap();
         let entries = read(&path).unwrap();
         assert_eq!(entries.len(), 4);

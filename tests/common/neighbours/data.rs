@@ -569,8 +569,7 @@ impl Dataset {
         let _ = std::fs::remove_file(ledger);
         let analyst = &self.owner.config().analysts[0];
         self.owner.locked_session(&SessionBudget {
-            epsilon: analyst.epsilon_budget,
-            delta: analyst.delta_budget,
+            budget: analyst.budget,
             ledger: ledger.to_string_lossy().into_owned(),
         })
     }

@@ -246,6 +246,20 @@ impl CallPlan {
         (loss.epsilon, loss.delta)
     }
 
+    /// Why the call has no zCDP privacy map (its [`Self::loss`] has `rho: None`), in words for
+    /// the refusal of a budget in zCDP: private group selection, or its release's own reason
+    /// ([`StatisticNoise::without_zcdp_map`](statistic::StatisticNoise::without_zcdp_map));
+    /// `None` when it has one.
+    pub fn without_zcdp_map(&self) -> Option<String> {
+        if self.selection_delta.is_some() {
+            return Some(
+                "private group selection (dp.selection_epsilon, dp.selection_delta) has no zCDP privacy map: its delta is the chance that a group of one unit is released, not a bound on a Renyi divergence; declare the GROUP BY keys public (dp.public_groups)"
+                    .to_string(),
+            );
+        }
+        self.release.without_zcdp_map()
+    }
+
     /// What the call spends in every measure: its release's privacy map
     /// ([`StatisticNoise::loss`](statistic::StatisticNoise::loss)), then private group
     /// selection's `δ` (a failure probability, with no zCDP map).

@@ -217,6 +217,16 @@ pub trait StatisticNoise: Debug + Send + Sync + NoiseAny {
     /// ([`crate::stats::mechanism::NoiseMechanism::loss`]); budget accounting charges exactly
     /// this.
     fn loss(&self) -> PrivacyLoss;
+
+    /// Why its loss has no zCDP map (`rho: None`), for the refusal of a budget in zCDP, which
+    /// names the function before it (e.g. `method 'ptr' has no zCDP privacy map ...`); `None`
+    /// when it has one.
+    fn without_zcdp_map(&self) -> Option<String> {
+        self.loss()
+            .rho
+            .is_none()
+            .then(|| "its release has no zCDP privacy map".to_string())
+    }
 }
 
 /// Downcasting and equality of a [`StatisticNoise`] behind `dyn` (a bound call compares equal
@@ -257,6 +267,11 @@ impl Release {
     /// What the call's release costs ([`StatisticNoise::loss`]).
     pub fn loss(&self) -> PrivacyLoss {
         self.0.loss()
+    }
+
+    /// Why the release has no zCDP map ([`StatisticNoise::without_zcdp_map`]).
+    pub fn without_zcdp_map(&self) -> Option<String> {
+        self.0.without_zcdp_map()
     }
 }
 

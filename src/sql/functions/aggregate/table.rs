@@ -215,6 +215,15 @@ impl StatisticNoise for TableRelease {
             },
         }
     }
+
+    fn without_zcdp_map(&self) -> Option<String> {
+        match self {
+            Self::Counts { .. } => None,
+            Self::LocalRatio { method, .. } => Some(format!(
+                "method '{method}' has no zCDP privacy map (the paper's local ratio methods are (epsilon, delta)-DP only, Appendix C; the default method, noisy_counts, has one)"
+            )),
+        }
+    }
 }
 
 /// Validates a call that uses one of the paper's local or naive ratio methods.

@@ -75,8 +75,9 @@ pub fn protect(ctx: &SessionContext, table: &str, protection: Protection) -> Res
     )
 }
 
-/// Locks `ctx` for an untrusted analyst (see the module docs). Needs `dp.epsilon_budget`
-/// set; refused with `dp.seed` set. Irreversible for the session.
+/// Locks `ctx` for an untrusted analyst (see the module docs). Needs a budget
+/// (`dp.epsilon_budget`, or a zCDP one: [`DpOptions::lock`]); refused with `dp.seed` set.
+/// Irreversible for the session.
 pub fn lock(ctx: &SessionContext) -> Result<()> {
     with_options(ctx, DpOptions::lock, "lock")?;
     lock_execution(ctx);
