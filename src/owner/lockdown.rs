@@ -2,7 +2,7 @@
 //! [`crate::lock`], [`crate::analyst_sql`]): [`lock_session`] declares each table's
 //! protection, fixes the owner's options and the analyst's budget and ledger, and locks.
 
-use crate::sql::accounting::budget::Budget;
+use crate::sql::accounting::measure::Budget;
 use crate::Protection;
 use datafusion::error::Result;
 use datafusion::prelude::SessionContext;

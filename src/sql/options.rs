@@ -6,7 +6,7 @@
 //! `'mechanism=gaussian, delta=1e-6, confidence=0.9'`. Which keys a statistic accepts is its
 //! own declaration (`DpStatistic::option_keys`).
 
-use crate::sql::accounting::budget::{Budget, BudgetMeasure};
+use crate::sql::accounting::measure::{Budget, BudgetMeasure};
 use crate::sql::privacy::plan::protection::Protections;
 use crate::stats::{GaussianCalibration, GroupSizes, IntervalMethod, Mechanism, RatioMethod};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};

@@ -5,7 +5,7 @@
 //! measure), or `budget_measure = "zcdp"` with `rho_budget`, or with `epsilon_budget` and
 //! `delta_budget` as a target (ε, δ) converted to ρ.
 
-use crate::sql::accounting::budget::{Budget, BudgetMeasure};
+use crate::sql::accounting::measure::{Budget, BudgetMeasure};
 use serde::Deserialize;
 use std::path::PathBuf;
 

@@ -176,7 +176,7 @@ impl OwnerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::accounting::budget::{Budget, BudgetMeasure};
+    use crate::sql::accounting::measure::{Budget, BudgetMeasure};
     use crate::Protection;
     use datafusion::arrow::datatypes::DataType;
     use std::path::PathBuf;

@@ -58,13 +58,20 @@
 //! released.
 
 use crate::sql::accounting::amount::{self, DELTA_DIGITS, EPSILON_DIGITS, RHO_DIGITS};
-use crate::sql::accounting::budget::BudgetMeasure;
+use crate::sql::accounting::measure::BudgetMeasure;
 use datafusion::common::{plan_datafusion_err, DataFusionError, Result};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// Milliseconds since the Unix epoch, as a charge's time is written (0 before it).
+pub(crate) fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// The first line of a ledger of the first format (identifies the file and the version): an
 /// (ε, δ) ledger without ρ.

@@ -3,3 +3,4 @@
 pub mod amount;
 pub mod budget;
 pub mod ledger;
+pub mod measure;
