@@ -228,9 +228,10 @@ impl TableNoise {
 
     /// [`Self::calibrate`] for a release of `shape`: when one privacy unit contributes up to
     /// `k` rows to each of up to `g` tables (groups), replacing the unit moves at most `k` rows
-    /// out of and into them, changing at most `m = 2g` cells by at most `k` each (L1 `2gk`, L2
-    /// `k·√(2g)`): `ReleaseShape::new(2g, k)`, calibrated by
-    /// [`CountNoise::calibrate_release`] for the whole `(ε, δ)`.
+    /// out of and into them: each cell by at most `k`, L1 at most `2gk`, L2 at most `k·√(2g)`.
+    /// With `k = 1` that is at most `m = 2g` cells, `ReleaseShape::new(2g, 1)`; with `k > 1`
+    /// the rows can leave two cells and join two others, `ReleaseShape::new(2g, k).spread()`.
+    /// Calibrated by [`CountNoise::calibrate_release`] for the whole `(ε, δ)`.
     pub fn calibrate_for_shape(
         mechanism: Mechanism,
         epsilon: f64,

@@ -225,11 +225,15 @@ pub(super) fn dyadic_sigma2(sigma2: f64) -> Result<Rational, String> {
 /// `m` noise draws, so, as in CKS 2020 Theorem 7 (`m = 1`),
 /// `δ = P[T > σ²ε/Δ − mΔ/2] − e^ε·P[T > σ²ε/Δ + mΔ/2]`, read here off the exact law of `T`
 /// (a convolution of two discrete Gaussians for `m = 2`).
+///
+/// A [`ReleaseShape::spread`] shape is not that case (its moves are not dominated by one
+/// shift of `m` values by `Δ`): for it, and for `m > 2`, the zCDP conversion, which holds for
+/// every shift of L2 norm at most `Δ·√m`.
 pub fn vector_delta(sigma2: f64, epsilon: f64, shape: ReleaseShape) -> f64 {
     let d = shape.sensitivity as f64;
-    match shape.coordinates {
-        1 => discrete_gaussian_delta(sigma2, epsilon, shape.sensitivity),
-        2 => {
+    match (shape.coordinates, shape.spread) {
+        (1, false) => discrete_gaussian_delta(sigma2, epsilon, shape.sensitivity),
+        (2, false) => {
             let (greater, outside) = pair_sum_tail(sigma2);
             let center = sigma2 * epsilon / d;
             // P(T > x) = P(T ≥ ⌊x⌋ + 1) for the integer-valued T. The truncated tails are
@@ -264,8 +268,8 @@ fn pair_sum_tail(sigma2: f64) -> (impl Fn(f64) -> f64, f64) {
         let mut sum = 0.0;
         for (i, p) in pmf.iter().enumerate() {
             let j = i as i64 - radius;
-            let y = u as i64 - j; // P(Z₂ ≥ y)
-                                  // Below the truncation every draw counts: the truncated mass, `tail[0]`.
+            // P(Z₂ ≥ y); below the truncation every draw counts: the truncated mass, `tail[0]`.
+            let y = u as i64 - j;
             let t = if y < -radius {
                 tail[0]
             } else if y > radius {
@@ -304,36 +308,49 @@ pub(super) fn calibrate_vector(
         )
     };
     let vector = vector_sigma2(epsilon, delta, shape);
-    let per_value = if shape.coordinates > 2 || vector.is_err() {
-        per_value()
-    } else {
-        Err(String::new())
-    };
-    match (per_value, vector) {
-        (Ok(per_value), Ok(sigma2))
+    // A per-value composition bounds a spread shape's δ nowhere (more values can move).
+    let compare = !shape.spread && (shape.coordinates > 2 || vector.is_err());
+    match (compare.then(per_value), vector) {
+        (Some(Ok(per_value)), Ok(sigma2))
             if per_value.variance <= discrete_gaussian_variance(sigma2.to_f64()) =>
         {
             Ok(per_value)
         }
-        (_, Ok(sigma2)) => {
-            let s2 = sigma2.to_f64();
-            Ok(CountNoise {
-                mechanism: Mechanism::Gaussian,
-                epsilon,
-                delta: delta.unwrap_or(0.0),
-                sensitivity: shape.sensitivity,
-                shape,
-                scale: s2.sqrt(),
-                variance: discrete_gaussian_variance(s2),
-                fourth_cumulant: discrete_gaussian_fourth_cumulant(s2),
-                sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
-            })
-        }
+        (_, Ok(sigma2)) => gaussian_noise(
+            sigma2,
+            epsilon,
+            delta.unwrap_or(0.0),
+            shape.sensitivity,
+            shape,
+        ),
         // Past the vector calibration's range (an ε above 700 for the whole release), the
         // per-value one may still calibrate.
-        (Ok(per_value), Err(_)) => Ok(per_value),
-        (Err(e), Err(_)) => Err(e),
+        (Some(Ok(per_value)), Err(_)) => Ok(per_value),
+        (Some(Err(e)), Err(_)) | (None, Err(e)) => Err(e),
     }
+}
+
+/// The discrete Gaussian noise of the exact `σ²` sampled, with the law's exact variance and
+/// fourth cumulant.
+fn gaussian_noise(
+    sigma2: Rational,
+    epsilon: f64,
+    delta: f64,
+    sensitivity: u32,
+    shape: ReleaseShape,
+) -> Result<CountNoise, String> {
+    let s2 = sigma2.to_f64();
+    Ok(CountNoise {
+        mechanism: Mechanism::Gaussian,
+        epsilon,
+        delta,
+        sensitivity,
+        shape,
+        scale: s2.sqrt(),
+        variance: discrete_gaussian_variance(s2),
+        fourth_cumulant: discrete_gaussian_fourth_cumulant(s2),
+        sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
+    })
 }
 
 /// The smallest dyadic `σ²` (the sampler's grid) whose [`vector_delta`] is within `δ`.
@@ -348,7 +365,7 @@ fn vector_sigma2(
     check_delta(delta)?;
     let m = shape.coordinates as f64;
     let d = shape.sensitivity as f64;
-    let start_sigma2 = if shape.coordinates == 2 {
+    let start_sigma2 = if shape.coordinates == 2 && !shape.spread {
         analytic_gaussian_sigma(epsilon, delta, d * m.sqrt())?.powi(2)
     } else {
         let rho = rho_for(epsilon, delta)
@@ -414,11 +431,12 @@ impl NoiseMechanism for GaussianMechanism {
         let shape = noise.shape;
         let m = shape.coordinates as f64;
         let epsilon = noise.epsilon;
-        let per_value = m * discrete_gaussian_delta(sigma2, epsilon / m, shape.sensitivity);
-        let delta = if shape.coordinates == 1 {
-            per_value
+        let vector = vector_delta(sigma2, epsilon, shape);
+        // Basic composition over the values bounds only a shape that is not spread.
+        let delta = if shape.spread || shape.coordinates == 1 {
+            vector
         } else {
-            per_value.min(vector_delta(sigma2, epsilon, shape))
+            vector.min(m * discrete_gaussian_delta(sigma2, epsilon / m, shape.sensitivity))
         };
         PrivacyLoss {
             epsilon,
@@ -479,17 +497,13 @@ impl NoiseMechanism for GaussianMechanism {
             }
         }
 
-        Ok(CountNoise {
-            mechanism: Mechanism::Gaussian,
+        gaussian_noise(
+            sigma2,
             epsilon,
             delta,
             sensitivity,
-            shape: ReleaseShape::scalar(sensitivity),
-            scale: sigma2.to_f64().sqrt(),
-            variance: discrete_gaussian_variance(sigma2.to_f64()),
-            fourth_cumulant: discrete_gaussian_fourth_cumulant(sigma2.to_f64()),
-            sampler: Sampler::DiscreteGaussian(DiscreteGaussian::new(sigma2)?),
-        })
+            ReleaseShape::scalar(sensitivity),
+        )
     }
 
     /// At most `2^12` units, and `ε·2^10`: the exact discrete Gaussian is checked up to

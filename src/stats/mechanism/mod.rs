@@ -528,6 +528,44 @@ mod tests {
     }
 
     #[test]
+    fn a_spread_shape_is_charged_by_its_l2_norm_alone() {
+        // A unit's 2 rows in one table can move four cells by 1 each: no single shift of two
+        // values by 2, so the exact two-value δ does not bound it. Its δ is the zCDP
+        // conversion's, for the calibration and for the charge.
+        let shape = ReleaseShape::new(2, 2);
+        let exact = calibrated(Mechanism::Gaussian, 1.0, 1e-6, shape);
+        let spread = calibrated(Mechanism::Gaussian, 1.0, 1e-6, shape.spread());
+        let loss = spread.loss();
+        let rho = shape.l2_squared() / (2.0 * spread.scale * spread.scale);
+        // σ² read back through `scale²`: equal to the sampled σ² to a few ulps.
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-9;
+        assert!(close(loss.delta, cdp_delta(rho, 1.0)), "{}", loss.delta);
+        assert!(loss.delta <= 1e-6, "{}", loss.delta);
+        assert!(
+            spread.variance > exact.variance,
+            "{} vs {}",
+            spread.variance,
+            exact.variance
+        );
+        // The paper's per-cell calibration of the same table is charged the conversion's δ of
+        // its own σ², not the composition over two cells it assumed.
+        let per_cell = CountNoise::calibrate_release(
+            Mechanism::Gaussian,
+            1.0,
+            Some(1e-6),
+            shape.spread(),
+            GaussianCalibration::PerCell,
+        )
+        .unwrap();
+        let rho = shape.l2_squared() / (2.0 * per_cell.scale * per_cell.scale);
+        assert!(close(per_cell.loss().delta, cdp_delta(rho, 1.0)));
+        assert!(close(per_cell.loss().rho.unwrap(), rho));
+        // Laplace's ε is the L1 norm over its scale, spread or not.
+        let laplace = calibrated(Mechanism::Laplace, 1.0, 1e-6, shape.spread());
+        assert_eq!(laplace.loss().epsilon, 1.0);
+    }
+
+    #[test]
     fn the_vector_delta_of_two_values_matches_a_direct_sum() {
         // δ = Σ_y max(0, P(y) − e^ε P'(y)) over the joint law of two draws, summed directly
         // over the grid (the definition, independent of the tail sums), at shift (1, 1).

@@ -16,26 +16,37 @@
 //!   composes by adding `ρ` and converts to `(ε, δ)` by [`cdp_delta`].
 
 /// How one privacy unit can move a release's noised integers (the plan's contribution bound):
-/// at most `coordinates` of them change, each by at most `sensitivity`.
+/// at most `coordinates` of them change, each by at most `sensitivity`; or, when `spread`, the
+/// same L1 total `coordinates·sensitivity` over any number of them, each by at most
+/// `sensitivity` (a unit's `k > 1` rows in one 2x2 table can leave two cells and join two
+/// others). Both bound the L2 norm by `sensitivity·√coordinates` (`Σv² ≤ L∞·L1`), but only the
+/// first is the worst-shift case of the discrete Gaussian's exact vector `δ`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReleaseShape {
     pub coordinates: u32,
     pub sensitivity: u32,
+    pub spread: bool,
 }
 
 impl ReleaseShape {
     /// One noised value of sensitivity `sensitivity`.
     pub const fn scalar(sensitivity: u32) -> Self {
-        Self {
-            coordinates: 1,
-            sensitivity,
-        }
+        Self::new(1, sensitivity)
     }
 
     pub const fn new(coordinates: u32, sensitivity: u32) -> Self {
         Self {
             coordinates,
             sensitivity,
+            spread: false,
+        }
+    }
+
+    /// The same L1 total spread over any number of values (the type's docs).
+    pub const fn spread(self) -> Self {
+        Self {
+            spread: true,
+            ..self
         }
     }
 

@@ -147,7 +147,13 @@ impl<T: TableStatistic> DpStatistic for T {
             options.delta,
             options.gaussian_calibration,
             options.group_sizes,
-            call.shape(2, rows)?,
+            // With `k > 1` rows per unit a replaced unit can leave two cells of a table and
+            // join two others (L1 `2k`, each by at most `k`): a spread shape.
+            if rows > 1 {
+                call.shape(2, rows)?.spread()
+            } else {
+                call.shape(2, rows)?
+            },
         )
         .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
         Ok(Release::new(TableRelease::Counts {
