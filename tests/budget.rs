@@ -857,10 +857,9 @@ async fn releases_without_a_zcdp_map_are_refused_under_zcdp() {
     run(&ctx, &ledger.sql()).await.unwrap();
     run(&ctx, "SET dp.budget_measure = 'zcdp'").await.unwrap();
     run(&ctx, "SET dp.rho_budget = 10").await.unwrap();
-    // The paper's local methods: (ε, δ)-DP only.
+    // The paper's local methods whose δ is a failure probability: (ε, δ)-DP only.
     for method in [
         "ptr, delta=1e-6, ptr_bound=1",
-        "naive",
         "smooth_sensitivity, delta=1e-6",
     ] {
         let sql = format!(
@@ -899,7 +898,17 @@ async fn releases_without_a_zcdp_map_are_refused_under_zcdp() {
         .unwrap();
     let rows = budget_rho(&ctx).await;
     assert_eq!(rows[1], ("spent".to_string(), Some(0.25)));
-    // Under an (ε, δ) budget the same ptr query is answered, as before.
+    // The naive ratio is pure ε-DP (a Laplace release whose map is at most ε): ρ = ε²/2.
+    run(
+        &ctx,
+        "SELECT dp_relative_risk(o, e, 1.0, 'group_sizes=public, method=naive') FROM r",
+    )
+    .await
+    .unwrap();
+    let rows = budget_rho(&ctx).await;
+    assert_eq!(rows[1], ("spent".to_string(), Some(0.75)));
+    // Under an (ε, δ) budget the same ptr query is answered and charged its map: ε from its
+    // two Laplace draws, δ from its test's threshold (below the δ it was asked for).
     let summed = session().await;
     run(
         &summed,
@@ -915,7 +924,22 @@ async fn releases_without_a_zcdp_map_are_refused_under_zcdp() {
     )
     .await
     .unwrap();
-    assert_eq!(spent(&summed).await, (1.0, 1e-6, 1));
+    let map = datafusion_dp::stats::methods::LocalRatioRelease::calibrate(
+        datafusion_dp::stats::RatioMethod::Ptr,
+        1.0,
+        Some(1e-6),
+        false,
+        Some(1.0),
+    )
+    .unwrap()
+    .loss();
+    assert!(map.delta > 0.0 && map.delta < 1e-6, "{map:?}");
+    let (epsilon, delta, queries) = spent(&summed).await;
+    assert_eq!((epsilon, queries), (1.0, 1));
+    assert!(
+        (delta - map.delta).abs() <= 1e-30 + 1e-15 * map.delta,
+        "{delta} {map:?}"
+    );
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 //! [`RealLaplace`] (exact, on a power-of-two grid); PTR's distance is an integer and gets
 //! discrete Laplace noise.
 
-use super::mechanism::{CountNoise, GaussianCalibration, Mechanism, RealLaplace};
+use super::mechanism::{CountNoise, GaussianCalibration, Mechanism, PrivacyLoss, RealLaplace};
 use super::table::TwoByTwo;
 use rand::RngCore;
 use std::fmt;
@@ -29,6 +29,12 @@ pub enum RatioMethod {
 }
 
 impl RatioMethod {
+    /// Whether the method's guarantee has a `δ`: smooth sensitivity's (Nissim, Raskhodnikova &
+    /// Smith 2007, Lemma 2.5) and PTR's (Dwork & Lei 2009) failure probability.
+    pub fn needs_delta(self) -> bool {
+        matches!(self, Self::SmoothSensitivity | Self::Ptr)
+    }
+
     pub fn parse(name: &str) -> Result<Self, String> {
         match name.trim().to_ascii_lowercase().as_str() {
             "noisy_counts" => Ok(Self::NoisyCounts),
@@ -180,11 +186,27 @@ pub fn smooth_sensitivity(
 
 /// The smooth-sensitivity smoothing parameter `β = ε / (2 ln(2/δ))` (Lemma 2.5 of Nissim et
 /// al., as the paper states it).
+///
+/// Lowered by the last bits where [`smooth_delta`] evaluated at it would exceed `δ`, so that
+/// the privacy map of the release is at most the `δ` asked for (a smaller `β` smooths more:
+/// still a valid choice).
 pub fn smooth_beta(epsilon: f64, delta: f64) -> Result<f64, String> {
     if !(delta > 0.0 && delta < 1.0) {
         return Err(format!("delta must be in (0, 1), got {delta}"));
     }
-    Ok(epsilon / (2.0 * (2.0 / delta).ln()))
+    let mut beta = epsilon / (2.0 * (2.0 / delta).ln());
+    while smooth_delta(epsilon, beta) > delta {
+        beta = beta.next_down();
+    }
+    Ok(beta)
+}
+
+/// The smooth-sensitivity release's privacy map: Laplace noise of scale `2S/ε` with `S` a
+/// `β`-smooth upper bound on the local sensitivity is `(ε, δ)`-DP with `δ = 2e^{−ε/(2β)}`
+/// (Nissim, Raskhodnikova & Smith 2007, Lemma 2.5 with `α = ε/2`; the inverse of
+/// [`smooth_beta`]).
+pub fn smooth_delta(epsilon: f64, beta: f64) -> f64 {
+    2.0 * (-epsilon / (2.0 * beta)).exp()
 }
 
 /// Smooth-sensitivity release `Z + Lap(2S/ε)`: `(ε, δ)`-DP (Lemma 2.5 of Nissim et al.).
@@ -233,6 +255,27 @@ fn ptr_split_and_threshold(epsilon: f64, delta: f64) -> (f64, f64) {
     (half, (1.0 / delta).ln() / half)
 }
 
+/// PTR's `δ` from its calibrated test (Dwork & Lei 2009; the paper's Algorithm PTR): the
+/// chance that the test passes on a dataset whose local sensitivity already exceeds the bound
+/// (distance 0), `P(L > t)` for the discrete Laplace `L` of parameter `q = e^{−ε₁}` that the
+/// test adds, `q^{⌊t⌋+1}/(1+q)` (Canonne, Kamath & Steinke 2020, arXiv:2004.00010, §2.2);
+/// at most the `e^{−ε₁t} = δ` the threshold was set from.
+pub fn ptr_delta(distance_epsilon: f64, threshold: f64) -> f64 {
+    let q = (-distance_epsilon).exp();
+    q.powf(threshold.floor() + 1.0) / (1.0 + q)
+}
+
+/// The discrete Laplace noise PTR's test adds to the distance `γ` (sensitivity 1) at `ε₁`.
+fn ptr_distance_noise(epsilon: f64) -> Result<CountNoise, String> {
+    CountNoise::calibrate(
+        Mechanism::Laplace,
+        epsilon,
+        None,
+        1,
+        GaussianCalibration::Analytic,
+    )
+}
+
 /// Propose-Test-Release (Algorithm PTR) with `ε₁ = ε₂ = ε/2`: `(ε, δ)`-DP. `None` is FAIL:
 /// the noisy distance to a dataset whose local sensitivity exceeds `bound` was too small.
 #[allow(clippy::too_many_arguments)]
@@ -255,13 +298,7 @@ pub fn ptr<R: RngCore + ?Sized>(
         return Err(format!("delta must be in (0, 1), got {delta}"));
     }
     let (half, threshold) = ptr_split_and_threshold(epsilon, delta);
-    let distance_noise = CountNoise::calibrate(
-        Mechanism::Laplace,
-        half,
-        None,
-        1,
-        GaussianCalibration::Analytic,
-    )?;
+    let distance_noise = ptr_distance_noise(half)?;
     let release = RealLaplace::calibrate(half, bound)?;
     let gamma = ptr_distance(x, y, exposed_total, unexposed_total, bound) as f64;
     let noisy = gamma + distance_noise.sample(rng) as f64;
@@ -306,6 +343,122 @@ pub fn release_relative_risk<R: RngCore + ?Sized>(
         }
     };
     Ok(z.map(|z| z * n_y as f64 / n_x as f64))
+}
+
+/// One of the paper's local ratio methods calibrated for a call: its options, fixed before any
+/// data is read, and its privacy map ([`Self::loss`]), computed from the noise each method
+/// draws and the parameters it was calibrated with rather than copied from the request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalRatioRelease {
+    pub method: RatioMethod,
+    /// The `ε` the method's noise is calibrated for (PTR: both of its steps together).
+    pub epsilon: f64,
+    /// Smooth sensitivity's and PTR's `δ` ([`RatioMethod::needs_delta`]); `None` otherwise.
+    pub delta: Option<f64>,
+    pub bias_correction: bool,
+    pub ptr_bound: Option<f64>,
+}
+
+impl LocalRatioRelease {
+    /// The method calibrated at `(ε, δ)`: an error when it needs a `δ` or PTR's bound and has
+    /// none, or when its noise cannot be calibrated there.
+    pub fn calibrate(
+        method: RatioMethod,
+        epsilon: f64,
+        delta: Option<f64>,
+        bias_correction: bool,
+        ptr_bound: Option<f64>,
+    ) -> Result<Self, String> {
+        if method == RatioMethod::NoisyCounts {
+            return Err("noisy_counts is released through TableNoise".to_string());
+        }
+        let delta = if method.needs_delta() {
+            Some(delta.ok_or_else(|| format!("method '{method}' needs delta"))?)
+        } else {
+            None
+        };
+        if method == RatioMethod::Ptr && ptr_bound.is_none() {
+            return Err("method 'ptr' needs ptr_bound".to_string());
+        }
+        let release = Self {
+            method,
+            epsilon,
+            delta,
+            bias_correction,
+            ptr_bound,
+        };
+        release.checked_loss()?;
+        Ok(release)
+    }
+
+    /// What the release costs, from its calibrated noise (module docs of each method):
+    /// * NoisedLog: the map of the [`RealLaplace`] every group's log ratio gets (sensitivity
+    ///   `ln 2`): pure `ε`-DP, so also `ε²/2`-zCDP.
+    /// * Naive: each group's noise is a [`RealLaplace`] at that group's public sensitivity,
+    ///   whose map is at most `ε` whatever the sensitivity (its calibration checks it exactly):
+    ///   pure `ε`-DP and `ε²/2`-zCDP.
+    /// * Smooth sensitivity: `ε` as Naive's, and `δ` from the smoothing parameter `β` the
+    ///   calibration chose ([`smooth_delta`]); no zCDP map (`δ` is a failure probability).
+    /// * PTR: the test's discrete Laplace map plus the release's [`RealLaplace`] map, and `δ`
+    ///   from the test's threshold and noise ([`ptr_delta`]); no zCDP map.
+    pub fn loss(&self) -> PrivacyLoss {
+        self.checked_loss()
+            .expect("a LocalRatioRelease is calibrated by LocalRatioRelease::calibrate")
+    }
+
+    fn checked_loss(&self) -> Result<PrivacyLoss, String> {
+        let pure = |epsilon: f64| PrivacyLoss {
+            epsilon,
+            delta: 0.0,
+            rho: Some(epsilon * epsilon / 2.0),
+        };
+        let need_delta = || {
+            self.delta
+                .ok_or_else(|| format!("method '{}' needs delta", self.method))
+        };
+        Ok(match self.method {
+            RatioMethod::NoisyCounts => {
+                return Err("noisy_counts is released through TableNoise".to_string())
+            }
+            RatioMethod::NoisedLog => {
+                RealLaplace::calibrate(self.epsilon, std::f64::consts::LN_2)?.loss()
+            }
+            RatioMethod::Naive => pure(self.epsilon),
+            RatioMethod::SmoothSensitivity => PrivacyLoss {
+                epsilon: self.epsilon,
+                delta: smooth_delta(self.epsilon, smooth_beta(self.epsilon, need_delta()?)?),
+                rho: None,
+            },
+            RatioMethod::Ptr => {
+                let bound = self.ptr_bound.ok_or("method 'ptr' needs ptr_bound")?;
+                let (half, threshold) = ptr_split_and_threshold(self.epsilon, need_delta()?);
+                let test = ptr_distance_noise(half)?.loss();
+                let release = RealLaplace::calibrate(half, bound)?.loss();
+                PrivacyLoss {
+                    epsilon: test.epsilon + release.epsilon,
+                    delta: ptr_delta(test.epsilon, threshold),
+                    rho: None,
+                }
+            }
+        })
+    }
+
+    /// The relative risk of `table` released by this method ([`release_relative_risk`]).
+    pub fn release<R: RngCore + ?Sized>(
+        &self,
+        table: &TwoByTwo,
+        rng: &mut R,
+    ) -> Result<Option<f64>, String> {
+        release_relative_risk(
+            self.method,
+            table,
+            self.epsilon,
+            self.delta,
+            self.bias_correction,
+            self.ptr_bound,
+            rng,
+        )
+    }
 }
 
 /// Sample accuracy of the smooth-sensitivity release: `β = P(|Lap(2S/ε)| > α) = e^{−αε/(2S)}`.
@@ -574,5 +727,62 @@ mod tests {
         // Mean absolute deviation of Laplace(b) is b = 0.5; SE = b/sqrt(n) ≈ 0.0016; 5 SE.
         let mad = draws.iter().map(|v| (v - 0.3).abs()).sum::<f64>() / draws.len() as f64;
         assert!((mad - 0.5).abs() < 0.008, "{mad}");
+    }
+
+    #[test]
+    fn each_local_method_states_its_cost_from_its_calibration() {
+        let calibrated = |method, delta, bound| {
+            LocalRatioRelease::calibrate(method, 1.0, delta, false, bound).unwrap()
+        };
+        // NoisedLog: the real Laplace's exact map, within the rounding of its scale below ε.
+        let log = calibrated(RatioMethod::NoisedLog, None, None).loss();
+        assert!(log.epsilon <= 1.0 && log.epsilon > 1.0 - 1e-9, "{log:?}");
+        assert_eq!((log.delta, log.rho), (0.0, Some(log.epsilon.powi(2) / 2.0)));
+        // Naive: pure ε, so ε²/2-zCDP.
+        let naive = calibrated(RatioMethod::Naive, Some(1e-6), None).loss();
+        assert_eq!(
+            (naive.epsilon, naive.delta, naive.rho),
+            (1.0, 0.0, Some(0.5))
+        );
+        // Smooth sensitivity: δ from the β it smooths with, never above the δ asked for.
+        for delta in [1e-3, 1e-6, 1.0 / 150.0, 0.3] {
+            let smooth = calibrated(RatioMethod::SmoothSensitivity, Some(delta), None).loss();
+            assert!(smooth.delta <= delta && smooth.delta > delta * (1.0 - 1e-12));
+            assert_eq!((smooth.epsilon, smooth.rho), (1.0, None));
+        }
+        // PTR: the test's exact discrete tail at its threshold, below e^{-ε₁ t} = δ.
+        let ptr = calibrated(RatioMethod::Ptr, Some(1e-6), Some(1.0)).loss();
+        let (half, t) = ptr_split_and_threshold(1.0, 1e-6);
+        let q = (-half).exp();
+        let tail: f64 = ((t.floor() as i64 + 1)..(t.floor() as i64 + 2000))
+            .map(|j| (1.0 - q) / (1.0 + q) * q.powi(j as i32))
+            .sum();
+        assert!(
+            (ptr.delta - tail).abs() <= 1e-12 * tail && ptr.delta < 1e-6,
+            "{ptr:?}"
+        );
+        assert!(ptr.epsilon <= 1.0 && ptr.epsilon > 1.0 - 1e-9 && ptr.rho.is_none());
+        // Refused where the method is not calibrated.
+        assert!(
+            LocalRatioRelease::calibrate(RatioMethod::Ptr, 1.0, None, false, Some(1.0)).is_err()
+        );
+        assert!(
+            LocalRatioRelease::calibrate(RatioMethod::Ptr, 1.0, Some(1e-6), false, None).is_err()
+        );
+    }
+
+    #[test]
+    fn a_planted_calibration_bug_shows_in_the_local_maps() {
+        // A smoothing parameter twice too large (a calibration bug) charges δ²/2·... : the map
+        // 2e^{−ε/(2β)} at 2β is sqrt(2δ) rather than δ.
+        let beta = smooth_beta(1.0, 1e-6).unwrap();
+        let planted = smooth_delta(1.0, 2.0 * beta);
+        assert!(
+            (planted - (2.0 * 1e-6f64).sqrt()).abs() < 1e-12,
+            "{planted}"
+        );
+        // A PTR threshold halved charges about sqrt(δ).
+        let (half, t) = ptr_split_and_threshold(1.0, 1e-6);
+        assert!(ptr_delta(half, t / 2.0) > 100.0 * ptr_delta(half, t));
     }
 }

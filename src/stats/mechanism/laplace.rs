@@ -190,7 +190,16 @@ impl RealLaplace {
         }
         let grid_exponent = ((grid_bound / epsilon).log2().ceil() as i32 - 30).max(-30);
         let grid = 2f64.powi(grid_exponent);
-        let units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
+        let mut units = Rational::ceil_dyadic((sensitivity + grid) / (epsilon * grid), 40)?;
+        // The quotient above is rounded to nearest, so it can fall an ulp short of the exact
+        // `(Δ + g)/(ε g)`: then one more step of the dyadic rational, so that the privacy map
+        // ([`Self::loss`]) is at most `ε` exactly.
+        units.num = units.num.max(exact::least_units(
+            units.den,
+            grid_exponent,
+            sensitivity,
+            epsilon,
+        )?);
         let steps = units.to_f64();
         if !(steps <= MAX_NOISE_SCALE && steps * grid <= MAX_NOISE_SCALE) {
             return Err(too_wide(
@@ -204,6 +213,21 @@ impl RealLaplace {
             grid_exponent,
             units,
         })
+    }
+
+    /// Its privacy map: rounding to the grid and noise of scale `b` in grid steps make a value
+    /// of sensitivity `Δ` exactly `ε₁ = (Δ + g)/b`-DP (paper, Theorem Lap_DP, for the rounded
+    /// value, whose sensitivity is `Δ + g`), computed from the calibrated scale in exact
+    /// integer arithmetic and rounded up to an `f64`; the calibration makes it at most the `ε`
+    /// asked for. Pure DP, so also `ε₁²/2`-zCDP (Bun & Steinke 2016, arXiv:1605.02065,
+    /// Proposition 1.4).
+    pub fn loss(&self) -> PrivacyLoss {
+        let epsilon = exact::map(self.units, self.grid_exponent, self.sensitivity);
+        PrivacyLoss {
+            epsilon,
+            delta: 0.0,
+            rho: Some(epsilon * epsilon / 2.0),
+        }
     }
 
     /// The grid spacing `g`.
@@ -232,5 +256,119 @@ impl RealLaplace {
             .checked_add(noise)
             .ok_or_else(|| "a noisy value left the range of a 64-bit integer".to_string())?;
         Ok(noisy as f64 * self.grid())
+    }
+}
+
+/// Exact arithmetic on the `f64`s of [`RealLaplace`]'s calibration (every finite `f64` is a
+/// dyadic rational `m·2^e`), so that its privacy map is a bound, not a rounding.
+mod exact {
+    use crate::stats::sampler::Rational;
+    use num_bigint::BigUint;
+
+    /// `x` (finite, `> 0`) as `(m, e)` with `x = m·2^e` exactly.
+    fn dyadic(x: f64) -> (BigUint, i64) {
+        let bits = x.to_bits();
+        let exponent = ((bits >> 52) & 0x7ff) as i64;
+        let fraction = bits & ((1u64 << 52) - 1);
+        if exponent == 0 {
+            (BigUint::from(fraction), -1074)
+        } else {
+            (BigUint::from(fraction | (1u64 << 52)), exponent - 1075)
+        }
+    }
+
+    /// `Σ mᵢ·2^eᵢ` as an integer times `2^lowest` (`lowest` at most every `eᵢ`).
+    fn at(terms: &[(BigUint, i64)], lowest: i64) -> BigUint {
+        terms.iter().map(|(m, e)| m << ((e - lowest) as u64)).sum()
+    }
+
+    /// The least numerator `n` of `n/den` grid steps of `2^k` that cover `(Δ + 2^k)/ε`:
+    /// `⌈(Δ + 2^k)·den/(ε·2^k)⌉`, exactly.
+    pub(super) fn least_units(
+        den: u128,
+        k: i32,
+        sensitivity: f64,
+        epsilon: f64,
+    ) -> Result<u128, String> {
+        let k = k as i64;
+        let (me, ee) = dyadic(epsilon);
+        let (md, ed) = dyadic(sensitivity);
+        let lowest = (ee + k).min(ed).min(k);
+        let divisor = at(&[(me, ee + k)], lowest);
+        let needed = at(&[(md, ed), (BigUint::from(1u8), k)], lowest) * BigUint::from(den);
+        let least = (&needed + &divisor - BigUint::from(1u8)) / divisor;
+        u128::try_from(least)
+            .map_err(|_| "the noise scale is too large to represent exactly".to_string())
+    }
+
+    /// `(Δ + 2^k)/(units·2^k)`, rounded up to an `f64`.
+    pub(super) fn map(units: Rational, k: i32, sensitivity: f64) -> f64 {
+        let (k, num, den) = (k as i64, BigUint::from(units.num), BigUint::from(units.den));
+        let (md, ed) = dyadic(sensitivity);
+        let lowest = ed.min(k);
+        let top = at(&[(md, ed), (BigUint::from(1u8), k)], lowest) * den;
+        // value = top·2^lowest / (num·2^k); start a few ulps below the f64 quotient (itself
+        // within two roundings of the value) and step up to the first `f` with
+        // `f·num·2^k ≥ top·2^lowest`, exactly.
+        let mut f = ((sensitivity + 2f64.powi(k as i32)) / (units.to_f64() * 2f64.powi(k as i32)))
+            .next_down()
+            .next_down()
+            .next_down();
+        loop {
+            let (mf, ef) = dyadic(f);
+            let low = (ef + k).min(lowest);
+            if at(&[(mf * &num, ef + k)], low) >= at(&[(top.clone(), lowest)], low) {
+                return f;
+            }
+            f = f.next_up();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn the_real_laplace_map_is_at_most_epsilon_and_tight() {
+        // Random and edge (ε, Δ): the exact map never exceeds ε (the calibration steps its
+        // rational up where the f64 quotient fell short) and is within 2^-30 of it.
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(45);
+        let mut cases: Vec<(f64, f64)> = vec![
+            (1.0, std::f64::consts::LN_2),
+            (0.1, 0.5),
+            (2f64.powi(-30), 1.0),
+            (MAX_EPSILON, 1.0),
+            (0.5, 1e-300),
+        ];
+        for _ in 0..2000 {
+            cases.push((rng.random_range(0.01..5.0), rng.random_range(1e-3..500.0)));
+        }
+        for (epsilon, sensitivity) in cases {
+            let noise = RealLaplace::calibrate(epsilon, sensitivity).unwrap();
+            let loss = noise.loss();
+            assert!(loss.epsilon <= epsilon, "{epsilon} {sensitivity}: {loss:?}");
+            assert!(
+                loss.epsilon >= epsilon * (1.0 - 2f64.powi(-30)),
+                "{epsilon} {sensitivity}"
+            );
+            assert_eq!(loss.delta, 0.0);
+        }
+    }
+
+    #[test]
+    fn a_planted_scale_shows_in_the_real_laplace_map() {
+        // Half the scale (a calibration bug) charges twice the ε.
+        let noise = RealLaplace::calibrate(1.0, 3.0).unwrap();
+        let halved = RealLaplace {
+            units: Rational {
+                num: noise.units.num,
+                den: 2 * noise.units.den,
+            },
+            ..noise
+        };
+        let ratio = halved.loss().epsilon / noise.loss().epsilon;
+        assert!((ratio - 2.0).abs() < 1e-12, "{ratio}");
     }
 }

@@ -36,6 +36,7 @@
 pub mod gaussian;
 pub mod laplace;
 pub mod privacy_map;
+pub mod selection;
 
 pub use gaussian::{
     analytic_gaussian_sigma, classic_gaussian_sigma, discrete_gaussian_delta, gaussian_delta,
@@ -43,6 +44,7 @@ pub use gaussian::{
 };
 pub use laplace::{LaplaceMechanism, RealLaplace};
 pub use privacy_map::{cdp_delta, cdp_epsilon, rho_for, PrivacyLoss, ReleaseShape};
+pub use selection::GroupSelection;
 
 use crate::stats::sampler::DiscreteGaussian;
 use rand::RngCore;

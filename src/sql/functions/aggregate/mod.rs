@@ -66,7 +66,7 @@ pub use dp_count::CountRelease;
 pub use statistic::Release;
 
 use crate::sql::options::DpOptions;
-use crate::stats::mechanism::{short_number, PrivacyLoss, MAX_EPSILON};
+use crate::stats::mechanism::{short_number, CountNoise, GroupSelection, PrivacyLoss, MAX_EPSILON};
 use crate::stats::Contribution;
 use accumulator::SingleGroup;
 use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
@@ -124,8 +124,9 @@ pub struct CallPlan {
     /// What one person can contribute to the aggregated input, derived from the plan by
     /// [`crate::sql::privacy::plan::analysis`]; the calibration is for this bound.
     pub contribution: Contribution,
-    /// Set on the hidden count of private group selection: the δ it spends.
-    pub selection_delta: Option<f64>,
+    /// Set on the hidden count of private group selection: its threshold, whose map states
+    /// the `δ` the selection spends ([`GroupSelection::loss`]).
+    pub selection: Option<GroupSelection>,
     /// Taken when a physical plan is made from this bound call: one charge, one release
     /// ([`crate::sql::privacy::exec::release`]).
     pub ticket: ReleaseTicket,
@@ -231,7 +232,7 @@ impl CallPlan {
             key_args,
             grouped,
             contribution,
-            selection_delta: None,
+            selection: None,
             ticket: ReleaseTicket::default(),
         })
     }
@@ -251,7 +252,7 @@ impl CallPlan {
     /// ([`StatisticNoise::without_zcdp_map`](statistic::StatisticNoise::without_zcdp_map));
     /// `None` when it has one.
     pub fn without_zcdp_map(&self) -> Option<String> {
-        if self.selection_delta.is_some() {
+        if self.selection.is_some() {
             return Some(
                 "private group selection (dp.selection_epsilon, dp.selection_delta) has no zCDP privacy map: its delta is the chance that a group of one unit is released, not a bound on a Renyi divergence; declare the GROUP BY keys public (dp.public_groups)"
                     .to_string(),
@@ -261,18 +262,43 @@ impl CallPlan {
     }
 
     /// What the call spends in every measure: its release's privacy map
-    /// ([`StatisticNoise::loss`](statistic::StatisticNoise::loss)), then private group
-    /// selection's `δ` (a failure probability, with no zCDP map).
+    /// ([`StatisticNoise::loss`](statistic::StatisticNoise::loss)), through private group
+    /// selection's map when it is the selection's count ([`GroupSelection::loss`]: the
+    /// threshold's `δ` added, no zCDP map).
     pub fn loss(&self) -> PrivacyLoss {
         let loss = self.release.loss();
-        match self.selection_delta {
+        match &self.selection {
             None => loss,
-            Some(delta) => PrivacyLoss {
-                delta: loss.delta + delta,
-                rho: None,
-                ..loss
-            },
+            Some(selection) => selection.loss(loss),
         }
+    }
+
+    /// Makes this call (a grouped `dp_count` of rows, calibrated with Laplace noise) private
+    /// group selection's count at `δ`: returns the release threshold.
+    pub fn select_groups(&mut self, delta: f64) -> Result<i64> {
+        self.selection = Some(
+            self.group_selection(|noise, k, g| GroupSelection::calibrate(noise, k, g, delta))?,
+        );
+        Ok(self.selection.as_ref().expect("just set").threshold)
+    }
+
+    /// [`Self::select_groups`] with the threshold a plan was bound with (decoded from the wire).
+    pub fn select_groups_at(&mut self, threshold: i64) -> Result<()> {
+        self.selection = Some(self.group_selection(|noise, k, g| {
+            GroupSelection::with_threshold(noise, k, g, threshold)
+        })?);
+        Ok(())
+    }
+
+    fn group_selection(
+        &self,
+        make: impl FnOnce(&CountNoise, u32, u32) -> std::result::Result<GroupSelection, String>,
+    ) -> Result<GroupSelection> {
+        let CountRelease(noise) = self
+            .release
+            .noise::<CountRelease>("private group selection")?;
+        let Contribution { rows, groups } = self.contribution;
+        make(noise, rows, groups).map_err(|e| plan_datafusion_err!("private group selection: {e}"))
     }
 }
 

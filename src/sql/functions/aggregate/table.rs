@@ -19,7 +19,7 @@ use super::statistic::{
 use super::CallPlan;
 use crate::sql::options::DpOptions;
 use crate::stats::mechanism::{check_count_epsilon, short_number, PrivacyLoss, RealLaplace};
-use crate::stats::methods::release_relative_risk;
+use crate::stats::methods::LocalRatioRelease;
 use crate::stats::{
     Contribution, GroupSizes, IntervalMethod, IntervalSpec, Mechanism, RatioMethod, RatioStatistic,
     ReleasedTable, TableNoise, TwoByTwo,
@@ -197,13 +197,7 @@ pub enum TableRelease {
     },
     /// One of the paper's other ratio methods of the relative risk (public group sizes; no
     /// interval).
-    LocalRatio {
-        method: RatioMethod,
-        epsilon: f64,
-        delta: Option<f64>,
-        bias_correction: bool,
-        ptr_bound: Option<f64>,
-    },
+    LocalRatio(LocalRatioRelease),
 }
 
 impl StatisticNoise for TableRelease {
@@ -211,23 +205,20 @@ impl StatisticNoise for TableRelease {
         match self {
             // The cells' noise states what the table's release costs.
             Self::Counts { noise, .. } => noise.cell.loss(),
-            // The paper's local methods: Laplace noise on a statistic (and, for smooth
-            // sensitivity and PTR, a failure probability δ), `(ε, δ)`-DP by the paper's
-            // Appendix C; they have no zCDP map.
-            Self::LocalRatio { epsilon, delta, .. } => PrivacyLoss {
-                epsilon: *epsilon,
-                delta: delta.unwrap_or(0.0),
-                rho: None,
-            },
+            // The paper's local methods state theirs from their own noise and parameters.
+            Self::LocalRatio(release) => release.loss(),
         }
     }
 
     fn without_zcdp_map(&self) -> Option<String> {
         match self {
             Self::Counts { .. } => None,
-            Self::LocalRatio { method, .. } => Some(format!(
-                "method '{method}' has no zCDP privacy map (the paper's local ratio methods are (epsilon, delta)-DP only, Appendix C; the default method, noisy_counts, has one)"
-            )),
+            Self::LocalRatio(release) => release.loss().rho.is_none().then(|| {
+                let method = release.method;
+                format!(
+                    "method '{method}' has no zCDP privacy map (its delta is a failure probability, paper Appendix C, not a bound on a Renyi divergence; noisy_counts, noised_log and naive have one)"
+                )
+            }),
         }
     }
 }
@@ -249,8 +240,7 @@ fn local_release<T: TableStatistic>(options: &DpOptions, epsilon: f64) -> Result
             "{name}: method '{method}' uses the exact group sizes; declare them public with group_sizes=public"
         );
     }
-    let needs_delta = matches!(method, RatioMethod::SmoothSensitivity | RatioMethod::Ptr);
-    if needs_delta && options.delta.is_none() {
+    if method.needs_delta() && options.delta.is_none() {
         return plan_err!("{name}: method '{method}' needs delta (set dp.delta or pass delta=...)");
     }
     if method == RatioMethod::Ptr && options.ptr_bound.is_none() {
@@ -283,13 +273,15 @@ fn local_release<T: TableStatistic>(options: &DpOptions, epsilon: f64) -> Result
         crate::stats::methods::noised_log_bias_correction(epsilon)
             .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
     }
-    Ok(TableRelease::LocalRatio {
+    LocalRatioRelease::calibrate(
         method,
         epsilon,
-        delta: needs_delta.then_some(options.delta).flatten(),
-        bias_correction: options.bias_correction,
-        ptr_bound: options.ptr_bound,
-    })
+        options.delta,
+        options.bias_correction,
+        options.ptr_bound,
+    )
+    .map(TableRelease::LocalRatio)
+    .map_err(|e| plan_datafusion_err!("{name}: {e}"))
 }
 
 /// A bound table statistic's cells and release: four exact counts per group, the estimate or
@@ -412,24 +404,11 @@ impl CellStatistic for TableCells {
                     None => Ok(Arc::new(Float64Array::from(estimates))),
                 }
             }
-            TableRelease::LocalRatio {
-                method,
-                epsilon,
-                delta,
-                bias_correction,
-                ptr_bound,
-            } => {
+            TableRelease::LocalRatio(release) => {
                 let estimates = streams.release_groups(groups, |g, rng| {
-                    release_relative_risk(
-                        *method,
-                        &table(g),
-                        *epsilon,
-                        *delta,
-                        *bias_correction,
-                        *ptr_bound,
-                        rng,
-                    )
-                    .map_err(|e| exec_datafusion_err!("{name}: {e}"))
+                    release
+                        .release(&table(g), rng)
+                        .map_err(|e| exec_datafusion_err!("{name}: {e}"))
                 })?;
                 Ok(Arc::new(Float64Array::from(estimates)))
             }

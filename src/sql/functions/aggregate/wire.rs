@@ -18,7 +18,7 @@ use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{plan_datafusion_err, plan_err, Result, ScalarValue};
 
 /// First field of every encoded call; bump the version when the layout changes.
-const MAGIC: &str = "datafusion-dp/call/3";
+const MAGIC: &str = "datafusion-dp/call/4";
 
 impl DpAggregate {
     /// The bound call as bytes, or `None` for an unbound function (which travels by name).
@@ -64,8 +64,8 @@ fn encode(function: &dyn DpStatistic, plan: &CallPlan) -> Vec<u8> {
         plan.user_args.to_string(),
         plan.key_args.to_string(),
         plan.grouped.to_string(),
-        plan.selection_delta
-            .map_or(String::new(), |d| format!("{:016x}", d.to_bits())),
+        plan.selection
+            .map_or(String::new(), |s| s.threshold.to_string()),
         plan.contribution.rows.to_string(),
         plan.contribution.groups.to_string(),
         plan.constants.len().to_string(),
@@ -115,9 +115,12 @@ fn decode(function: &'static dyn DpStatistic, bytes: &[u8]) -> Result<CallPlan> 
     let count = |s: &str| s.parse::<usize>().map_err(|_| corrupt("argument count"));
     let (user_args, key_args) = (count(fields[4])?, count(fields[5])?);
     let grouped = fields[6].parse::<bool>().map_err(|_| corrupt("grouped"))?;
-    let selection_delta = match fields[7] {
+    let selection_threshold = match fields[7] {
         "" => None,
-        d => Some(bits(d).map_err(|_| corrupt("selection delta"))?),
+        t => Some(
+            t.parse::<i64>()
+                .map_err(|_| corrupt("selection threshold"))?,
+        ),
     };
     let bound = |s: &str| s.parse::<u32>().map_err(|_| corrupt("contribution bound"));
     let contribution = Contribution {
@@ -156,7 +159,9 @@ fn decode(function: &'static dyn DpStatistic, bytes: &[u8]) -> Result<CallPlan> 
         grouped,
         contribution,
     )?;
-    plan.selection_delta = selection_delta;
+    if let Some(threshold) = selection_threshold {
+        plan.select_groups_at(threshold)?;
+    }
     Ok(plan)
 }
 
@@ -260,14 +265,21 @@ mod tests {
                 ..
             }
         ));
-        // A ratio method of the relative risk, with private group selection's delta.
+        // A ratio method of the relative risk.
         let rr = named(|s| s.interval().is_none() && s.option_keys().contains(&"method"));
         let call = bound(rr, &public, true);
-        let mut plan = call.plan().unwrap().as_ref().clone();
-        plan.selection_delta = Some(1e-6);
-        let call = DpAggregate::new(call.function()).configured(plan);
         let back = DpAggregate::decode(rr, &call.encode().unwrap()).unwrap();
         assert_eq!(back, call);
+        // Private group selection's count keeps its threshold, and so its charge.
+        let call = bound("dp_count", &DpOptions::default(), true);
+        let mut plan = call.plan().unwrap().as_ref().clone();
+        let threshold = plan.select_groups(1e-6).unwrap();
+        let call = DpAggregate::new(call.function()).configured(plan);
+        let back = DpAggregate::decode("dp_count", &call.encode().unwrap()).unwrap();
+        assert_eq!(back, call);
+        let plan = back.plan().unwrap();
+        assert_eq!(plan.selection.unwrap().threshold, threshold);
+        assert!(plan.loss().delta <= 1e-6 && plan.loss().delta > 0.0);
     }
 
     /// The one statistic of the registry `is` holds for.

@@ -11,9 +11,11 @@
 //! `T = k + ⌈b·ln(1/((1+q)·δ'))⌉`, `b = k/ε'`, `δ' = δ/(2g)`: a group that exists only because
 //! of one unit (true count ≤ k) is then released with probability
 //! `P(X ≥ T − k) = q^{T−k}/(1+q) ≤ δ'`, and every other group's decision is `ε'`-DP, so the
-//! selection is `(ε, δ)`-DP in total and is charged to the budget as such.
+//! selection is `(ε, δ)`-DP in total. The threshold and its privacy map, which states the `δ`
+//! charged from the threshold and the counts' noise, are
+//! [`crate::stats::mechanism::GroupSelection`].
 
-use crate::sql::functions::aggregate::{CallPlan, CountRelease, DpAggregate, DpCount};
+use crate::sql::functions::aggregate::{CallPlan, DpAggregate, DpCount};
 use crate::sql::options::DpOptions;
 use crate::stats::{Contribution, Mechanism, RatioMethod};
 use datafusion::common::{plan_err, Result, ScalarValue};
@@ -26,12 +28,6 @@ use std::sync::Arc;
 /// The hidden column holding each group's noisy selection count.
 pub const SELECTION_COLUMN: &str = "__dp_selection_count";
 const SELECTION_STREAM: &str = "__dp_group_selection";
-
-/// The release threshold `T` for a selection count calibrated as in the module docs.
-pub fn selection_threshold(scale: f64, rows_per_unit: u32, per_group_delta: f64) -> i64 {
-    let q = (-1.0 / scale).exp();
-    rows_per_unit as i64 + (scale * (1.0 / ((1.0 + q) * per_group_delta)).ln()).ceil() as i64
-}
 
 /// `aggregate` (its DP calls already bound) releasing only the groups that pass selection.
 pub fn select_groups(
@@ -83,11 +79,7 @@ pub fn select_groups(
         true,
         contribution,
     )?;
-    plan.selection_delta = Some(delta);
-    let CountRelease(noise) = plan
-        .release
-        .noise::<CountRelease>("private group selection")?;
-    let threshold = selection_threshold(noise.scale, rows, delta / (2.0 * groups as f64));
+    let threshold = plan.select_groups(delta)?;
     let mut args = vec![lit(1i64), lit(epsilon)];
     if seeded {
         args.extend(keys.iter().cloned());
@@ -116,21 +108,4 @@ pub fn select_groups(
         .filter(col(SELECTION_COLUMN).gt_eq(lit(threshold)))?
         .project(released)?
         .build()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn threshold_bounds_the_release_probability_of_a_one_unit_group() {
-        // For scale b and δ', the smallest T with q^{T-k}/(1+q) <= δ'.
-        for (b, k, d) in [(2.0, 1u32, 1e-5), (0.5, 1, 1e-6), (6.0, 3, 1e-4)] {
-            let t = selection_threshold(b, k, d);
-            let q = (-1.0f64 / b).exp();
-            let p = |t: i64| q.powi((t - k as i64) as i32) / (1.0 + q);
-            assert!(p(t) <= d, "{b} {k} {d}: {}", p(t));
-            assert!(p(t - 1) > d, "threshold not minimal");
-        }
-    }
 }
