@@ -7,6 +7,7 @@
 //!     cargo run --release --example coverage_table -- 10000 none  # closed forms only
 //!     cargo run --release --example coverage_table -- 100000 defaults > docs/coverage-defaults.md
 //!     cargo run --release --example coverage_table -- 10000 small-groups > docs/coverage-small-groups.md
+//!     cargo run --release --example coverage_table -- 100000 wref analytic  # issue 45's W_ref
 //!
 //! Part 1 is the paper's table (n_x = n_y = 200, ε = 1, δ = 1e-4, Gaussian σ from the analytic
 //! mechanism at (ε/2, δ/2) per cell; docs/paper-notes.md) for both size modes, unchanged. Part 2
@@ -53,6 +54,11 @@ enum Measured {
     /// tab-separated lines: run once per calibration (third argument) to compare them cell by
     /// cell (issue 45's width target; BENCHMARKS.md, docs/intervals.md).
     Widths,
+    /// Issue 45's restated width target, Gaussian, n = 200, per cell: the paper's construction
+    /// with its multiplier raised to the smallest `z ≥ 1.96` that covers 95% of the simulated
+    /// tables (`z*`), its median width `W_ref` there, and the default interval's median width
+    /// over `W_ref` on the same releases, as tab-separated lines (docs/intervals.md §7).
+    Wref,
 }
 
 /// One simulated setting of part 2.
@@ -152,8 +158,7 @@ fn run_setting(
 ) -> Result<Grid, String> {
     let noise = setting.noise()?;
     let intervals = setting.intervals(measured);
-    let cell_list: Vec<(usize, usize)> = (0..9).flat_map(|i| (0..9).map(move |j| (i, j))).collect();
-    let run_cell = |&(i, j): &(usize, usize)| -> Result<Vec<MethodCoverage>, String> {
+    let cells = over_cells(|i, j| {
         let design = Design {
             exposed_size: setting.n,
             unexposed_size: setting.n_y,
@@ -168,37 +173,297 @@ fn run_setting(
         };
         let mut rng = ChaCha20Rng::seed_from_u64(base + index * 1000 + (i * 9 + j) as u64);
         coverage_study(&design, &noise, 0.95, &intervals, simulations, &mut rng)
-    };
-    // Two workers over the 81 cells; each cell has its own seed, so the result does not
-    // depend on the scheduling.
+    })?;
+    Ok(Grid { setting, cells })
+}
+
+/// `cell(i, j)` for every cell of the 9x9 grid, `result[i][j]` for p_x = GRID[i],
+/// p_y = GRID[j]. Two workers over the 81 cells; each cell draws from its own seed, so the
+/// result does not depend on the scheduling.
+fn over_cells<T: Send>(
+    cell: impl Fn(usize, usize) -> Result<T, String> + Sync,
+) -> Result<Vec<Vec<T>>, String> {
+    let cell_list: Vec<(usize, usize)> = (0..9).flat_map(|i| (0..9).map(move |j| (i, j))).collect();
     let halves: Vec<Result<Vec<_>, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = [0usize, 1]
             .into_iter()
             .map(|w| {
                 let cells = &cell_list;
-                let run_cell = &run_cell;
+                let cell = &cell;
                 scope.spawn(move || {
                     cells
                         .iter()
                         .enumerate()
                         .filter(|(k, _)| k % 2 == w)
-                        .map(|(k, c)| run_cell(c).map(|r| (k, r)))
+                        .map(|(k, &(i, j))| cell(i, j).map(|r| (k, r)))
                         .collect::<Result<Vec<_>, String>>()
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut flat: Vec<(usize, Vec<MethodCoverage>)> = Vec::new();
+    let mut flat: Vec<(usize, T)> = Vec::new();
     for half in halves {
         flat.extend(half?);
     }
     flat.sort_by_key(|(k, _)| *k);
-    let mut cells = vec![Vec::new(); 9];
+    let mut cells: Vec<Vec<T>> = (0..9).map(|_| Vec::new()).collect();
     for (k, r) in flat {
         cells[k / 9].push(r);
     }
-    Ok(Grid { setting, cells })
+    Ok(cells)
+}
+
+/// Batches of a cell's tables for the Monte Carlo standard errors of `z*` and of the width
+/// ratio in [`Measured::Wref`].
+const WREF_BATCHES: usize = 10;
+
+/// One cell's measurement of issue 45's restated width target for one statistic
+/// ([`Measured::Wref`]), all from the same releases.
+struct WrefCell {
+    statistic: RatioStatistic,
+    /// The default interval's coverage and median width.
+    coverage: f64,
+    median_width: f64,
+    /// The paper's construction at z = 1.96: coverage and median width.
+    paper_coverage: f64,
+    paper_median_width: f64,
+    /// `z* = max(1.96, the 95% quantile of the smallest covering multipliers)`, its batch
+    /// standard error, the coverage of the paper's construction at `z*` and its median width
+    /// there (`W_ref`).
+    z_star: f64,
+    z_star_se: f64,
+    paper_coverage_at_z_star: f64,
+    w_ref: f64,
+    /// `median_width / w_ref` and its batch standard error.
+    ratio: f64,
+    ratio_se: f64,
+}
+
+/// The median as [`coverage_study`] takes it: the middle element, the upper one of an even
+/// count; NaN when there is nothing.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_unstable_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `(z*, default median width / W_ref)` of a batch of releases: per release the default
+/// interval's width (`None`: no interval) and the paper's construction as `(centre, half-width
+/// at z = 1)` (it is `[max(0, c − z·h), c + z·h]` for both ratios).
+fn wref_batch(
+    truth: f64,
+    z95: f64,
+    default: &[Option<f64>],
+    paper: &[Option<(f64, f64)>],
+) -> (f64, f64) {
+    let z_star = smallest_covering_z(truth, z95, paper);
+    let w_ref = median(
+        paper
+            .iter()
+            .flatten()
+            .map(|&(c, h)| paper_width(c, h, z_star))
+            .collect(),
+    );
+    (
+        z_star,
+        median(default.iter().flatten().copied().collect()) / w_ref,
+    )
+}
+
+/// The smallest `z ≥ z95` at which `[max(0, c − z·h), c + z·h]` covers `truth` in at least 95%
+/// of the releases (a release without an interval never covers). The interval grows with `z`,
+/// so its coverage does too, and one release covers from `z = |truth − c|/h` on (`truth > 0`,
+/// so the clamp at 0 never decides).
+fn smallest_covering_z(truth: f64, z95: f64, paper: &[Option<(f64, f64)>]) -> f64 {
+    let mut z: Vec<f64> = paper
+        .iter()
+        .map(|p| match *p {
+            Some((c, h)) if h > 0.0 => (truth - c).abs() / h,
+            Some((c, _)) if c == truth => 0.0,
+            _ => f64::INFINITY,
+        })
+        .collect();
+    z.sort_unstable_by(f64::total_cmp);
+    let k = (0.95 * z.len() as f64).ceil() as usize;
+    // Raised by a relative 1e-12 so that the release on the boundary stays covered when the
+    // construction recomputes its ends at this z (rounding).
+    (z[k.max(1) - 1] * (1.0 + 1e-12)).max(z95)
+}
+
+/// The width of `[max(0, c − z·h), c + z·h]`.
+fn paper_width(c: f64, h: f64, z: f64) -> f64 {
+    c + z * h - (c - z * h).max(0.0)
+}
+
+/// The standard error of the mean of batch estimates.
+fn batch_se(values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
+}
+
+/// [`WrefCell`]s of the relative risk and the odds ratio in one cell: `simulations` tables
+/// drawn and released as [`coverage_study`] does (the same seed gives the same releases), the
+/// default interval through [`TableNoise::interval`], the paper's construction through
+/// [`ReleasedTable::paper_construction_at_z`](datafusion_dp::stats::ReleasedTable::paper_construction_at_z).
+fn wref_cell(
+    design: &Design,
+    noise: &TableNoise,
+    simulations: usize,
+    rng: &mut ChaCha20Rng,
+) -> Result<Vec<WrefCell>, String> {
+    let statistics = [RelativeRisk, OddsRatio];
+    let specs = statistics
+        .map(|s| noise.interval_spec(0.95, IntervalMethod::default_for(s)))
+        .into_iter()
+        .collect::<Result<Vec<_>, String>>()?;
+    let z95 = specs[0].z;
+    let truths = statistics.map(|s| design.truth(s));
+    let mut covered = [0usize; 2];
+    let mut default: [Vec<Option<f64>>; 2] = Default::default();
+    let mut paper: [Vec<Option<(f64, f64)>>; 2] = Default::default();
+    let mut releases = Vec::with_capacity(simulations);
+    for _ in 0..simulations {
+        let table = design.draw(rng);
+        let released = noise.release(&table, rng)?;
+        for (k, &statistic) in statistics.iter().enumerate() {
+            let ci = noise.interval(&released, statistic, &specs[k]);
+            if let Some(ci) = ci {
+                if ci.lower <= truths[k] && truths[k] <= ci.upper {
+                    covered[k] += 1;
+                }
+            }
+            default[k].push(ci.map(|ci| {
+                if ci.upper.is_infinite() {
+                    f64::INFINITY
+                } else {
+                    ci.upper - ci.lower
+                }
+            }));
+            // The construction is linear in z: its centre at z = 0, its half-width per unit z.
+            let at = |z| released.paper_construction_at_z(statistic, z);
+            paper[k].push(
+                at(0.0)
+                    .zip(at(1.0))
+                    .map(|(c, one)| (c.upper, one.upper - c.upper)),
+            );
+        }
+        releases.push(released);
+    }
+    let cells = statistics.iter().enumerate().map(|(k, &statistic)| {
+        let truth = truths[k];
+        // Coverage and median width of the paper's construction at z, computed by the
+        // construction itself on the stored releases.
+        let paper_at = |z: f64| {
+            let mut covers = 0usize;
+            let mut widths = Vec::with_capacity(simulations);
+            for ci in releases
+                .iter()
+                .filter_map(|r| r.paper_construction_at_z(statistic, z))
+            {
+                covers += usize::from(ci.lower <= truth && truth <= ci.upper);
+                widths.push(ci.upper - ci.lower);
+            }
+            (covers as f64 / simulations as f64, median(widths))
+        };
+        let z_star = smallest_covering_z(truth, z95, &paper[k]);
+        let (paper_coverage, paper_median_width) = paper_at(z95);
+        let (paper_coverage_at_z_star, w_ref) = paper_at(z_star);
+        let median_width = median(default[k].iter().flatten().copied().collect());
+        let size = simulations / WREF_BATCHES;
+        let (batch_z, batch_ratio): (Vec<f64>, Vec<f64>) = (0..WREF_BATCHES)
+            .map(|b| {
+                let range = b * size..(b + 1) * size;
+                wref_batch(truth, z95, &default[k][range.clone()], &paper[k][range])
+            })
+            .unzip();
+        WrefCell {
+            statistic,
+            coverage: covered[k] as f64 / simulations as f64,
+            median_width,
+            paper_coverage,
+            paper_median_width,
+            z_star,
+            z_star_se: batch_se(&batch_z),
+            paper_coverage_at_z_star,
+            w_ref,
+            ratio: median_width / w_ref,
+            ratio_se: batch_se(&batch_ratio),
+        }
+    });
+    Ok(cells.collect())
+}
+
+/// [`Measured::Wref`]: every cell of the four Gaussian n = 200 settings, on the seeds and
+/// releases of [`Measured::Widths`] (so the default intervals' coverage and median width are
+/// that mode's), as tab-separated lines.
+fn wref_part(simulations: usize) -> Result<String, String> {
+    let mut out = String::from(
+        "calibration\tepsilon\tsizes\tinterval\tp_x\tp_y\tcell_noise_variance\tcoverage\tmedian_width\tpaper_coverage\tpaper_median_width\tz_star\tz_star_se\tpaper_coverage_at_z_star\tw_ref\tratio\tratio_se\n",
+    );
+    let mut index = 0;
+    for epsilon in [0.5, 1.0] {
+        for sizes in [GroupSizes::Private, GroupSizes::Public] {
+            let setting = Setting {
+                n: 200,
+                n_y: 200,
+                epsilon,
+                mechanism: Mechanism::Gaussian,
+                sizes,
+            };
+            let noise = setting.noise()?;
+            let start = std::time::Instant::now();
+            let cells = over_cells(|i, j| {
+                let design = Design {
+                    exposed_size: setting.n,
+                    unexposed_size: setting.n_y,
+                    exposed_risk: GRID[i],
+                    unexposed_risk: GRID[j],
+                };
+                // The seeds of `Measured::Widths` (run_setting with Measured::Defaults).
+                let seed = 5_000_000 + index * 1000 + (i * 9 + j) as u64;
+                wref_cell(
+                    &design,
+                    &noise,
+                    simulations,
+                    &mut ChaCha20Rng::seed_from_u64(seed),
+                )
+            })?;
+            index += 1;
+            progress(&format!(
+                "wref: {} in {:.1?}",
+                setting.label(),
+                start.elapsed()
+            ));
+            for (i, row) in cells.iter().enumerate() {
+                for (j, cell) in row.iter().enumerate() {
+                    for m in cell {
+                        writeln!(
+                            out,
+                            "{}\t{epsilon}\t{sizes}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            calibration(),
+                            name(m.statistic, IntervalMethod::default_for(m.statistic).into()),
+                            GRID[i],
+                            GRID[j],
+                            noise.cell.variance,
+                            m.coverage,
+                            m.median_width,
+                            m.paper_coverage,
+                            m.paper_median_width,
+                            m.z_star,
+                            m.z_star_se,
+                            m.paper_coverage_at_z_star,
+                            m.w_ref,
+                            m.ratio,
+                            m.ratio_se
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn paper_part(out: &mut String, simulations: usize) -> Result<(), String> {
@@ -650,12 +915,17 @@ fn tables() -> Result<(), String> {
         Some("defaults") => Measured::Defaults,
         Some("small-groups") => Measured::SmallGroups,
         Some("widths") => Measured::Widths,
+        Some("wref") => Measured::Wref,
         Some(other) => {
             return Err(format!(
-                "unknown second argument {other} (small, all, none, defaults, small-groups, widths)"
+                "unknown second argument {other} (small, all, none, defaults, small-groups, widths, wref)"
             ))
         }
     };
+    if measured == Measured::Wref {
+        datafusion_dp::cli::terminal::print_out(&wref_part(simulations)?)?;
+        return Ok(());
+    }
     if measured == Measured::Widths {
         let mut out = String::from(
             "calibration\tepsilon\tsizes\tinterval\tp_x\tp_y\tcell_noise_variance\tcoverage\tmedian_width\n",
