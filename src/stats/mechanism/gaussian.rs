@@ -316,13 +316,7 @@ pub(super) fn calibrate_vector(
         {
             Ok(per_value)
         }
-        (_, Ok(sigma2)) => gaussian_noise(
-            sigma2,
-            epsilon,
-            delta.unwrap_or(0.0),
-            shape.sensitivity,
-            shape,
-        ),
+        (_, Ok(sigma2)) => gaussian_noise(sigma2, epsilon, delta.unwrap_or(0.0), shape),
         // Past the vector calibration's range (an ε above 700 for the whole release), the
         // per-value one may still calibrate.
         (Some(Ok(per_value)), Err(_)) => Ok(per_value),
@@ -336,7 +330,6 @@ fn gaussian_noise(
     sigma2: Rational,
     epsilon: f64,
     delta: f64,
-    sensitivity: u32,
     shape: ReleaseShape,
 ) -> Result<CountNoise, String> {
     let s2 = sigma2.to_f64();
@@ -344,7 +337,6 @@ fn gaussian_noise(
         mechanism: Mechanism::Gaussian,
         epsilon,
         delta,
-        sensitivity,
         shape,
         scale: s2.sqrt(),
         variance: discrete_gaussian_variance(s2),
@@ -497,13 +489,7 @@ impl NoiseMechanism for GaussianMechanism {
             }
         }
 
-        gaussian_noise(
-            sigma2,
-            epsilon,
-            delta,
-            sensitivity,
-            ReleaseShape::scalar(sensitivity),
-        )
+        gaussian_noise(sigma2, epsilon, delta, ReleaseShape::scalar(sensitivity))
     }
 
     /// At most `2^12` units, and `ε·2^10`: the exact discrete Gaussian is checked up to

@@ -33,7 +33,7 @@ impl NoiseMechanism for LaplaceMechanism {
         // its f64 is exact (a numerator of at most 53 bits).
         let per_value = Rational {
             num: s,
-            den: t / noise.sensitivity as u128,
+            den: t / noise.sensitivity() as u128,
         }
         .to_f64();
         let m = noise.shape.coordinates as f64;
@@ -88,7 +88,6 @@ impl NoiseMechanism for LaplaceMechanism {
             mechanism: Mechanism::Laplace,
             epsilon,
             delta: 0.0,
-            sensitivity,
             shape: ReleaseShape::scalar(sensitivity),
             scale: b,
             variance: 2.0 * q / (1.0 - q).powi(2),

@@ -286,8 +286,7 @@ pub struct CountNoise {
     /// Privacy parameters this noise was calibrated for, for the whole release of [`Self::shape`].
     pub epsilon: f64,
     pub delta: f64,
-    pub sensitivity: u32,
-    /// What one unit can move: `m` values by at most `Δ = sensitivity` each.
+    /// What one unit can move: `m` values by at most `Δ` ([`Self::sensitivity`]) each.
     pub shape: ReleaseShape,
     /// The continuous parameter: Laplace scale `b = Δ/ε`, or the Gaussian `σ` actually sampled.
     pub scale: f64,
@@ -319,6 +318,11 @@ impl CountNoise {
         mechanism
             .law()
             .calibrate_count(epsilon, delta, sensitivity, calibration)
+    }
+
+    /// `Δ`, the most one unit moves each value of the release by.
+    pub fn sensitivity(&self) -> u32 {
+        self.shape.sensitivity
     }
 
     /// The mechanism's type ([`Mechanism::law`]).

@@ -357,7 +357,7 @@ mod tests {
                 "[{lower}, {upper}] rows {rows} grouped {grouped}: scale {got}, want {want}"
             );
             assert!(
-                noise.real.noise.sensitivity >= 1 << 29,
+                noise.real.noise.sensitivity() >= 1 << 29,
                 "a fine grid: {:?}",
                 noise.real
             );
@@ -365,12 +365,12 @@ mod tests {
         }
         let noise = calibrate(i(-3), i(5), 1.0, false, 2, &options).unwrap();
         let (grid, bounds) = noise.integer.unwrap();
-        assert_eq!((grid.exponent, grid.noise.sensitivity), (0, 16));
+        assert_eq!((grid.exponent, grid.noise.sensitivity()), (0, 16));
         assert_eq!(bounds, Some((-3, 5)));
         // Integer bounds past 2^30 units move to a coarser grid of integers.
         let noise = calibrate(i(0), i(1 << 40), 1.0, false, 1, &options).unwrap();
         let (grid, _) = noise.integer.unwrap();
-        assert_eq!((grid.exponent, grid.noise.sensitivity), (10, 1 << 30));
+        assert_eq!((grid.exponent, grid.noise.sensitivity()), (10, 1 << 30));
     }
 
     #[test]
@@ -410,7 +410,7 @@ mod tests {
                                 assert!(b.is_finite() && b > 0.0, "{epsilon}: {grid:?}");
                                 // The grid is below the noise scale, or (at an epsilon so
                                 // large the noise vanishes) at most 2^-29 of the sensitivity.
-                                let sensitivity = grid.noise.sensitivity as f64 * g;
+                                let sensitivity = grid.noise.sensitivity() as f64 * g;
                                 assert!(
                                     g <= b.max(sensitivity * 2f64.powi(-29)),
                                     "{epsilon}: grid {g} above scale {b}"
