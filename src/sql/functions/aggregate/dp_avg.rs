@@ -138,8 +138,7 @@ impl DpStatistic for DpAvg {
             constants: call.constants,
             grouped: call.grouped,
             contribution: call.contribution,
-            group_epsilon: call.group_epsilon / 2.0,
-            group_delta: call.group_delta.map(|d| d / 2.0),
+            share: call.share / 2.0,
         };
         let sides = if call.grouped { 2 } else { 1 };
         half.check_split(sides as f64, "both sides of a replaced unit in a GROUP BY")?;

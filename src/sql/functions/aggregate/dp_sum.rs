@@ -315,8 +315,7 @@ mod tests {
             constants: &constants,
             grouped,
             contribution: Contribution { rows, groups: 1 },
-            group_epsilon: epsilon,
-            group_delta: options.delta,
+            share: 1.0,
         })?;
         Ok(release.noise::<SumNoise>(NAME).unwrap().clone())
     }

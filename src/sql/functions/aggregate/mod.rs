@@ -219,8 +219,7 @@ impl CallPlan {
             constants: &constants,
             grouped,
             contribution,
-            group_epsilon: epsilon / groups as f64,
-            group_delta: options.delta.map(|d| d / groups as f64),
+            share: 1.0,
         })?;
         Ok(Self {
             epsilon,

@@ -282,7 +282,7 @@ impl PartialEq for Release {
 }
 
 /// What [`DpStatistic::calibrate`] reads: the validated `ε`, the call's options, its constant
-/// arguments and the plan's contribution bound, with the shares of `(ε, δ)` per group.
+/// arguments and the plan's contribution bound.
 #[derive(Debug)]
 pub struct Call<'a> {
     pub name: &'static str,
@@ -293,10 +293,9 @@ pub struct Call<'a> {
     pub constants: &'a [ScalarValue],
     pub grouped: bool,
     pub contribution: Contribution,
-    /// `ε / max_groups_per_unit`: each group's share when a unit reaches `groups` groups.
-    pub group_epsilon: f64,
-    /// `δ / max_groups_per_unit`.
-    pub group_delta: Option<f64>,
+    /// The share of the call's `(ε, δ)` this calibration spends: 1, or ½ for each half of
+    /// `dp_avg`.
+    pub share: f64,
 }
 
 impl Call<'_> {
@@ -330,7 +329,7 @@ impl Call<'_> {
     }
 
     /// Checks the epsilon (and delta) each noised count of sensitivity `rows` is calibrated
-    /// for, `group_epsilon / sides`, so that a refusal names the argument and the split (the
+    /// for per value, `share·ε / max_groups_per_unit / sides`, so that a refusal names the argument and the split (the
     /// calibration checks the same values again): a scale past `MAX_NOISE_SCALE` let the noise
     /// wrap the integer it is added in (issue 27).
     pub fn check_split(&self, sides: f64, side_name: &str) -> Result<()> {
@@ -344,7 +343,8 @@ impl Call<'_> {
         if sides > 1.0 {
             split.push_str(&format!(" / 2 ({side_name})"));
         }
-        let per_count = self.group_epsilon / sides;
+        let per_value = self.share / (groups as f64 * sides);
+        let per_count = self.epsilon * per_value;
         let with = if split.is_empty() {
             String::new()
         } else {
@@ -357,7 +357,7 @@ impl Call<'_> {
             )
         })?;
         if options.mechanism.law().needs_delta() {
-            if let Some(delta) = self.group_delta.map(|d| d / sides) {
+            if let Some(delta) = options.delta.map(|d| d * per_value) {
                 if delta.is_nan() || delta < f64::MIN_POSITIVE {
                     return plan_err!(
                         "{name}: argument 'delta'={} is out of range: {}delta per noised count is {}, below the smallest supported {:e}",
