@@ -424,6 +424,41 @@ async fn two_analysts_have_separate_budgets() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zcdp_analyst_is_charged_rho_through_the_server() {
+    // Carol's budget is in zCDP (issue 45): a Laplace count at ε = 0.25 is charged
+    // ρ = 0.25²/2 = 0.03125 by its privacy map, so four fill ρ = 0.125; the fifth is refused
+    // before it is charged. (ε = 0.25 is exact in binary: at ε = 0.1 the f64 square is
+    // 0.005000000000000001, which the accountant rounds up to 0.005000000001.)
+    let dir = test_dir("zcdp-analyst");
+    let server = Server::start(&write_config(
+        &dir,
+        &[],
+        "[[analyst]]\nname = \"carol\"\npassword = \"pw-c\"\nbudget_measure = \"zcdp\"\n\
+         rho_budget = 0.125\nledger = \"carol.ledger\"\n",
+    ));
+    let mut carol = login(&server.url(), "carol", "pw-c").await.unwrap();
+    let dp_query = "SELECT dp_count(outcome, 0.25) AS n FROM visits";
+    for _ in 0..4 {
+        query(&mut carol, dp_query).await.unwrap();
+    }
+    let err = query(&mut carol, dp_query).await.unwrap_err();
+    assert!(err.contains("dp budget exceeded"), "{err}");
+    let batches = query(
+        &mut carol,
+        "SELECT measure, rho FROM dp_budget() WHERE entry = 'spent'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(batches[0].column(0).as_string::<i32>().value(0), "zcdp");
+    let rho = batches[0].column(1).as_primitive::<Float64Type>().value(0);
+    assert_eq!(rho, 0.125);
+    // The ledger names its measure and holds the four charges.
+    let ledger = std::fs::read_to_string(dir.join("carol.ledger")).unwrap();
+    assert!(ledger.lines().next().unwrap().contains("zcdp"), "{ledger}");
+    assert_eq!(ledger.lines().count(), 5, "{ledger}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_query_and_restart_loses_and_doubles_nothing() {
     let dir = test_dir("kill9");
     let ledger = dir.join("alice.ledger");
