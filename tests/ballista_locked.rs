@@ -325,6 +325,56 @@ async fn the_scheduler_binds_and_charges_with_the_owners_settings() {
     assert_eq!(charges(), vec![0.5, 0.5]);
 }
 
+/// An analyst whose budget is in zCDP (issue 45): the cluster charges each release the ρ of
+/// its privacy map (a Laplace count at ε = 0.25: 0.25²/2 = 0.03125), so four fill ρ = 0.125 and
+/// the fifth is refused before it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_zcdp_analyst_is_charged_rho_on_the_cluster() {
+    // A cluster of its own (one executor) that spends analyst zeta's budget.
+    let dir = dir().join("zcdp");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"visits\"\nlocation = \"{}\"\nunit = \"patient_id\"\n\
+             columns = [\"visit_id BIGINT\", \"patient_id BIGINT\", \"region VARCHAR\", \"month VARCHAR\", \"exposed BOOLEAN\", \"outcome BOOLEAN\"]\n\n\
+             [[analyst]]\nname = \"zeta\"\npassword = \"zeta-pw\"\nbudget_measure = \"zcdp\"\nrho_budget = 0.125\nledger = \"{}\"\n",
+            data("visits.csv"),
+            dir.join("zeta.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap();
+    let url = locked::start_local_cluster(&cluster, 1, 2).await.unwrap();
+    let ctx = remote_context_as(&url, "zeta", "zeta-pw").await.unwrap();
+    ctx.register_csv("visits", &data("visits.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let sql = "SELECT dp_count(visit_id, 0.25) FROM visits";
+    for _ in 0..4 {
+        run(&ctx, sql).await.unwrap();
+    }
+    refused(&ctx, sql, "budget").await;
+    let entries = datafusion_dp::sql::accounting::ledger::read(&dir.join("zeta.ledger")).unwrap();
+    let rhos: Vec<Option<f64>> = entries.iter().map(|e| e.rho).collect();
+    assert_eq!(rhos, vec![Some(0.03125); 4]);
+    let spent = ctx
+        .sql("SELECT measure, rho FROM dp_budget() WHERE entry = 'spent'")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(spent[0].column(0).as_string::<i32>().value(0), "zcdp");
+    assert_eq!(
+        spent[0].column(1).as_primitive::<Float64Type>().value(0),
+        0.125
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_table_is_the_owners_table_or_nothing() {
     let ctx = analyst().await;
