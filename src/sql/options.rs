@@ -113,6 +113,9 @@ pub struct DpOptions {
     /// Private group selection: privacy parameters of the thresholded noisy group count.
     pub selection_epsilon: Option<f64>,
     pub selection_delta: Option<f64>,
+    /// The noise of private group selection's counts (Laplace, or the Gaussian calibrated as
+    /// one vector over the groups).
+    pub selection_mechanism: Mechanism,
 }
 
 impl Default for DpOptions {
@@ -142,6 +145,7 @@ impl Default for DpOptions {
             public_groups: PublicGroups::None,
             selection_epsilon: None,
             selection_delta: None,
+            selection_mechanism: Mechanism::Laplace,
         }
     }
 }
@@ -494,6 +498,18 @@ pub const OPTIONS: &[DpOption] = &[
             Ok(())
         },
         copy: |o, from| o.selection_delta = from.selection_delta,
+    },
+    DpOption {
+        key: "selection_mechanism",
+        doc: "private group selection: noise of the thresholded counts, 'laplace' (default) or 'gaussian' (one vector over the groups; half of selection_delta for the noise, half for the threshold)",
+        set_by: SetBy::Analyst,
+        per_call: false,
+        get: |o| Some(o.selection_mechanism.to_string()),
+        set: |o, value| {
+            o.selection_mechanism = Mechanism::parse(value)?;
+            Ok(())
+        },
+        copy: |o, from| o.selection_mechanism = from.selection_mechanism,
     },
     DpOption {
         key: "locked",

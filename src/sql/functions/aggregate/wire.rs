@@ -270,16 +270,20 @@ mod tests {
         let call = bound(rr, &public, true);
         let back = DpAggregate::decode(rr, &call.encode().unwrap()).unwrap();
         assert_eq!(back, call);
-        // Private group selection's count keeps its threshold, and so its charge.
-        let call = bound("dp_count", &DpOptions::default(), true);
-        let mut plan = call.plan().unwrap().as_ref().clone();
-        let threshold = plan.select_groups(1e-6).unwrap();
-        let call = DpAggregate::new(call.function()).configured(plan);
-        let back = DpAggregate::decode("dp_count", &call.encode().unwrap()).unwrap();
-        assert_eq!(back, call);
-        let plan = back.plan().unwrap();
-        assert_eq!(plan.selection.unwrap().threshold, threshold);
-        assert!(plan.loss().delta <= 1e-6 && plan.loss().delta > 0.0);
+        // Private group selection's count keeps its threshold, and so its charge, with either
+        // noise.
+        for options in [&DpOptions::default(), &gaussian] {
+            let call = bound("dp_count", options, true);
+            let mut plan = call.plan().unwrap().as_ref().clone();
+            let threshold = plan.select_groups(1e-6).unwrap();
+            let call = DpAggregate::new(call.function()).configured(plan);
+            let back = DpAggregate::decode("dp_count", &call.encode().unwrap()).unwrap();
+            assert_eq!(back, call);
+            let plan = back.plan().unwrap();
+            assert_eq!(plan.selection.unwrap().threshold, threshold);
+            let delta = plan.loss().delta - plan.release.loss().delta;
+            assert!(delta <= 1e-6 && delta > 0.0, "{delta}");
+        }
     }
 
     /// The one statistic of the registry `is` holds for.

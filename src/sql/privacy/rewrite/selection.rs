@@ -2,7 +2,9 @@
 //! noisy count of the group's rows passes a threshold (the Laplace thresholding of Google's
 //! and SmartNoise's partition selection).
 //!
-//! Mechanism (`SET dp.selection_epsilon = ε, dp.selection_delta = δ`): each group gets a noisy
+//! Mechanism (`SET dp.selection_epsilon = ε, dp.selection_delta = δ`, and
+//! `dp.selection_mechanism = 'gaussian'` for discrete Gaussian counts calibrated as one vector
+//! over the groups at `(ε, δ/2)`, the threshold getting the other `δ/2`): each group gets a noisy
 //! count of its rows (after contribution bounding: a unit adds at most `k` rows to at most `g`
 //! groups; without a privacy unit `k = g = 1`). Under replace-one a unit can leave `g` groups
 //! and join `g` others, so each count is calibrated for `ε' = ε/(2g)` at sensitivity `k`
@@ -17,7 +19,7 @@
 
 use crate::sql::functions::aggregate::{CallPlan, DpAggregate, DpCount};
 use crate::sql::options::DpOptions;
-use crate::stats::{Contribution, Mechanism, RatioMethod};
+use crate::stats::{Contribution, RatioMethod};
 use datafusion::common::{plan_err, Result, ScalarValue};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{
@@ -50,8 +52,9 @@ pub fn select_groups(
     // Each group's count is calibrated for ε/(2g) at sensitivity k (module docs): refused
     // here, naming the setting, when its noise would be past the largest supported scale.
     let Contribution { rows, groups } = contribution;
+    let mechanism = session.selection_mechanism;
     crate::stats::mechanism::check_count_epsilon(
-        Mechanism::Laplace,
+        mechanism,
         epsilon / groups.max(1) as f64 / 2.0,
         rows,
     )
@@ -62,9 +65,17 @@ pub fn select_groups(
             2 * groups.max(1) as u64
         )
     })?;
+    // Gaussian counts spend half of δ on their noise (calibrated as one vector over the
+    // groups) and half on the threshold; Laplace counts are pure ε-DP and the threshold gets
+    // all of it.
+    let threshold_delta = if mechanism.law().needs_delta() {
+        delta / 2.0
+    } else {
+        delta
+    };
     let mut options = session.clone();
-    options.mechanism = Mechanism::Laplace;
-    options.delta = None;
+    options.mechanism = mechanism;
+    options.delta = mechanism.law().needs_delta().then_some(delta / 2.0);
     options.method = RatioMethod::NoisyCounts;
     let seeded = session.seed.is_some();
     let mut plan = CallPlan::resolve(
@@ -79,7 +90,7 @@ pub fn select_groups(
         true,
         contribution,
     )?;
-    let threshold = plan.select_groups(delta)?;
+    let threshold = plan.select_groups(threshold_delta)?;
     let mut args = vec![lit(1i64), lit(epsilon)];
     if seeded {
         args.extend(keys.iter().cloned());
