@@ -166,6 +166,9 @@ class QueryResult:
         text = f"epsilon {self._epsilon:g}"
         if self._delta:
             text += f", delta {self._delta:g}"
+        if self._rho is not None:
+            # Under a zCDP budget the charge is rho; (epsilon, delta) is the query's own.
+            return f"rho {self._rho:g} charged ({text})"
         return text + " charged"
 
     def _cells(self) -> list:

@@ -273,6 +273,7 @@ def test_lock_with_a_rho_budget(tmp_path):
     laplace = ctx.sql("SELECT dp_count(patient_id, 0.1) AS n FROM visits")
     assert laplace.rho == pytest.approx(0.1**2 / 2, rel=1e-6)
     assert laplace.epsilon == pytest.approx(0.1)
+    assert "rho 0.005 charged (epsilon 0.1)" in repr(laplace)
     # The discrete Gaussian: rho = 1/(2 sigma^2) from the sigma actually sampled (CKS 2020,
     # Prop 5): the continuous analytic sigma (Balle & Wang 2018), with sigma^2 raised until
     # the discrete law's exact delta is within target (0.3% here), so rho is slightly smaller.
