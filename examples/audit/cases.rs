@@ -182,6 +182,91 @@ fn zcdp_composition_claim() -> f64 {
     cdp_epsilon(rho, 1e-3)
 }
 
+/// `zcdp_sequence`: `K` separate queries, each a grouped Gaussian `dp_count` at
+/// `(SEQUENCE_EPSILON, SEQUENCE_DELTA)`, audited at `SEQUENCE_AUDIT_DELTA`.
+pub const SEQUENCE_QUERIES: usize = 4;
+pub const SEQUENCE_EPSILON: f64 = 2.0;
+pub const SEQUENCE_DELTA: f64 = 1e-5;
+/// The δ at which the summed ρ is converted to the claimed ε (any δ is valid for a ρ-zCDP
+/// release; at 10⁻² the Gaussian's privacy loss is reached on events of probability a few
+/// percent, which 100,000 test releases estimate, docs/auditing.md).
+pub const SEQUENCE_AUDIT_DELTA: f64 = 1e-2;
+
+/// The ρ of one query of the sequence, from the privacy map of the noise the engine
+/// calibrates for it: a grouped count is one vector of shape `(2, 1)` (a row moving between
+/// two groups), `ρ = 2/(2σ²)` for the discrete Gaussian's exact `σ²` (Canonne, Kamath &
+/// Steinke 2020, Proposition 5).
+fn grouped_gaussian_count_rho(epsilon: f64, delta: f64) -> f64 {
+    use datafusion_dp::stats::mechanism::ReleaseShape;
+    use datafusion_dp::stats::{CountNoise, Mechanism};
+    CountNoise::calibrate_release(
+        Mechanism::Gaussian,
+        epsilon,
+        Some(delta),
+        ReleaseShape::new(2, 1),
+        Default::default(),
+    )
+    .expect("calibrates")
+    .loss()
+    .rho
+    .expect("a zCDP map")
+}
+
+/// The summed ρ of the sequence's `K` queries (Bun & Steinke 2016, Lemma 2.3: ρ adds, also
+/// when each query is chosen after the last, Whitehouse, Ramdas, Rogers & Wu 2023): what a
+/// zCDP accountant charges.
+pub fn zcdp_sequence_rho() -> f64 {
+    SEQUENCE_QUERIES as f64 * grouped_gaussian_count_rho(SEQUENCE_EPSILON, SEQUENCE_DELTA)
+}
+
+/// The `(ε, SEQUENCE_AUDIT_DELTA)` the zCDP accounting claims for the sequence: the summed ρ
+/// converted with `cdp_epsilon` (Canonne, Kamath & Steinke 2020, Corollary 13). Summing
+/// `(ε, δ)` would claim `K·2 = 8`.
+pub fn zcdp_sequence_claim() -> f64 {
+    datafusion_dp::stats::mechanism::cdp_epsilon(zcdp_sequence_rho(), SEQUENCE_AUDIT_DELTA)
+}
+
+/// The planted variant's ε per query: the smallest (to 10⁻⁹) at which the calibrated noise's
+/// ρ is twice the honest query's, i.e. `σ/√2` (bisection: ρ grows with ε).
+fn doubled_rho_epsilon() -> f64 {
+    let twice = 2.0 * grouped_gaussian_count_rho(SEQUENCE_EPSILON, SEQUENCE_DELTA);
+    let (mut lo, mut hi) = (SEQUENCE_EPSILON, 4.0 * SEQUENCE_EPSILON);
+    while hi - lo > 1e-9 {
+        let mid = 0.5 * (lo + hi);
+        if grouped_gaussian_count_rho(mid, SEQUENCE_DELTA) >= twice {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+/// `SEQUENCE_QUERIES` separate grouped Gaussian `dp_count` queries at `epsilon` (each
+/// `SEQUENCE_DELTA`) in one session with a zCDP budget (a target `(10, 10⁻²)`, converted to
+/// ρ), a row moving from group a to group b; audited on the joint output of all of them.
+fn zcdp_sequence(epsilon: f64, n: usize, seed: u64) -> SqlAudit {
+    let query = format!(
+        "SELECT replicate, g, dp_count(x, {epsilon:?}, 'mechanism=gaussian, delta={SEQUENCE_DELTA:e}') AS c FROM t GROUP BY replicate, g"
+    );
+    let mut audit = grouped(
+        &query,
+        gx(&[("a", Some(1)), ("a", Some(1)), ("b", Some(1))]),
+        gx(&[("a", Some(1)), ("b", Some(1)), ("b", Some(1))]),
+        n,
+        seed,
+    )
+    .statement("SET dp.budget_measure = 'zcdp'")
+    .statement("SET dp.epsilon_budget = 10")
+    .statement(format!("SET dp.delta_budget = {SEQUENCE_AUDIT_DELTA:e}"))
+    .group_columns(&["g"])
+    .delta(SEQUENCE_AUDIT_DELTA);
+    for _ in 1..SEQUENCE_QUERIES {
+        audit = audit.then(query.clone());
+    }
+    audit
+}
+
 pub fn cases() -> Vec<Case> {
     vec![
         // ---- dp_count ----
@@ -290,6 +375,18 @@ pub fn cases() -> Vec<Case> {
                 )
                 .delta(1e-3)
             },
+        },
+        Case {
+            name: "zcdp_sequence",
+            what: "4 separate grouped Gaussian dp_count queries (epsilon 2, delta 1e-5 each) in one session with a zCDP budget, each charged its rho by its privacy map, a row moving from group a to group b: their joint output against the summed rho converted to (epsilon, 1e-2) (Bun & Steinke 2016; Canonne, Kamath & Steinke 2020, Corollary 13); summing (epsilon, delta) would claim 8",
+            epsilon: zcdp_sequence_claim(),
+            delta: SEQUENCE_AUDIT_DELTA,
+            // The move is the vector's whole L2 sensitivity √2 in every query: all of ρ shows.
+            visible: zcdp_sequence_claim(),
+            expect: Expect::WithinClaim,
+            ci: 200_000,
+            full: 1_000_000,
+            build: |n| zcdp_sequence(SEQUENCE_EPSILON, n, 15),
         },
         // ---- the 2x2 table functions ----
         Case {
@@ -822,6 +919,21 @@ pub fn cases() -> Vec<Case> {
                 .group_columns(&["g"])
                 .delta(1e-3)
             },
+        },
+        Case {
+            name: "planted_zcdp_sequence_sigma_over_sqrt2",
+            what: "PLANTED: the 4 queries of zcdp_sequence with sigma/sqrt(2) each (noise calibrated for twice the rho: the engine run at the epsilon whose calibrated rho is twice the honest one), while the accountant claims the honest summed rho converted to (epsilon, 1e-2)",
+            epsilon: zcdp_sequence_claim(),
+            delta: SEQUENCE_AUDIT_DELTA,
+            // Twice the ρ: the conversion of 2·Σρ at δ = 10⁻².
+            visible: datafusion_dp::stats::mechanism::cdp_epsilon(
+                2.0 * zcdp_sequence_rho(),
+                SEQUENCE_AUDIT_DELTA,
+            ),
+            expect: Expect::Exceeds,
+            ci: 200_000,
+            full: 1_000_000,
+            build: |n| zcdp_sequence(doubled_rho_epsilon(), n, 59),
         },
         Case {
             name: "planted_sum_sensitivity",

@@ -44,22 +44,33 @@ class Connection:
             # The driver's errors (dbapi.Error and its subclasses) carry the server's line.
             raise DpError(_one_line(e)) from None
 
-    def _spent(self) -> Tuple[float, float]:
-        table = self._fetch("SELECT epsilon, delta FROM dp_budget() WHERE entry = 'spent'")
+    def _spent(self) -> Tuple[float, float, Optional[float]]:
+        """The analyst's spent (epsilon, delta), and rho when the budget is in zCDP."""
+        table = self._fetch(
+            "SELECT epsilon, delta, measure, rho FROM dp_budget() WHERE entry = 'spent'"
+        )
         row = table.to_pylist()[0]
-        return float(row["epsilon"] or 0.0), float(row["delta"] or 0.0)
+        rho = None
+        if row["measure"] == "zcdp" and row["rho"] is not None:
+            rho = float(row["rho"])
+        return float(row["epsilon"] or 0.0), float(row["delta"] or 0.0), rho
 
     def sql(self, query: str) -> QueryResult:
-        """Runs one statement on the server. The cost shown (``result.epsilon``) is the
-        analyst's spent amount before and after it, as ``dp_budget()`` reports it (another
+        """Runs one statement on the server. The cost shown (``result.epsilon``, and under a
+        zCDP budget ``result.rho``) is the difference of the analyst's spent amount before and
+        after it, as ``dp_budget()`` reports it (another
         connection of the same analyst spending meanwhile would be counted too)."""
         before = self._spent()
         table = self._fetch(query)
         after = self._spent()
+        rho = None
+        if before[2] is not None and after[2] is not None:
+            rho = max(after[2] - before[2], 0.0)
         return QueryResult(
             table,
             epsilon=max(after[0] - before[0], 0.0),
             delta=max(after[1] - before[1], 0.0),
+            rho=rho,
             query=query,
         )
 

@@ -20,14 +20,18 @@ class Session:
     def protect(self, table: str, unit: Optional[str] = None, public: bool = False) -> None: ...
     def lock(
         self,
-        epsilon_budget: float,
+        epsilon_budget: Optional[float] = None,
         delta_budget: Optional[float] = None,
         ledger: Optional[str] = None,
         options: Sequence[Tuple[str, str]] = ...,
+        rho_budget: Optional[float] = None,
+        budget_measure: Optional[str] = None,
     ) -> None: ...
     @property
     def locked(self) -> bool: ...
-    def sql(self, query: str) -> Tuple[Any, Optional[Tuple[float, float]]]: ...
+    def sql(
+        self, query: str
+    ) -> Tuple[Any, Optional[Tuple[float, float, Optional[float]]]]: ...
     def tables(self) -> List[str]: ...
 
 def dp_functions() -> List[Tuple[str, str, Optional[Tuple[str, bool]]]]:

@@ -36,7 +36,8 @@ def _format_cell(value: Any, interval: bool) -> str:
 
 class QueryResult:
     """The result of one query: an Arrow table (:meth:`to_arrow`) and the privacy cost it was
-    charged (:attr:`epsilon`, :attr:`delta`; ``None`` when it cannot be told).
+    charged (:attr:`epsilon`, :attr:`delta`, and under a zCDP budget :attr:`rho`; ``None``
+    when it cannot be told).
 
     Converts to pandas (:meth:`to_pandas`) and polars (:meth:`to_polars`), draws a forest
     plot of its interval column (:meth:`forest_plot`), and exports itself through the Arrow
@@ -44,7 +45,7 @@ class QueryResult:
     ``polars.DataFrame(result)`` or DuckDB read it without a copy.
     """
 
-    __slots__ = ("_table", "_epsilon", "_delta", "_query")
+    __slots__ = ("_table", "_epsilon", "_delta", "_rho", "_query")
 
     def __init__(
         self,
@@ -52,12 +53,14 @@ class QueryResult:
         *,
         epsilon: Optional[float] = None,
         delta: Optional[float] = None,
+        rho: Optional[float] = None,
         query: Optional[str] = None,
     ) -> None:
         # A pyarrow Table as it is; anything else with __arrow_c_stream__ imported zero-copy.
         self._table = table if isinstance(table, pa.Table) else pa.table(table)
         self._epsilon = epsilon
         self._delta = delta
+        self._rho = rho
         self._query = query
 
     @property
@@ -69,6 +72,15 @@ class QueryResult:
     def delta(self) -> Optional[float]:
         """The delta charged for this query."""
         return self._delta
+
+    @property
+    def rho(self) -> Optional[float]:
+        """The rho (zero-concentrated DP, Bun & Steinke 2016) charged for this query when the
+        session's budget is counted in zCDP (``lock(rho_budget=...)`` or
+        ``budget_measure="zcdp"``); ``None`` under an (epsilon, delta) budget. Under zCDP the
+        budget adds these rho, and :attr:`epsilon`/:attr:`delta` are the query's own
+        (epsilon, delta) for reference."""
+        return self._rho
 
     @property
     def query(self) -> Optional[str]:
@@ -154,6 +166,9 @@ class QueryResult:
         text = f"epsilon {self._epsilon:g}"
         if self._delta:
             text += f", delta {self._delta:g}"
+        if self._rho is not None:
+            # Under a zCDP budget the charge is rho; (epsilon, delta) is the query's own.
+            return f"rho {self._rho:g} charged ({text})"
         return text + " charged"
 
     def _cells(self) -> list:

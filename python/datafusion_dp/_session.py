@@ -111,25 +111,44 @@ class SessionContext:
     def lock(
         self,
         *,
-        epsilon_budget: float,
+        epsilon_budget: Optional[float] = None,
         delta_budget: Optional[float] = None,
+        rho_budget: Optional[float] = None,
+        budget_measure: Optional[str] = None,
         ledger: Optional[PathLike] = None,
         options: Optional[Mapping[str, object]] = None,
     ) -> None:
         """Locks the session for an untrusted analyst, irreversibly.
 
-        ``epsilon_budget`` (and ``delta_budget``) is the total the session may spend;
-        ``ledger`` an append-only file that keeps every charge across sessions and processes
-        (one per analyst). ``options`` are the owner's ``dp.*`` options, fixed before the lock
-        (e.g. ``{"public_groups": "regions", "max_rows_per_unit": 4}``). Refused without a
-        valid budget (a finite number >= 0), with ``dp.seed`` set,
-        or when a table that is not public had its schema inferred from its rows."""
+        The budget is the total the session may spend, declared in one measure, as an owner
+        configuration's ``[[analyst]]`` section declares it:
+
+        - **(epsilon, delta)** (``budget_measure="epsilon_delta"``, the default):
+          ``epsilon_budget``, and ``delta_budget`` for (epsilon, delta) mechanisms (Gaussian
+          noise); each query's (epsilon, delta) is added.
+        - **rho-zCDP** (``budget_measure="zcdp"``): ``rho_budget`` alone (which implies
+          ``budget_measure="zcdp"``), or a target ``epsilon_budget`` with ``delta_budget`` in
+          (0, 1), converted once to the largest rho whose guarantee meets it (Canonne, Kamath
+          & Steinke 2020, Corollary 13). Each query is charged its rho (``result.rho``), and
+          Gaussian queries compose far better than under (epsilon, delta); a query with no
+          zCDP cost (the paper's local ratio methods, private group selection) is refused.
+
+        ``ledger`` is an append-only file that keeps every charge across sessions and
+        processes (one per analyst; it counts in one measure). ``options`` are the owner's
+        ``dp.*`` options, fixed before the lock (e.g. ``{"public_groups": "regions",
+        "max_rows_per_unit": 4}``). Refused (:class:`DpError` naming the argument) without a
+        budget, with an amount out of range (``epsilon_budget`` >= 0, ``delta_budget`` in
+        [0, 1), ``rho_budget`` > 0, all finite), with a budget in two measures (``rho_budget``
+        with ``epsilon_budget``, or with ``budget_measure="epsilon_delta"``), with ``dp.seed``
+        set, or when a table that is not public had its schema inferred from its rows."""
         pairs = [(str(k), _option_value(v)) for k, v in (options or {}).items()]
         self._session.lock(
-            float(epsilon_budget),
+            None if epsilon_budget is None else float(epsilon_budget),
             None if delta_budget is None else float(delta_budget),
             None if ledger is None else os.fspath(ledger),
             pairs,
+            None if rho_budget is None else float(rho_budget),
+            None if budget_measure is None else str(budget_measure),
         )
 
     @property
@@ -139,10 +158,11 @@ class SessionContext:
 
     def sql(self, query: str) -> QueryResult:
         """Runs one SQL statement and returns its result, with the privacy cost charged for
-        it (``result.epsilon``, ``result.delta``). Raises :class:`DpError` when refused."""
+        it (``result.epsilon``, ``result.delta``, and under a zCDP budget ``result.rho``).
+        Raises :class:`DpError` when refused."""
         table, cost = self._session.sql(query)
-        epsilon, delta = cost if cost is not None else (None, None)
-        return QueryResult(table, epsilon=epsilon, delta=delta, query=query)
+        epsilon, delta, rho = cost if cost is not None else (None, None, None)
+        return QueryResult(table, epsilon=epsilon, delta=delta, rho=rho, query=query)
 
     def budget(self) -> QueryResult:
         """``SELECT * FROM dp_budget()``: the budget, the amount spent and remaining, and one

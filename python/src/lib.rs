@@ -25,6 +25,7 @@ use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_dp::owner::{tables, Owner, OwnerConfig, TableConfig};
 use datafusion_dp::sql::accounting::budget::Cost;
+use datafusion_dp::sql::accounting::measure::{Budget, BudgetMeasure};
 use datafusion_dp::sql::options::DpOptions;
 use datafusion_dp::Protection;
 use futures::TryStreamExt;
@@ -189,9 +190,13 @@ fn declared_fields(table: &str, what: &str, declarations: &[String]) -> Result<V
     Ok(fields)
 }
 
+/// The privacy cost a query was charged: `(epsilon, delta, rho)`, `rho` the query's ρ when
+/// the session's budget is counted in zCDP (`dp.budget_measure = 'zcdp'`), else `None`.
+type Charge = (f64, f64, Option<f64>);
+
 /// A query's result: the Arrow table (exported through the PyCapsule interface) and the
 /// privacy cost the query was charged (`None` when it cannot be told, e.g. `EXPLAIN`).
-type Answer = (PyTable, Option<(f64, f64)>);
+type Answer = (PyTable, Option<Charge>);
 
 /// A session of `datafusion_dp`: the owner's until [`Session::lock`], an analyst's after.
 #[pyclass(module = "datafusion_dp._internal", frozen)]
@@ -256,8 +261,15 @@ async fn answer(ctx: SessionContext, sql: String, locked: bool) -> Result<Answer
                         |_, _| {},
                     )?;
                     let cost = Cost::of_plan(&analyzed)?;
+                    // ρ is what a zCDP budget charges; an (ε, δ) budget charges (ε, δ) only.
+                    let zcdp = state
+                        .config_options()
+                        .extensions
+                        .get::<DpOptions>()
+                        .is_some_and(|o| o.budget_measure == BudgetMeasure::Zcdp);
+                    let rho = if zcdp { cost.rho() } else { None };
                     let optimized = state.optimizer().optimize(analyzed, &state, |_, _| {})?;
-                    (optimized, Some((cost.epsilon(), cost.delta())))
+                    (optimized, Some((cost.epsilon(), cost.delta(), rho)))
                 }
             };
             let physical = state
@@ -277,6 +289,53 @@ async fn answer(ctx: SessionContext, sql: String, locked: bool) -> Result<Answer
     let table = PyTable::try_new(batches, schema)
         .map_err(|e| DataFusionError::Execution(format!("exporting the result: {e}")))?;
     Ok((table, cost))
+}
+
+/// The budget [`Session::lock`] declares, checked as an owner configuration's `[[analyst]]`
+/// section is (`datafusion_dp::owner`): each amount in its range, one budget in one measure
+/// ([`Budget::new`]), and one that is enforced (a locked session requires a budget). The
+/// measure is `budget_measure` when given, else zCDP when `rho_budget` is given (a ρ names
+/// no other measure), else (ε, δ). Errors name the argument.
+fn lock_budget(
+    epsilon_budget: Option<f64>,
+    delta_budget: Option<f64>,
+    rho_budget: Option<f64>,
+    budget_measure: Option<&str>,
+) -> std::result::Result<Budget, String> {
+    let measure = match budget_measure {
+        Some(name) => BudgetMeasure::parse(name)?,
+        None if rho_budget.is_some() => BudgetMeasure::Zcdp,
+        None => BudgetMeasure::EpsilonDelta,
+    };
+    if let Some(epsilon) = epsilon_budget {
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
+            return Err(format!(
+                "epsilon_budget must be a finite number >= 0, got {epsilon}"
+            ));
+        }
+    }
+    if let Some(delta) = delta_budget {
+        if !(0.0..1.0).contains(&delta) {
+            return Err(format!("delta_budget must be in [0, 1), got {delta}"));
+        }
+    }
+    if let Some(rho) = rho_budget {
+        if !(rho.is_finite() && rho > 0.0) {
+            return Err(format!("rho_budget must be a positive number, got {rho}"));
+        }
+    }
+    let budget = Budget::new(measure, epsilon_budget, delta_budget, rho_budget, "")?;
+    match measure {
+        BudgetMeasure::EpsilonDelta if budget.epsilon.is_none() => Err(
+            "needs a budget: epsilon_budget (with delta_budget for (epsilon, delta) mechanisms), or rho_budget (zCDP), or budget_measure='zcdp' with epsilon_budget and delta_budget as a target"
+                .to_string(),
+        ),
+        BudgetMeasure::Zcdp if !budget.is_enforced() => Err(
+            "budget_measure='zcdp' needs rho_budget, or epsilon_budget and delta_budget (a target converted to rho): a locked session requires a budget"
+                .to_string(),
+        ),
+        _ => Ok(budget),
+    }
 }
 
 #[pymethods]
@@ -410,16 +469,38 @@ impl Session {
     /// `("public_groups", "regions")`), the budget and the ledger, then locks the session for
     /// an untrusted analyst ([`datafusion_dp::lock`]): irreversible. Refused when a table that
     /// is not public had its schema inferred from its rows.
-    #[pyo3(signature = (epsilon_budget, delta_budget=None, ledger=None, options=Vec::new()))]
+    ///
+    /// The budget ([`lock_budget`]) is declared in one measure: (ε, δ) (`epsilon_budget`, and
+    /// `delta_budget` for (ε, δ) mechanisms; the default), or ρ-zCDP (`rho_budget`, which
+    /// implies `budget_measure = "zcdp"`, or `budget_measure = "zcdp"` with `epsilon_budget`
+    /// and `delta_budget` as a target converted once to ρ), validated as an owner
+    /// configuration's `[[analyst]]` section is; no budget at all is refused.
+    #[pyo3(signature = (
+        epsilon_budget=None,
+        delta_budget=None,
+        ledger=None,
+        options=Vec::new(),
+        rho_budget=None,
+        budget_measure=None
+    ))]
     fn lock(
         &self,
-        epsilon_budget: f64,
+        epsilon_budget: Option<f64>,
         delta_budget: Option<f64>,
         ledger: Option<String>,
         options: Vec<(String, String)>,
+        rho_budget: Option<f64>,
+        budget_measure: Option<String>,
     ) -> PyResult<()> {
         guarded(|| {
             self.owner_call("lock")?;
+            let budget = lock_budget(
+                epsilon_budget,
+                delta_budget,
+                rho_budget,
+                budget_measure.as_deref(),
+            )
+            .map_err(|e| refused(format!("lock: {e}")))?;
             let inferred = self
                 .inferred
                 .lock()
@@ -448,9 +529,10 @@ impl Session {
             for (key, value) in &options {
                 self.set_option(key, value)?;
             }
-            self.set_option("epsilon_budget", &epsilon_budget.to_string())?;
-            if let Some(delta) = delta_budget {
-                self.set_option("delta_budget", &delta.to_string())?;
+            // The budget as the session options declare it (Budget::options: the measure,
+            // then each amount given).
+            for (key, value) in budget.options() {
+                self.set_option(key, &value)?;
             }
             if let Some(ledger) = &ledger {
                 self.set_option("ledger", ledger)?;
@@ -466,10 +548,10 @@ impl Session {
     }
 
     /// Runs one statement and collects its result: `(table, cost)`, the table an Arrow
-    /// PyCapsule-interface object and the cost `(epsilon, delta)` the query was charged
-    /// (`None` when unknown). Locked: the statement is the analyst's
-    /// ([`datafusion_dp::analyst_sql`]).
-    fn sql(&self, py: Python<'_>, query: String) -> PyResult<(PyTable, Option<(f64, f64)>)> {
+    /// PyCapsule-interface object and the cost `(epsilon, delta, rho)` the query was charged
+    /// (`None` when unknown; `rho` only under a zCDP budget). Locked: the statement is the
+    /// analyst's ([`datafusion_dp::analyst_sql`]).
+    fn sql(&self, py: Python<'_>, query: String) -> PyResult<Answer> {
         let locked = self.locked();
         let ctx = self.ctx.clone();
         run(py, move || answer(ctx, query, locked))

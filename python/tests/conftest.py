@@ -64,10 +64,13 @@ def locked_ctx_factory(regions_csv):
     return make
 
 
-def write_owner_config(directory, epsilon_budget):
+def write_owner_config(directory, epsilon_budget=None, budget=None):
     """An examples/owner.toml-style configuration in ``directory``: visits protected by
     patient_id, a public regions table as the public GROUP BY keys, analyst alice (clear
-    password, accepted for tests) with ``epsilon_budget`` and her ledger."""
+    password, accepted for tests) with ``epsilon_budget`` (or the ``budget`` lines of her
+    section, e.g. ``'budget_measure = "zcdp"\nrho_budget = 0.5'``) and her ledger."""
+    if budget is None:
+        budget = f"epsilon_budget = {epsilon_budget}"
     directory = pathlib.Path(directory)
     (directory / "regions.csv").write_text("region\n" + "\n".join(REGIONS) + "\n")
     columns = ", ".join(f'"{c}"' for c in VISITS_COLUMNS)
@@ -92,7 +95,7 @@ max_rows_per_unit = 4
 [[analyst]]
 name = "alice"
 password = "alice-test-password"
-epsilon_budget = {epsilon_budget}
+{budget}
 ledger = "alice.ledger"
 """
     )

@@ -57,3 +57,25 @@ def test_refusals_carry_the_servers_message(server):
 def test_a_wrong_password_is_refused(server):
     with pytest.raises(DpError, match="(?i)password|unauthenticated"):
         datafusion_dp.connect(server.uri, "alice", "wrong")
+
+
+def test_a_zcdp_analyst_sees_the_rho_charged(dp_server_binary, tmp_path):
+    # alice's budget in zCDP: each result shows the rho charged (the difference of her spent
+    # rho in dp_budget()), Laplace at epsilon charged epsilon^2/2 (Bun & Steinke 2016).
+    from conftest import Server, write_owner_config
+
+    config = write_owner_config(tmp_path, budget='budget_measure = "zcdp"\nrho_budget = 0.05')
+    server = Server(dp_server_binary, config)
+    try:
+        with datafusion_dp.connect(server.uri, "alice", "alice-test-password") as conn:
+            result = conn.sql("SELECT dp_count(patient_id, 0.1) AS n FROM visits")
+            assert result.rho == pytest.approx(0.005)
+            with pytest.raises(DpError, match="rho"):
+                conn.sql("SELECT dp_count(patient_id, 1.0) AS n FROM visits")
+    finally:
+        server.stop()
+
+
+def test_an_epsilon_delta_analyst_sees_no_rho(server):
+    with datafusion_dp.connect(server.uri, "alice", "alice-test-password") as conn:
+        assert conn.sql("SELECT dp_count(patient_id, 1.0) AS n FROM visits").rho is None

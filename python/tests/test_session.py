@@ -252,3 +252,111 @@ def test_register_parquet_and_json(tmp_path):
     pyarrow.parquet.write_table(visits.drop_columns(["month"]), mixed / "b.parquet")
     with pytest.raises(DpError, match="same columns"):
         datafusion_dp.SessionContext().register_parquet("m", mixed)
+
+
+def _owner_session():
+    """An owner's session over the study, visits protected by patient_id (one row per unit
+    kept: sensitivity 1), ready to lock."""
+    ctx = datafusion_dp.SessionContext()
+    ctx.register_csv("visits", VISITS, columns=VISITS_COLUMNS)
+    ctx.protect("visits", unit="patient_id")
+    return ctx
+
+
+def test_lock_with_a_rho_budget(tmp_path):
+    # A zCDP budget given as rho alone: budget_measure "zcdp" is implied.
+    ctx = _owner_session()
+    sigma = ctx.sql("SELECT gaussian_sigma(1.0, 1e-6, 1) AS s").to_pylist()[0]["s"]
+    ctx.lock(rho_budget=0.05, ledger=tmp_path / "zcdp.ledger")
+    assert ctx.locked
+    # Laplace noise at epsilon is charged rho = epsilon^2/2 (Bun & Steinke 2016, Prop 1.4).
+    laplace = ctx.sql("SELECT dp_count(patient_id, 0.1) AS n FROM visits")
+    assert laplace.rho == pytest.approx(0.1**2 / 2, rel=1e-6)
+    assert laplace.epsilon == pytest.approx(0.1)
+    assert "rho 0.005 charged (epsilon 0.1)" in repr(laplace)
+    # The discrete Gaussian: rho = 1/(2 sigma^2) from the sigma actually sampled (CKS 2020,
+    # Prop 5): the continuous analytic sigma (Balle & Wang 2018), with sigma^2 raised until
+    # the discrete law's exact delta is within target (0.3% here), so rho is slightly smaller.
+    gaussian = ctx.sql(
+        "SELECT dp_count(patient_id, 1.0, 'mechanism=gaussian, delta=1e-6') AS n FROM visits"
+    )
+    assert gaussian.rho == pytest.approx(1 / (2 * sigma**2), rel=1e-2)
+    assert gaussian.rho <= 1 / (2 * sigma**2)
+    budget = {row["entry"]: row for row in ctx.budget().to_pylist()}
+    assert budget["budget"]["measure"] == "zcdp"
+    assert budget["budget"]["rho"] == pytest.approx(0.05)
+    assert budget["spent"]["rho"] == pytest.approx(laplace.rho + gaussian.rho)
+    # A query whose rho does not fit what is left is refused, in rho.
+    with pytest.raises(DpError, match="rho"):
+        ctx.sql("SELECT dp_count(patient_id, 1.0) AS n FROM visits")
+    assert (tmp_path / "zcdp.ledger").exists()
+
+
+def test_lock_with_a_zcdp_target():
+    # A target (epsilon, delta), converted once to the largest rho that meets it.
+    ctx = _owner_session()
+    ctx.lock(epsilon_budget=1.0, delta_budget=1e-6, budget_measure="zcdp")
+    budget = {row["entry"]: row for row in ctx.budget().to_pylist()}["budget"]
+    assert budget["measure"] == "zcdp"
+    assert budget["guarantee_epsilon"] == pytest.approx(1.0)
+    assert budget["guarantee_delta"] == pytest.approx(1e-6)
+    # The conversion is at least as good as Bun & Steinke 2016's (Prop 1.3: rho-zCDP is
+    # (rho + 2 sqrt(rho ln(1/delta)), delta)-DP), whose largest rho for (1, 1e-6) is
+    # (sqrt(L + 1) - sqrt(L))^2 with L = ln(1e6): 0.01747.
+    rho = budget["rho"]
+    log_inv_delta = math.log(1e6)
+    bun_steinke = (math.sqrt(log_inv_delta + 1) - math.sqrt(log_inv_delta)) ** 2
+    assert bun_steinke == pytest.approx(0.01747, abs=1e-5)
+    assert bun_steinke <= rho < 1.0
+    result = ctx.sql("SELECT dp_count(patient_id, 0.2) AS n FROM visits")
+    assert result.rho == pytest.approx(0.02)
+
+
+def test_an_epsilon_delta_budget_charges_no_rho(locked_ctx_factory):
+    ctx = locked_ctx_factory(2.0)
+    result = ctx.sql("SELECT dp_count(patient_id, 1.0) AS n FROM visits")
+    assert result.epsilon == pytest.approx(1.0)
+    assert result.rho is None
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ({}, "needs a budget"),
+        ({"delta_budget": 1e-6}, "needs a budget"),
+        ({"rho_budget": -1.0}, "rho_budget must be a positive number"),
+        ({"rho_budget": 0.0}, "rho_budget must be a positive number"),
+        ({"rho_budget": float("nan")}, "rho_budget must be a positive number"),
+        ({"rho_budget": float("inf")}, "rho_budget must be a positive number"),
+        ({"epsilon_budget": -1.0}, "epsilon_budget must be a finite number >= 0"),
+        ({"epsilon_budget": float("inf")}, "epsilon_budget must be a finite number >= 0"),
+        ({"epsilon_budget": 1.0, "delta_budget": 1.5}, r"delta_budget must be in \[0, 1\)"),
+        (
+            {"rho_budget": 0.1, "epsilon_budget": 1.0, "delta_budget": 1e-6},
+            "not both",
+        ),
+        (
+            {"rho_budget": 0.1, "budget_measure": "epsilon_delta"},
+            "rho_budget is a zCDP budget, but budget_measure is 'epsilon_delta'",
+        ),
+        ({"budget_measure": "zcdp"}, "budget_measure='zcdp' needs rho_budget"),
+        ({"budget_measure": "zcdp", "epsilon_budget": 1.0}, "delta_budget=none"),
+        (
+            {"budget_measure": "zcdp", "epsilon_budget": 1.0, "delta_budget": 0.0},
+            "delta_budget in \\(0, 1\\)",
+        ),
+        (
+            {"budget_measure": "renyi", "epsilon_budget": 1.0},
+            "budget_measure must be 'epsilon_delta' or 'zcdp', got 'renyi'",
+        ),
+    ],
+)
+def test_lock_refuses_a_bad_budget(budget, message):
+    ctx = _owner_session()
+    with pytest.raises(DpError, match=message) as refused:
+        ctx.lock(**budget)
+    assert str(refused.value).startswith("lock: "), str(refused.value)
+    assert not ctx.locked
+    # Nothing was applied: the owner can still lock with a valid budget.
+    ctx.lock(rho_budget=0.1)
+    assert ctx.locked

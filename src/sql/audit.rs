@@ -21,6 +21,17 @@
 //! seed `s` for `D` and `s + 1` for `D'` so their noise is independent. Seeded noise is
 //! non-private and is for reproducible tests; [`SqlAudit::seed`] `None` uses the secure
 //! generator, the production path.
+//!
+//! **Sequences of queries.** [`SqlAudit::then`] adds queries run after the first, one after
+//! another in the same session, each planned and charged on its own (so a budget set by the
+//! statements, e.g. `dp.budget_measure = 'zcdp'`, composes them as it would an analyst's
+//! queries). A replicate's release is then the joint output of every query: query `j`'s
+//! groups are keyed `q{j}` (`q{j}|<key>` with group columns), so the auditor sees all `k`
+//! releases together, which is what composition bounds. Each query must release the same
+//! value columns. Seeded, query `j` runs under `SET dp.seed = s + 2j` (`D`) and `s + 1 + 2j`
+//! (`D'`): a seeded call's noise stream is keyed by the call's text and the group key
+//! ([`crate::stats::rng::seeded_rng`]), so the same query run twice under one seed would
+//! draw the same noise, and the sequence would be one release, not `k`.
 
 use crate::stats::audit::{audit, AuditReport, AuditSettings, Releases};
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
@@ -62,6 +73,8 @@ pub enum Repetition {
 pub struct SqlAudit {
     /// The query; `{replicates}` is replaced by the number of replicates.
     pub query: String,
+    /// Queries run after `query`, in order, in the same session ([`Self::then`]).
+    pub sequence: Vec<String>,
     /// Name of the replicated table the query reads.
     pub table: String,
     /// One replicate of `D` and of `D'` (same schema).
@@ -99,6 +112,21 @@ pub struct SqlAuditReport {
     /// Time to build the tables and run the query on both datasets, and to audit.
     pub query_time: Duration,
     pub audit_time: Duration,
+    /// What the accountant of `D`'s session charged for the queries: `dp_budget()`'s `spent`
+    /// row after they ran.
+    pub charged: Charged,
+}
+
+/// The `spent` row of a session's `dp_budget()`: the (ε, δ) added, the ρ added (when every
+/// charge has a zCDP map) and the (ε, δ)-DP guarantee of what was spent in the budget's
+/// measure (under a zCDP budget with a target, `cdp_epsilon` of the ρ at the target's δ;
+/// `None` for a budget declared as ρ alone).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Charged {
+    pub epsilon: f64,
+    pub delta: f64,
+    pub rho: Option<f64>,
+    pub guarantee: Option<(f64, f64)>,
 }
 
 impl SqlAuditReport {
@@ -126,6 +154,7 @@ impl SqlAudit {
     ) -> Self {
         Self {
             query: query.into(),
+            sequence: Vec::new(),
             table: table.into(),
             d,
             d_prime,
@@ -156,6 +185,13 @@ impl SqlAudit {
 
     pub fn repetition(mut self, repetition: Repetition) -> Self {
         self.repetition = repetition;
+        self
+    }
+
+    /// Runs `query` after the queries before it, in the same session: the audit is of the
+    /// joint output of the whole sequence (module docs, "Sequences of queries").
+    pub fn then(mut self, query: impl Into<String>) -> Self {
+        self.sequence.push(query.into());
         self
     }
 
@@ -197,6 +233,9 @@ impl SqlAudit {
         if self.repetition == Repetition::Executions && self.seed.is_some() {
             return plan_err!("audit: Repetition::Executions needs secure noise (seed None)");
         }
+        if self.repetition == Repetition::Executions && !self.sequence.is_empty() {
+            return plan_err!("audit: a sequence of queries needs Repetition::Grouped");
+        }
         let shape = |b: &RecordBatch| {
             b.schema()
                 .fields()
@@ -210,9 +249,12 @@ impl SqlAudit {
         let start = Instant::now();
         let stride = self.stride()?;
         let mut outputs = Vec::with_capacity(2);
+        let mut charges = Vec::with_capacity(2);
         for (i, data) in [&self.d, &self.d_prime].into_iter().enumerate() {
             let seed = self.seed.map(|s| s + i as u64);
-            outputs.push(self.run_one(data, stride, seed).await?);
+            let (output, charged) = self.run_one(data, stride, seed).await?;
+            outputs.push(output);
+            charges.push(charged);
         }
         let query_time = start.elapsed();
         let start = Instant::now();
@@ -283,6 +325,7 @@ impl SqlAudit {
             releases: self.replicates,
             query_time,
             audit_time: start.elapsed(),
+            charged: charges[0],
         })
     }
 
@@ -354,7 +397,12 @@ impl SqlAudit {
         Ok(batches)
     }
 
-    async fn run_one(&self, data: &RecordBatch, stride: i64, seed: Option<u64>) -> Result<Output> {
+    async fn run_one(
+        &self,
+        data: &RecordBatch,
+        stride: i64,
+        seed: Option<u64>,
+    ) -> Result<(Output, Charged)> {
         let ctx = SessionContext::new_with_config(self.config.clone());
         crate::sql::register(&ctx)?;
         if let Some(setup) = &self.session {
@@ -379,11 +427,33 @@ impl SqlAudit {
         for statement in &self.statements {
             ctx.sql(&fill(statement)).await?.collect().await?;
         }
-        if let Some(seed) = seed {
-            ctx.sql(&format!("SET dp.seed = {seed}"))
-                .await?
-                .collect()
-                .await?;
+        if self.sequence.is_empty() {
+            if let Some(seed) = seed {
+                ctx.sql(&format!("SET dp.seed = {seed}"))
+                    .await?
+                    .collect()
+                    .await?;
+            }
+        } else {
+            // Each query of a sequence under its own seed, its groups keyed by its position.
+            let mut joint = Output::default();
+            for (j, query) in std::iter::once(&self.query)
+                .chain(&self.sequence)
+                .enumerate()
+            {
+                if let Some(seed) = seed {
+                    ctx.sql(&format!("SET dp.seed = {}", seed + 2 * j as u64))
+                        .await?
+                        .collect()
+                        .await?;
+                }
+                let batches = ctx.sql(&fill(query)).await?.collect().await?;
+                joint.append(
+                    Output::read(&batches, &self.group_columns)?,
+                    &format!("q{j}"),
+                )?;
+            }
+            return Ok((joint, charged(&ctx).await?));
         }
         let batches = match self.repetition {
             Repetition::Grouped => ctx.sql(&fill(&self.query)).await?.collect().await?,
@@ -400,8 +470,38 @@ impl SqlAudit {
                 all
             }
         };
-        Output::read(&batches, &self.group_columns)
+        Ok((
+            Output::read(&batches, &self.group_columns)?,
+            charged(&ctx).await?,
+        ))
     }
+}
+
+/// The `spent` row of `ctx`'s `dp_budget()` ([`Charged`]).
+async fn charged(ctx: &SessionContext) -> Result<Charged> {
+    let batches = ctx
+        .sql(
+            "SELECT epsilon, delta, rho, guarantee_epsilon, guarantee_delta FROM dp_budget() \
+             WHERE entry = 'spent'",
+        )
+        .await?
+        .collect()
+        .await?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else {
+        return exec_err!("audit: dp_budget() has no 'spent' row");
+    };
+    let value = |i: usize| {
+        let column = batch
+            .column(i)
+            .as_primitive::<arrow::datatypes::Float64Type>();
+        (!column.is_null(0)).then(|| column.value(0))
+    };
+    Ok(Charged {
+        epsilon: value(0).unwrap_or(0.0),
+        delta: value(1).unwrap_or(0.0),
+        rho: value(2),
+        guarantee: value(3).zip(value(4)),
+    })
 }
 
 /// `batch` with a first column `replicate` = `r` (replacing one it has).
@@ -422,12 +522,38 @@ fn with_replicate(batch: &RecordBatch, r: i64) -> Result<RecordBatch> {
 
 /// One dataset's output: per replicate, per key (the group columns' display form), the
 /// released values.
+#[derive(Default)]
 struct Output {
     rows: BTreeMap<i64, BTreeMap<String, Vec<f64>>>,
     value_names: Vec<String>,
 }
 
 impl Output {
+    /// Adds the groups of `other` (one query of a sequence) keyed `prefix` (`prefix|key` for
+    /// a group column's key): each query must release the same value columns.
+    fn append(&mut self, other: Output, prefix: &str) -> Result<()> {
+        if self.value_names.is_empty() {
+            self.value_names = other.value_names;
+        } else if !other.value_names.is_empty() && other.value_names != self.value_names {
+            return plan_err!(
+                "audit: every query of a sequence must release the same value columns ({:?}, then {:?} in {prefix})",
+                self.value_names,
+                other.value_names
+            );
+        }
+        for (replicate, groups) in other.rows {
+            let joint = self.rows.entry(replicate).or_default();
+            for (key, values) in groups {
+                let key = match key.is_empty() {
+                    true => prefix.to_string(),
+                    false => format!("{prefix}|{key}"),
+                };
+                joint.insert(key, values);
+            }
+        }
+        Ok(())
+    }
+
     fn read(batches: &[RecordBatch], group_columns: &[String]) -> Result<Self> {
         let mut rows: BTreeMap<i64, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
         let mut value_names = Vec::new();

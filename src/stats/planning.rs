@@ -18,6 +18,9 @@ use super::table::{
 pub const PLANNING_EPSILON_MIN: f64 = 1e-6;
 /// Largest `ε` searched by [`epsilon_for_half_width`] (practically no noise).
 pub const PLANNING_EPSILON_MAX: f64 = 1e6;
+/// Largest `ε` searched under [`GaussianCalibration::Classic`]: just below 2, since the
+/// classic bound needs `ε/2 < 1` for each of the two cells a row moves.
+pub const CLASSIC_PLANNING_EPSILON_MAX: f64 = 2.0 * (1.0 - 1e-12);
 
 /// The smallest total `ε` at which the interval of `method` for `statistic` has half-width
 /// `half_width` when the counts equal their expectations `X = n_x p_x`, `Y = n_y p_y` (and the
@@ -41,12 +44,20 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 /// statistic's default interval unless `ci_method` is given, so planning follows the interval
 /// the release function returns.
 ///
-/// The per-cell noise variance `s²` is that of `TableNoise::calibrate` (the table's own
-/// calibration); below the smallest ε whose discrete Gaussian can be calibrated exactly
+/// The per-cell noise variance `s²` (and fourth cumulant) is that of `TableNoise::calibrate`
+/// with `calibration`: the noise the release would actually draw, so the SQL function passes
+/// the session's `dp.gaussian_calibration` (or the call's). For Gaussian noise the three
+/// calibrations differ (Laplace ignores it): `Analytic` calibrates the two cells a row moves as
+/// one vector of L2 sensitivity `√2` (Balle & Wang 2018, Theorem 8, then the discrete law's
+/// exact `δ`, Canonne, Kamath & Steinke 2020, arXiv:2004.00010); `PerCell` (the paper's)
+/// calibrates each cell at `(ε/2, δ/2)`, more noise for the same `(ε, δ)`, so it needs a larger
+/// `ε` for the same width; `Classic` (Dwork & Roth 2014, Theorem A.1) more still, and only
+/// below `ε = 2` (`ε/2 < 1` per cell): a target it cannot reach there is an `Err` naming the
+/// analytic calibration. Below the smallest ε whose discrete Gaussian can be calibrated exactly
 /// (`MAX_GAUSSIAN_SIGMA`) the width counts as infinite. The half-width
 /// decreases in `ε`; the answer is found by bisection on `log ε` over
-/// `[PLANNING_EPSILON_MIN, PLANNING_EPSILON_MAX]` to a relative precision of about `1e-12`
-/// (at most 60 calibrations).
+/// `[PLANNING_EPSILON_MIN, PLANNING_EPSILON_MAX]` (`CLASSIC_PLANNING_EPSILON_MAX` for the
+/// classic calibration) to a relative precision of about `1e-12` (at most 60 calibrations).
 ///
 /// `Ok(None)` when even `ε = 10⁶` (no noise in practice) leaves the half-width above the target:
 /// the sampling variance alone is too large. `Ok(Some(PLANNING_EPSILON_MIN))` when the target is
@@ -62,6 +73,7 @@ pub fn epsilon_for_half_width(
     confidence: f64,
     mechanism: Mechanism,
     delta: Option<f64>,
+    calibration: GaussianCalibration,
     sizes: GroupSizes,
     statistic: RatioStatistic,
     method: IntervalMethod,
@@ -102,27 +114,13 @@ pub fn epsilon_for_half_width(
         }
     }
     let (x, y) = (n_x * p_x, n_y * p_y);
-    let width_at = |epsilon: f64| -> Result<f64, String> {
-        // The table's own calibration; below the smallest ε the exact discrete Gaussian
-        // supports, the noise (and so the width) is unboundedly large.
-        // The Gaussian calibration stops at ε = 700 per cell (each cell gets ε/2): past it the
-        // width is taken at that ε, where the noise is already negligible.
-        let epsilon = epsilon.min(2.0 * mechanism.law().max_epsilon());
-        let noise = match TableNoise::calibrate(
-            mechanism,
-            epsilon,
-            delta,
-            GaussianCalibration::Analytic,
-            sizes,
-        ) {
-            Ok(noise) => noise,
-            Err(e) if e.contains("needs Gaussian noise with sigma") => return Ok(f64::INFINITY),
-            Err(e) => return Err(e),
-        };
-        let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, noise.cell.variance)
-            .with_noise_fourth_cumulant(noise.cell.fourth_cumulant);
+    // The half-width at the expected counts with per-cell noise of this variance and fourth
+    // cumulant (0 and 0: the sampling variance alone).
+    let width_with = |variance: f64, fourth_cumulant: f64| -> f64 {
+        let counts = ReleasedCounts::new(x, n_x, y, n_y, sizes, variance)
+            .with_noise_fourth_cumulant(fourth_cumulant);
         let half = |(lower, upper): (f64, f64)| 0.5 * (upper - lower);
-        Ok(match (statistic, method) {
+        match (statistic, method) {
             (RatioStatistic::RelativeRisk, IntervalMethod::Score) => {
                 half(relative_risk_score_interval(counts, z))
             }
@@ -135,20 +133,49 @@ pub fn epsilon_for_half_width(
                 half(odds_ratio_score_interval(counts, z))
             }
             (RatioStatistic::OddsRatio, _) => {
-                let (center, v) = woolf_log_variance(counts.cells(), sizes, noise.cell.variance);
+                let (center, v) = woolf_log_variance(counts.cells(), sizes, variance);
                 center.exp() * (z * v.sqrt()).sinh()
             }
             (RatioStatistic::RiskDifference, _) => risk_difference_wald_at(counts, z, true).1,
-        })
+        }
     };
-    if width_at(PLANNING_EPSILON_MAX)? > half_width {
+    // The classic bound holds only below ε = 1 per noised value (Dwork & Roth 2014, Theorem
+    // A.1), and a row moves two cells, each calibrated at ε/2: the release refuses ε ≥ 2, so
+    // the search stops just below it.
+    let classic = mechanism.law().needs_delta() && calibration == GaussianCalibration::Classic;
+    let largest = if classic {
+        CLASSIC_PLANNING_EPSILON_MAX
+    } else {
+        PLANNING_EPSILON_MAX
+    };
+    let width_at = |epsilon: f64| -> Result<f64, String> {
+        // The release's own calibration (the session's `gaussian_calibration`: one vector,
+        // per cell or classic); below the smallest ε the exact discrete Gaussian supports,
+        // the noise (and so the width) is unboundedly large.
+        // The Gaussian calibration stops at ε = 700 per cell (each cell gets ε/2): past it the
+        // width is taken at that ε, where the noise is already negligible.
+        let epsilon = epsilon.min(2.0 * mechanism.law().max_epsilon());
+        let noise = match TableNoise::calibrate(mechanism, epsilon, delta, calibration, sizes) {
+            Ok(noise) => noise,
+            Err(e) if e.contains("needs Gaussian noise with sigma") => return Ok(f64::INFINITY),
+            Err(e) => return Err(e),
+        };
+        Ok(width_with(noise.cell.variance, noise.cell.fourth_cumulant))
+    };
+    if width_at(largest)? > half_width {
+        if classic && width_with(0.0, 0.0) <= half_width {
+            return Err(format!(
+                "the classic Gaussian calibration holds only for epsilon < {CLASSIC_PLANNING_EPSILON_MAX:.0} (epsilon/2 < 1 per cell), where the half-width is still {:.6} > {half_width}; use gaussian_calibration=analytic",
+                width_at(largest)?
+            ));
+        }
         return Ok(None);
     }
     if width_at(PLANNING_EPSILON_MIN)? <= half_width {
         return Ok(Some(PLANNING_EPSILON_MIN));
     }
     // Invariant: width(e^lo) > half_width >= width(e^hi).
-    let (mut lo, mut hi) = (PLANNING_EPSILON_MIN.ln(), PLANNING_EPSILON_MAX.ln());
+    let (mut lo, mut hi) = (PLANNING_EPSILON_MIN.ln(), largest.ln());
     for _ in 0..60 {
         if hi - lo <= 1e-12 {
             break;
@@ -197,6 +224,7 @@ mod tests {
                 conf,
                 Mechanism::Laplace,
                 None,
+                GaussianCalibration::Analytic,
                 GroupSizes::Public,
                 RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
@@ -215,6 +243,7 @@ mod tests {
             conf,
             Mechanism::Laplace,
             None,
+            GaussianCalibration::Analytic,
             GroupSizes::Public,
             RatioStatistic::RelativeRisk,
             IntervalMethod::Conservative,
@@ -244,6 +273,7 @@ mod tests {
                     conf,
                     mechanism,
                     delta,
+                    GaussianCalibration::Analytic,
                     sizes,
                     RatioStatistic::RelativeRisk,
                     IntervalMethod::Conservative,
@@ -289,6 +319,7 @@ mod tests {
                         conf,
                         mechanism,
                         delta,
+                        GaussianCalibration::Analytic,
                         GroupSizes::Public,
                         RatioStatistic::RelativeRisk,
                         IntervalMethod::Conservative,
@@ -313,6 +344,7 @@ mod tests {
                 conf,
                 m,
                 d,
+                GaussianCalibration::Analytic,
                 GroupSizes::Public,
                 RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
@@ -351,6 +383,7 @@ mod tests {
                     conf,
                     mechanism,
                     delta,
+                    GaussianCalibration::Analytic,
                     sizes,
                     RatioStatistic::RelativeRisk,
                     IntervalMethod::Score,
@@ -381,16 +414,30 @@ mod tests {
         delta: Option<f64>,
         sizes: GroupSizes,
         conf: f64,
-        (statistic, method): (RatioStatistic, IntervalMethod),
+        interval: (RatioStatistic, IntervalMethod),
     ) -> f64 {
-        let noise = TableNoise::calibrate(
+        half_width_calibrated(
             mechanism,
             epsilon,
             delta,
             GaussianCalibration::Analytic,
             sizes,
+            conf,
+            interval,
         )
-        .unwrap();
+    }
+
+    /// [`half_width_at`] with the release's Gaussian `calibration`.
+    fn half_width_calibrated(
+        mechanism: Mechanism,
+        epsilon: f64,
+        delta: Option<f64>,
+        calibration: GaussianCalibration,
+        sizes: GroupSizes,
+        conf: f64,
+        (statistic, method): (RatioStatistic, IntervalMethod),
+    ) -> f64 {
+        let noise = TableNoise::calibrate(mechanism, epsilon, delta, calibration, sizes).unwrap();
         let table = ReleasedTable {
             exposed_cases: 120,
             exposed_total: 400,
@@ -428,6 +475,7 @@ mod tests {
                 conf,
                 Mechanism::Laplace,
                 None,
+                GaussianCalibration::Analytic,
                 sizes,
                 RatioStatistic::RelativeRisk,
                 IntervalMethod::Log,
@@ -457,6 +505,7 @@ mod tests {
                 conf,
                 Mechanism::Laplace,
                 None,
+                GaussianCalibration::Analytic,
                 sizes,
                 RatioStatistic::RelativeRisk,
                 IntervalMethod::Conservative,
@@ -475,6 +524,7 @@ mod tests {
                 conf,
                 Mechanism::Laplace,
                 None,
+                GaussianCalibration::Analytic,
                 GroupSizes::Public,
                 RatioStatistic::RelativeRisk,
                 method,
@@ -514,7 +564,17 @@ mod tests {
                         .unwrap();
                     let target = 1.3 * (ci.upper - ci.lower) / 2.0;
                     let eps = epsilon_for_half_width(
-                        nx, ny, px, py, target, conf, mechanism, delta, sizes, interval.0,
+                        nx,
+                        ny,
+                        px,
+                        py,
+                        target,
+                        conf,
+                        mechanism,
+                        delta,
+                        GaussianCalibration::Analytic,
+                        sizes,
+                        interval.0,
                         interval.1,
                     )
                     .unwrap()
@@ -540,6 +600,7 @@ mod tests {
                 conf,
                 Mechanism::Laplace,
                 None,
+                GaussianCalibration::Analytic,
                 GroupSizes::Public,
                 statistic,
                 method,
@@ -550,5 +611,129 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn epsilon_for_half_width_follows_the_gaussian_calibration() {
+        // Each calibration plans for the noise its release draws: at the ε found, the table
+        // calibrated that way (`TableNoise::calibrate`, the release's own) has the target
+        // half-width at the expected counts (120 of 400, 60 of 300), and slightly less ε
+        // misses it. The per-cell calibration (each of the two cells a row moves at (ε/2, δ/2))
+        // draws more noise than one vector of L2 sensitivity √2 at (ε, δ), so it needs more ε;
+        // the classic bound (Dwork & Roth 2014, Theorem A.1) more still.
+        let (nx, ny, px, py, conf, delta) = (400.0, 300.0, 0.3, 0.2, 0.95, Some(1e-6));
+        for sizes in [GroupSizes::Public, GroupSizes::Private] {
+            for interval in [
+                (RatioStatistic::RelativeRisk, IntervalMethod::Score),
+                (RatioStatistic::RelativeRisk, IntervalMethod::Conservative),
+                (RatioStatistic::OddsRatio, IntervalMethod::Score),
+                (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
+            ] {
+                let exact = ReleasedTable {
+                    exposed_cases: 120,
+                    exposed_total: 400,
+                    unexposed_cases: 60,
+                    unexposed_total: 300,
+                    sizes,
+                    noise_variance: 0.0,
+                    noise_fourth_cumulant: 0.0,
+                };
+                let ci = exact
+                    .estimate_with_interval(interval.0, conf, interval.1)
+                    .unwrap()
+                    .unwrap();
+                // Wide enough that the classic calibration reaches it below ε = 2.
+                let target = 2.0 * (ci.upper - ci.lower) / 2.0;
+                let planned: Vec<f64> = [
+                    GaussianCalibration::Analytic,
+                    GaussianCalibration::PerCell,
+                    GaussianCalibration::Classic,
+                ]
+                .into_iter()
+                .map(|calibration| {
+                    let eps = epsilon_for_half_width(
+                        nx,
+                        ny,
+                        px,
+                        py,
+                        target,
+                        conf,
+                        Mechanism::Gaussian,
+                        delta,
+                        calibration,
+                        sizes,
+                        interval.0,
+                        interval.1,
+                    )
+                    .unwrap()
+                    .unwrap();
+                    let half = |e: f64| {
+                        half_width_calibrated(
+                            Mechanism::Gaussian,
+                            e,
+                            delta,
+                            calibration,
+                            sizes,
+                            conf,
+                            interval,
+                        )
+                    };
+                    let what = format!("{interval:?} {calibration} {sizes}");
+                    assert!(half(eps) <= target * (1.0 + 1e-9), "{what}");
+                    assert!(half(eps * (1.0 - 1e-6)) > target, "{what}");
+                    eps
+                })
+                .collect();
+                let what = format!("{interval:?} {sizes}: {planned:?}");
+                println!("analytic, per_cell, classic epsilon for {what}");
+                assert!(planned[0] < planned[1], "{what}");
+                assert!(planned[1] < planned[2], "{what}");
+            }
+        }
+        // Laplace has no Gaussian calibration: the same ε under each.
+        let laplace = |calibration| {
+            epsilon_for_half_width(
+                nx,
+                ny,
+                px,
+                py,
+                0.5,
+                conf,
+                Mechanism::Laplace,
+                None,
+                calibration,
+                GroupSizes::Private,
+                RatioStatistic::RelativeRisk,
+                IntervalMethod::Score,
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            laplace(GaussianCalibration::Analytic),
+            laplace(GaussianCalibration::PerCell)
+        );
+        // A half-width the classic bound reaches only at ε ≥ 2 (2% above the sampling-only
+        // one) is an error naming the analytic calibration, not `None` (which means the
+        // sampling variance alone is too wide).
+        let (lo, hi) = relative_risk_score_interval(
+            ReleasedCounts::new(120.0, 400.0, 60.0, 300.0, GroupSizes::Private, 0.0),
+            two_sided_z(conf).unwrap(),
+        );
+        let err = epsilon_for_half_width(
+            nx,
+            ny,
+            px,
+            py,
+            1.02 * (hi - lo) / 2.0,
+            conf,
+            Mechanism::Gaussian,
+            delta,
+            GaussianCalibration::Classic,
+            GroupSizes::Private,
+            RatioStatistic::RelativeRisk,
+            IntervalMethod::Score,
+        )
+        .unwrap_err();
+        assert!(err.contains("gaussian_calibration=analytic"), "{err}");
     }
 }

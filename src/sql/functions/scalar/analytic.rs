@@ -2,7 +2,10 @@
 //! bias, Gaussian calibration and privacy-budget planning (for the interval a 2x2 table's
 //! interval statistic releases by default, or the `ci_method` asked for). They read no
 //! private data, cost no privacy, and adapt [`crate::stats::accuracy`] and
-//! [`crate::stats::mechanism`] row by row.
+//! [`crate::stats::mechanism`] row by row. Planning (`epsilon_for_half_width`) plans for the
+//! noise the release would draw, so it starts from the session's `dp.*` options (DataFusion
+//! passes them to the function, also when it folds a constant call at planning), not from the
+//! defaults.
 //! NULL in any argument gives NULL; where a closed form is undefined (e.g. `alpha >= Z`) the
 //! result is NULL; invalid parameters are an error naming the function and the argument.
 
@@ -19,7 +22,9 @@ use datafusion::logical_expr::{
 };
 use std::sync::Arc;
 
-type Formula = fn(&[f64], Option<&str>) -> std::result::Result<Option<f64>, String>;
+/// A row's result from its DOUBLE arguments, its options string and the session's `dp.*`
+/// options (the defaults that per-call options override).
+type Formula = fn(&[f64], Option<&str>, &DpOptions) -> std::result::Result<Option<f64>, String>;
 
 /// One analytic function: DOUBLE arguments, an optional trailing options string.
 #[derive(Debug)]
@@ -53,12 +58,34 @@ impl AnalyticFunction {
         options: Option<&'static str>,
         formula: Formula,
     ) -> ScalarUDF {
+        Self::with_volatility(name, args, options, formula, Volatility::Immutable)
+    }
+
+    /// A function whose result also depends on the session's `dp.*` options: `Stable` (the
+    /// same within a query, folded at planning with the session's options then, but not
+    /// across a `SET`).
+    fn session_dependent(
+        name: &'static str,
+        args: &'static [&'static str],
+        options: Option<&'static str>,
+        formula: Formula,
+    ) -> ScalarUDF {
+        Self::with_volatility(name, args, options, formula, Volatility::Stable)
+    }
+
+    fn with_volatility(
+        name: &'static str,
+        args: &'static [&'static str],
+        options: Option<&'static str>,
+        formula: Formula,
+        volatility: Volatility,
+    ) -> ScalarUDF {
         ScalarUDF::new_from_impl(Self {
             name,
             args,
             options,
             formula,
-            signature: Signature::user_defined(Volatility::Immutable),
+            signature: Signature::user_defined(volatility),
         })
     }
 }
@@ -128,6 +155,13 @@ impl ScalarUDFImpl for AnalyticFunction {
             .map(|a| a.as_primitive::<Float64Type>())
             .collect();
         let options = arrays.get(n).map(|a| a.as_string::<i32>());
+        // The session's options, as `SET dp.*` left them (the defaults outside a DP session).
+        let session = args
+            .config_options
+            .extensions
+            .get::<DpOptions>()
+            .cloned()
+            .unwrap_or_default();
         let mut out = Float64Builder::with_capacity(rows);
         let mut values = vec![0.0; n];
         for row in 0..rows {
@@ -138,7 +172,7 @@ impl ScalarUDFImpl for AnalyticFunction {
             for (v, a) in values.iter_mut().zip(&numbers) {
                 *v = a.value(row);
             }
-            match (self.formula)(&values, options.map(|o| o.value(row))) {
+            match (self.formula)(&values, options.map(|o| o.value(row)), &session) {
                 Ok(v) => out.append_option(v),
                 Err(e) => return exec_err!("{}: {e}", self.name),
             }
@@ -147,10 +181,21 @@ impl ScalarUDFImpl for AnalyticFunction {
     }
 }
 
-fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option<f64>, String> {
+/// `epsilon_for_half_width`: plans for the noise the release would draw, so its defaults are
+/// the session's (`dp.mechanism`, `dp.delta`, `dp.confidence`, `dp.group_sizes`,
+/// `dp.ci_method`, `dp.gaussian_calibration`), overridden by the call's options.
+fn planning(
+    values: &[f64],
+    options: Option<&str>,
+    session: &DpOptions,
+) -> std::result::Result<Option<f64>, String> {
+    // Planning reads no data and releases nothing: in a locked session the owner's options
+    // (`group_sizes`) are only what is planned for, so a call may still name them.
+    let mut session = session.clone();
+    session.locked = false;
     // `statistic` is this function's own option (the release functions are one per statistic);
     // the rest are session options overridden for the call.
-    let (options, own) = DpOptions::default().with_call_options_and_own(
+    let (options, own) = session.with_call_options_and_own(
         options.unwrap_or(""),
         &[
             "confidence",
@@ -158,6 +203,7 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
             "delta",
             "group_sizes",
             "ci_method",
+            "gaussian_calibration",
         ],
         &["statistic"],
     )?;
@@ -174,6 +220,7 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
         options.confidence,
         options.mechanism,
         options.delta,
+        options.gaussian_calibration,
         options.group_sizes,
         statistic,
         options
@@ -182,9 +229,19 @@ fn planning(values: &[f64], options: Option<&str>) -> std::result::Result<Option
     )
 }
 
+/// `gaussian_sigma(ε, δ, Δ [, calibration])`: the continuous `σ` of the Gaussian mechanism for
+/// ONE value of sensitivity `Δ`. For one value the analytic and the per-cell calibrations are
+/// the same (Balle & Wang 2018, Theorem 8: `per_cell` splits `(ε, δ)` over the values a unit
+/// moves, and one value is not split), so `'per_cell'` is accepted and gives the analytic `σ`;
+/// `'classic'` is Dwork & Roth 2014, Theorem A.1 (`ε < 1`). A release of `m` values (a 2x2
+/// table's two moved cells) is planned by the caller: per cell,
+/// `gaussian_sigma(ε/m, δ/m, Δ, 'per_cell')`; as one vector (`analytic`, `m = 2`),
+/// `gaussian_sigma(ε, δ, Δ·√m)`. The session's calibration is not read: the argument is the
+/// question asked.
 fn gaussian_sigma(
     values: &[f64],
     calibration: Option<&str>,
+    _session: &DpOptions,
 ) -> std::result::Result<Option<f64>, String> {
     let calibration = GaussianCalibration::parse(calibration.unwrap_or("analytic"))?;
     let sensitivity = values[2];
@@ -204,48 +261,51 @@ pub fn udfs() -> Vec<ScalarUDF> {
             "laplace_ratio_cdf",
             &["a", "mu1", "mu2", "b"],
             None,
-            |v, _| accuracy::laplace_ratio_cdf(v[0], v[1], v[2], v[3]),
+            |v, _, _| accuracy::laplace_ratio_cdf(v[0], v[1], v[2], v[3]),
         ),
         AnalyticFunction::udf(
             "noisy_counts_accuracy_beta",
             &["x", "y", "epsilon", "alpha"],
             None,
-            |v, _| accuracy::noisy_counts_accuracy_beta(v[0], v[1], v[2], v[3]),
+            |v, _, _| accuracy::noisy_counts_accuracy_beta(v[0], v[1], v[2], v[3]),
         ),
         AnalyticFunction::udf(
             "noised_log_accuracy_beta",
             &["z", "epsilon", "alpha"],
             None,
-            |v, _| accuracy::noised_log_accuracy_beta(v[0], v[1], v[2]),
+            |v, _, _| accuracy::noised_log_accuracy_beta(v[0], v[1], v[2]),
         ),
         AnalyticFunction::udf(
             "naive_accuracy_beta",
             &["n_x", "epsilon", "alpha"],
             None,
-            |v, _| accuracy::naive_accuracy_beta(v[0], v[1], v[2]).map(Some),
+            |v, _, _| accuracy::naive_accuracy_beta(v[0], v[1], v[2]).map(Some),
         ),
         AnalyticFunction::udf(
             "noisy_ratio_expectation",
             &["x", "y", "epsilon"],
             None,
-            |v, _| bias::noisy_ratio_expectation(v[0], v[1], v[2]),
+            |v, _, _| bias::noisy_ratio_expectation(v[0], v[1], v[2]),
         ),
         AnalyticFunction::udf(
             "noisy_ratio_expectation_approx",
             &["x", "y", "epsilon"],
             None,
-            |v, _| bias::noisy_ratio_expectation_approx(v[0], v[1], v[2]),
+            |v, _, _| bias::noisy_ratio_expectation_approx(v[0], v[1], v[2]),
         ),
-        AnalyticFunction::udf("noisy_ratio_bias", &["x", "y", "epsilon"], None, |v, _| {
-            bias::noisy_ratio_bias(v[0], v[1], v[2])
-        }),
+        AnalyticFunction::udf(
+            "noisy_ratio_bias",
+            &["x", "y", "epsilon"],
+            None,
+            |v, _, _| bias::noisy_ratio_bias(v[0], v[1], v[2]),
+        ),
         AnalyticFunction::udf(
             "gaussian_sigma",
             &["epsilon", "delta", "sensitivity"],
             Some("calibration"),
             gaussian_sigma,
         ),
-        AnalyticFunction::udf(
+        AnalyticFunction::session_dependent(
             "epsilon_for_half_width",
             &["n_x", "n_y", "p_x", "p_y", "half_width"],
             Some("options"),
