@@ -394,6 +394,24 @@ fn wref_cell(
     Ok(cells.collect())
 }
 
+/// The four Gaussian n = 200 settings of [`Measured::Widths`] and [`Measured::Wref`] (ε 0.5 and
+/// 1, private and public sizes), with the index their seeds derive from.
+fn gaussian_width_settings() -> impl Iterator<Item = (u64, Setting)> {
+    [0.5, 1.0]
+        .into_iter()
+        .flat_map(|epsilon| {
+            [GroupSizes::Private, GroupSizes::Public].map(move |sizes| Setting {
+                n: 200,
+                n_y: 200,
+                epsilon,
+                mechanism: Mechanism::Gaussian,
+                sizes,
+            })
+        })
+        .zip(0..)
+        .map(|(setting, index)| (index, setting))
+}
+
 /// [`Measured::Wref`]: every cell of the four Gaussian n = 200 settings, on the seeds and
 /// releases of [`Measured::Widths`] (so the default intervals' coverage and median width are
 /// that mode's), as tab-separated lines.
@@ -401,44 +419,35 @@ fn wref_part(simulations: usize) -> Result<String, String> {
     let mut out = String::from(
         "calibration\tepsilon\tsizes\tinterval\tp_x\tp_y\tcell_noise_variance\tcoverage\tmedian_width\tpaper_coverage\tpaper_median_width\tz_star\tz_star_se\tpaper_coverage_at_z_star\tw_ref\tratio\tratio_se\n",
     );
-    let mut index = 0;
-    for epsilon in [0.5, 1.0] {
-        for sizes in [GroupSizes::Private, GroupSizes::Public] {
-            let setting = Setting {
-                n: 200,
-                n_y: 200,
-                epsilon,
-                mechanism: Mechanism::Gaussian,
-                sizes,
+    for (index, setting) in gaussian_width_settings() {
+        let (epsilon, sizes) = (setting.epsilon, setting.sizes);
+        let noise = setting.noise()?;
+        let start = std::time::Instant::now();
+        let cells = over_cells(|i, j| {
+            let design = Design {
+                exposed_size: setting.n,
+                unexposed_size: setting.n_y,
+                exposed_risk: GRID[i],
+                unexposed_risk: GRID[j],
             };
-            let noise = setting.noise()?;
-            let start = std::time::Instant::now();
-            let cells = over_cells(|i, j| {
-                let design = Design {
-                    exposed_size: setting.n,
-                    unexposed_size: setting.n_y,
-                    exposed_risk: GRID[i],
-                    unexposed_risk: GRID[j],
-                };
-                // The seeds of `Measured::Widths` (run_setting with Measured::Defaults).
-                let seed = 5_000_000 + index * 1000 + (i * 9 + j) as u64;
-                wref_cell(
-                    &design,
-                    &noise,
-                    simulations,
-                    &mut ChaCha20Rng::seed_from_u64(seed),
-                )
-            })?;
-            index += 1;
-            progress(&format!(
-                "wref: {} in {:.1?}",
-                setting.label(),
-                start.elapsed()
-            ));
-            for (i, row) in cells.iter().enumerate() {
-                for (j, cell) in row.iter().enumerate() {
-                    for m in cell {
-                        writeln!(
+            // The seeds of `Measured::Widths` (run_setting with Measured::Defaults).
+            let seed = 5_000_000 + index * 1000 + (i * 9 + j) as u64;
+            wref_cell(
+                &design,
+                &noise,
+                simulations,
+                &mut ChaCha20Rng::seed_from_u64(seed),
+            )
+        })?;
+        progress(&format!(
+            "wref: {} in {:.1?}",
+            setting.label(),
+            start.elapsed()
+        ));
+        for (i, row) in cells.iter().enumerate() {
+            for (j, cell) in row.iter().enumerate() {
+                for m in cell {
+                    writeln!(
                             out,
                             "{}\t{epsilon}\t{sizes}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             calibration(),
@@ -458,7 +467,6 @@ fn wref_part(simulations: usize) -> Result<String, String> {
                             m.ratio_se
                         )
                         .unwrap();
-                    }
                 }
             }
         }
@@ -930,34 +938,24 @@ fn tables() -> Result<(), String> {
         let mut out = String::from(
             "calibration\tepsilon\tsizes\tinterval\tp_x\tp_y\tcell_noise_variance\tcoverage\tmedian_width\n",
         );
-        let mut index = 0;
-        for epsilon in [0.5, 1.0] {
-            for sizes in [GroupSizes::Private, GroupSizes::Public] {
-                let setting = Setting {
-                    n: 200,
-                    n_y: 200,
-                    epsilon,
-                    mechanism: Mechanism::Gaussian,
-                    sizes,
-                };
-                let variance = setting.noise()?.cell.variance;
-                let grid = run_setting(setting, index, simulations, Measured::Defaults)?;
-                index += 1;
-                for (i, row) in grid.cells.iter().enumerate() {
-                    for (j, cell) in row.iter().enumerate() {
-                        for m in cell {
-                            writeln!(
-                                out,
-                                "{}\t{epsilon}\t{sizes}\t{}\t{}\t{}\t{variance}\t{}\t{}",
-                                calibration(),
-                                name(m.statistic, m.method),
-                                GRID[i],
-                                GRID[j],
-                                m.coverage,
-                                m.median_width
-                            )
-                            .unwrap();
-                        }
+        for (index, setting) in gaussian_width_settings() {
+            let (epsilon, sizes) = (setting.epsilon, setting.sizes);
+            let variance = setting.noise()?.cell.variance;
+            let grid = run_setting(setting, index, simulations, Measured::Defaults)?;
+            for (i, row) in grid.cells.iter().enumerate() {
+                for (j, cell) in row.iter().enumerate() {
+                    for m in cell {
+                        writeln!(
+                            out,
+                            "{}\t{epsilon}\t{sizes}\t{}\t{}\t{}\t{variance}\t{}\t{}",
+                            calibration(),
+                            name(m.statistic, m.method),
+                            GRID[i],
+                            GRID[j],
+                            m.coverage,
+                            m.median_width
+                        )
+                        .unwrap();
                     }
                 }
             }
