@@ -698,6 +698,7 @@ const FUZZ_SETS: &[&str] = &[
     "SET dp.max_rows_per_unit = 1000",
     "SET dp.max_groups_per_unit = 3",
     "SET dp.mechanism = 'gaussian'; SET dp.delta = 1e-9",
+    "SET dp.selection_mechanism = 'gaussian'",
 ];
 
 impl Generator {
