@@ -534,6 +534,27 @@ mod tests {
         }
     }
 
+    /// The interval of the exact (noise-free) table at the tests' expected counts (120 of
+    /// 400, 60 of 300).
+    fn exact_interval(
+        sizes: GroupSizes,
+        conf: f64,
+        interval: (RatioStatistic, IntervalMethod),
+    ) -> crate::stats::table::RatioInterval {
+        ReleasedTable {
+            exposed_cases: 120,
+            exposed_total: 400,
+            unexposed_cases: 60,
+            unexposed_total: 300,
+            sizes,
+            noise_variance: 0.0,
+            noise_fourth_cumulant: 0.0,
+        }
+        .estimate_with_interval(interval.0, conf, interval.1)
+        .unwrap()
+        .unwrap()
+    }
+
     #[test]
     fn epsilon_for_half_width_follows_the_odds_ratio_and_risk_difference_intervals() {
         // The odds ratio's intervals (score, its default, and Woolf's) and the risk
@@ -549,19 +570,7 @@ mod tests {
             for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
                 for sizes in [GroupSizes::Public, GroupSizes::Private] {
                     let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
-                    let exact = ReleasedTable {
-                        exposed_cases: 120,
-                        exposed_total: 400,
-                        unexposed_cases: 60,
-                        unexposed_total: 300,
-                        sizes,
-                        noise_variance: 0.0,
-                        noise_fourth_cumulant: 0.0,
-                    };
-                    let ci = exact
-                        .estimate_with_interval(interval.0, conf, interval.1)
-                        .unwrap()
-                        .unwrap();
+                    let ci = exact_interval(sizes, conf, interval);
                     let target = 1.3 * (ci.upper - ci.lower) / 2.0;
                     let eps = epsilon_for_half_width(
                         nx,
@@ -629,19 +638,7 @@ mod tests {
                 (RatioStatistic::OddsRatio, IntervalMethod::Score),
                 (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
             ] {
-                let exact = ReleasedTable {
-                    exposed_cases: 120,
-                    exposed_total: 400,
-                    unexposed_cases: 60,
-                    unexposed_total: 300,
-                    sizes,
-                    noise_variance: 0.0,
-                    noise_fourth_cumulant: 0.0,
-                };
-                let ci = exact
-                    .estimate_with_interval(interval.0, conf, interval.1)
-                    .unwrap()
-                    .unwrap();
+                let ci = exact_interval(sizes, conf, interval);
                 // Wide enough that the classic calibration reaches it below ε = 2.
                 let target = 2.0 * (ci.upper - ci.lower) / 2.0;
                 let planned: Vec<f64> = [
