@@ -125,3 +125,10 @@
 
 -- program 2271 (123 s), peak memory: layout (memory, CSV/NDJSON)
 [csv/replace] SELECT dp_count(sqrt(abs(a.score)), 0.01) FROM (SELECT * FROM visits) AS a RIGHT JOIN (SELECT patient_id, least((NOT coalesce(NULL))) AS h, (to_unixtime(nvl2(1e-300, patient_id, patient_id)) IS NULL) AS h2 FROM visits) AS b ON (a.patient_id = b.patient_id) WHERE (b.h OR coalesce(b.h2, false))
+
+-- Found by session 53's 10-minute run (seed 53, 9,315 programs, 0 aborts, 0 differences): one
+-- memory flag, 1.5 against 3.6 MiB (repeats 1.16x, 1.10x), a self-join on the unit gated on
+-- the extreme person.
+
+-- program 3997 (262 s), peak memory: own rows (memory, CSV/NDJSON)
+[csv/add] PREPARE q(BIGINT) AS SELECT dp_risk_difference((arrow_cast(NULL, 'Decimal256(76, 76)') IS NULL), (a.region IS NULL), 0.01), dp_sum(CAST(least(a.patient_id, a.patient_id) AS DOUBLE), 0, 10, 0.1, 'mechanism=gaussian, delta=1e-6') FROM visits AS a JOIN visits AS b ON (a.patient_id = b.patient_id) WHERE ((a.patient_id = $1) AND (acos(CASE WHEN (a.patient_id = $1) THEN array_distinct(CASE WHEN (a.patient_id = 3) THEN array_pop_front(NULL) ELSE NULL END) ELSE NULL END) > 0)); EXECUTE q(9000000000000000007)
