@@ -73,6 +73,16 @@ struct Setting {
 }
 
 impl Setting {
+    /// The design of grid cell `(i, j)`: this setting's group sizes, risks `GRID[i]`, `GRID[j]`.
+    fn design(&self, i: usize, j: usize) -> Design {
+        Design {
+            exposed_size: self.n,
+            unexposed_size: self.n_y,
+            exposed_risk: GRID[i],
+            unexposed_risk: GRID[j],
+        }
+    }
+
     fn noise(&self) -> Result<TableNoise, String> {
         let delta = (self.mechanism == Mechanism::Gaussian).then_some(1e-4);
         TableNoise::calibrate(
@@ -159,12 +169,7 @@ fn run_setting(
     let noise = setting.noise()?;
     let intervals = setting.intervals(measured);
     let cells = over_cells(|i, j| {
-        let design = Design {
-            exposed_size: setting.n,
-            unexposed_size: setting.n_y,
-            exposed_risk: GRID[i],
-            unexposed_risk: GRID[j],
-        };
+        let design = setting.design(i, j);
         // The defaults' long run draws from its own seeds, so it is independent of the full run.
         let base = match measured {
             Measured::Defaults => 5_000_000,
@@ -424,12 +429,7 @@ fn wref_part(simulations: usize) -> Result<String, String> {
         let noise = setting.noise()?;
         let start = std::time::Instant::now();
         let cells = over_cells(|i, j| {
-            let design = Design {
-                exposed_size: setting.n,
-                unexposed_size: setting.n_y,
-                exposed_risk: GRID[i],
-                unexposed_risk: GRID[j],
-            };
+            let design = setting.design(i, j);
             // The seeds of `Measured::Widths` (run_setting with Measured::Defaults).
             let seed = 5_000_000 + index * 1000 + (i * 9 + j) as u64;
             wref_cell(

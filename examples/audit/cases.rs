@@ -161,16 +161,8 @@ fn with_grid(audit: SqlAudit) -> SqlAudit {
 /// map (`GroupSelection::loss`) on the Laplace counts' noise, below the 1e-2 asked because the
 /// threshold is a whole number.
 fn selection_charged_delta() -> f64 {
-    use datafusion_dp::stats::mechanism::{GroupSelection, ReleaseShape};
-    use datafusion_dp::stats::{CountNoise, Mechanism};
-    let counts = CountNoise::calibrate_release(
-        Mechanism::Laplace,
-        1.0,
-        None,
-        ReleaseShape::new(2, 1),
-        Default::default(),
-    )
-    .expect("calibrates");
+    use datafusion_dp::stats::mechanism::GroupSelection;
+    let counts = grouped_count_noise(datafusion_dp::stats::Mechanism::Laplace, 1.0, None);
     GroupSelection::calibrate(&counts, 1, 1, 1e-2)
         .expect("calibrates")
         .loss(counts.loss())
@@ -182,23 +174,10 @@ fn selection_charged_delta() -> f64 {
 /// vector of shape `(2, 1)`), summed (Bun & Steinke 2016, Lemma 2.3) and converted with
 /// `cdp_epsilon`. Linear accounting would claim 4.
 fn zcdp_composition_claim() -> f64 {
-    use datafusion_dp::stats::mechanism::{cdp_epsilon, ReleaseShape};
-    use datafusion_dp::stats::{CountNoise, Mechanism};
+    use datafusion_dp::stats::mechanism::cdp_epsilon;
     let rho: f64 = [1e-6, 2e-6, 3e-6, 4e-6]
         .iter()
-        .map(|&delta| {
-            CountNoise::calibrate_release(
-                Mechanism::Gaussian,
-                1.0,
-                Some(delta),
-                ReleaseShape::new(2, 1),
-                Default::default(),
-            )
-            .expect("calibrates")
-            .loss()
-            .rho
-            .expect("a zCDP map")
-        })
+        .map(|&delta| grouped_gaussian_count_rho(1.0, delta))
         .sum();
     cdp_epsilon(rho, 1e-3)
 }
@@ -218,19 +197,31 @@ pub const SEQUENCE_AUDIT_DELTA: f64 = 1e-2;
 /// two groups), `ρ = 2/(2σ²)` for the discrete Gaussian's exact `σ²` (Canonne, Kamath &
 /// Steinke 2020, Proposition 5).
 fn grouped_gaussian_count_rho(epsilon: f64, delta: f64) -> f64 {
-    use datafusion_dp::stats::mechanism::ReleaseShape;
-    use datafusion_dp::stats::{CountNoise, Mechanism};
-    CountNoise::calibrate_release(
-        Mechanism::Gaussian,
+    grouped_count_noise(
+        datafusion_dp::stats::Mechanism::Gaussian,
         epsilon,
         Some(delta),
-        ReleaseShape::new(2, 1),
-        Default::default(),
     )
-    .expect("calibrates")
     .loss()
     .rho
     .expect("a zCDP map")
+}
+
+/// The noise the engine calibrates for a grouped `dp_count` with one row per unit: one
+/// release of shape `(2, 1)` (a row moving between two groups).
+fn grouped_count_noise(
+    mechanism: datafusion_dp::stats::Mechanism,
+    epsilon: f64,
+    delta: Option<f64>,
+) -> datafusion_dp::stats::CountNoise {
+    datafusion_dp::stats::CountNoise::calibrate_release(
+        mechanism,
+        epsilon,
+        delta,
+        datafusion_dp::stats::mechanism::ReleaseShape::new(2, 1),
+        Default::default(),
+    )
+    .expect("calibrates")
 }
 
 /// The summed ρ of the sequence's `K` queries (Bun & Steinke 2016, Lemma 2.3: ρ adds, also

@@ -369,17 +369,8 @@ impl LocalRatioRelease {
         bias_correction: bool,
         ptr_bound: Option<f64>,
     ) -> Result<Self, String> {
-        if method == RatioMethod::NoisyCounts {
-            return Err("noisy_counts is released through TableNoise".to_string());
-        }
-        let delta = if method.needs_delta() {
-            Some(delta.ok_or_else(|| format!("method '{method}' needs delta"))?)
-        } else {
-            None
-        };
-        if method == RatioMethod::Ptr && ptr_bound.is_none() {
-            return Err("method 'ptr' needs ptr_bound".to_string());
-        }
+        Self::check_requirements(method, delta, ptr_bound)?;
+        let delta = delta.filter(|_| method.needs_delta());
         let release = Self {
             method,
             epsilon,
@@ -389,6 +380,30 @@ impl LocalRatioRelease {
         };
         release.checked_loss()?;
         Ok(release)
+    }
+
+    /// The method's requirements: a `δ` where it needs one ([`RatioMethod::needs_delta`]) and
+    /// PTR's proposed bound; the first checks of [`Self::calibrate`].
+    pub fn check_requirements(
+        method: RatioMethod,
+        delta: Option<f64>,
+        ptr_bound: Option<f64>,
+    ) -> Result<(), String> {
+        if method == RatioMethod::NoisyCounts {
+            return Err("noisy_counts is released through TableNoise".to_string());
+        }
+        if method.needs_delta() && delta.is_none() {
+            return Err(format!(
+                "method '{method}' needs delta (set dp.delta or pass delta=...)"
+            ));
+        }
+        if method == RatioMethod::Ptr && ptr_bound.is_none() {
+            return Err(
+                "method 'ptr' needs ptr_bound=<proposed bound on the local sensitivity>"
+                    .to_string(),
+            );
+        }
+        Ok(())
     }
 
     /// What the release costs, from its calibrated noise (module docs of each method):

@@ -438,20 +438,25 @@ mod tests {
         (statistic, method): (RatioStatistic, IntervalMethod),
     ) -> f64 {
         let noise = TableNoise::calibrate(mechanism, epsilon, delta, calibration, sizes).unwrap();
-        let table = ReleasedTable {
+        let ci = expected_table(sizes, noise.cell.variance, noise.cell.fourth_cumulant)
+            .estimate_with_interval(statistic, conf, method)
+            .unwrap()
+            .unwrap();
+        (ci.upper - ci.lower) / 2.0
+    }
+
+    /// The table at the tests' expected counts (120 of 400, 60 of 300), released with noise
+    /// of the given variance and fourth cumulant.
+    fn expected_table(sizes: GroupSizes, variance: f64, fourth_cumulant: f64) -> ReleasedTable {
+        ReleasedTable {
             exposed_cases: 120,
             exposed_total: 400,
             unexposed_cases: 60,
             unexposed_total: 300,
             sizes,
-            noise_variance: noise.cell.variance,
-            noise_fourth_cumulant: noise.cell.fourth_cumulant,
-        };
-        let ci = table
-            .estimate_with_interval(statistic, conf, method)
-            .unwrap()
-            .unwrap();
-        (ci.upper - ci.lower) / 2.0
+            noise_variance: variance,
+            noise_fourth_cumulant: fourth_cumulant,
+        }
     }
 
     #[test]
@@ -541,18 +546,10 @@ mod tests {
         conf: f64,
         interval: (RatioStatistic, IntervalMethod),
     ) -> crate::stats::table::RatioInterval {
-        ReleasedTable {
-            exposed_cases: 120,
-            exposed_total: 400,
-            unexposed_cases: 60,
-            unexposed_total: 300,
-            sizes,
-            noise_variance: 0.0,
-            noise_fourth_cumulant: 0.0,
-        }
-        .estimate_with_interval(interval.0, conf, interval.1)
-        .unwrap()
-        .unwrap()
+        expected_table(sizes, 0.0, 0.0)
+            .estimate_with_interval(interval.0, conf, interval.1)
+            .unwrap()
+            .unwrap()
     }
 
     #[test]

@@ -240,14 +240,9 @@ fn local_release<T: TableStatistic>(options: &DpOptions, epsilon: f64) -> Result
             "{name}: method '{method}' uses the exact group sizes; declare them public with group_sizes=public"
         );
     }
-    if method.needs_delta() && options.delta.is_none() {
-        return plan_err!("{name}: method '{method}' needs delta (set dp.delta or pass delta=...)");
-    }
-    if method == RatioMethod::Ptr && options.ptr_bound.is_none() {
-        return plan_err!(
-            "{name}: method 'ptr' needs ptr_bound=<proposed bound on the local sensitivity>"
-        );
-    }
+    // The method's own requirements (δ, PTR's bound) before the ε range below.
+    LocalRatioRelease::check_requirements(method, options.delta, options.ptr_bound)
+        .map_err(|e| plan_datafusion_err!("{name}: {e}"))?;
     // Each method's Laplace noise is calibrated for ε (PTR: ε/2 for each of its two steps):
     // the same range as a count's noise, checked here at the smallest sensitivity the method
     // uses (the release checks its own, from the public sizes, again).

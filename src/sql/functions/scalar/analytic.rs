@@ -156,12 +156,14 @@ impl ScalarUDFImpl for AnalyticFunction {
             .collect();
         let options = arrays.get(n).map(|a| a.as_string::<i32>());
         // The session's options, as `SET dp.*` left them (the defaults outside a DP session).
-        let session = args
-            .config_options
-            .extensions
-            .get::<DpOptions>()
-            .cloned()
-            .unwrap_or_default();
+        let defaults;
+        let session = match args.config_options.extensions.get::<DpOptions>() {
+            Some(options) => options,
+            None => {
+                defaults = DpOptions::default();
+                &defaults
+            }
+        };
         let mut out = Float64Builder::with_capacity(rows);
         let mut values = vec![0.0; n];
         for row in 0..rows {
@@ -172,7 +174,7 @@ impl ScalarUDFImpl for AnalyticFunction {
             for (v, a) in values.iter_mut().zip(&numbers) {
                 *v = a.value(row);
             }
-            match (self.formula)(&values, options.map(|o| o.value(row)), &session) {
+            match (self.formula)(&values, options.map(|o| o.value(row)), session) {
                 Ok(v) => out.append_option(v),
                 Err(e) => return exec_err!("{}: {e}", self.name),
             }
