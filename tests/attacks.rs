@@ -196,6 +196,49 @@ async fn a_locked_session_cannot_assert_that_any_key_is_public() -> Result<()> {
     Ok(())
 }
 
+/// Private group selection, driven by the analyst's own options: under either noise
+/// (`dp.selection_mechanism`) and from the smallest `dp.selection_epsilon` the Gaussian admits
+/// to near the largest (709), a key that only one person holds is never released (each `id`
+/// of `t`), while keys of several people are at a large ε (`g`: 'a' has three, 'b' two). At `δ = 1e-9`
+/// a lone key passes with probability at most 2e-9 per query, so a release is a bug, not bad
+/// luck. The smallest ε gives the Gaussian counts σ ≈ 9e4, where the threshold's search once
+/// took about 1.1e11 terms of tail sums to plan (a statement that held a core for minutes).
+#[tokio::test]
+async fn private_selection_never_releases_a_key_of_one_person() -> Result<()> {
+    for mechanism in ["laplace", "gaussian"] {
+        for epsilon in ["1e-4", "1", "500"] {
+            let ctx = session(false).await?;
+            ctx.sql("SET dp.epsilon_budget = 1e8").await?;
+            ctx.sql("SET dp.delta_budget = 1e-3").await?;
+            lock(&ctx)?;
+            for set in [
+                format!("SET dp.selection_mechanism = '{mechanism}'"),
+                format!("SET dp.selection_epsilon = {epsilon}"),
+                "SET dp.selection_delta = 1e-9".to_string(),
+            ] {
+                run(&ctx, &set).await?;
+            }
+            let released = |batches: &[datafusion::arrow::array::RecordBatch]| {
+                batches.iter().map(|b| b.num_rows()).sum::<usize>()
+            };
+            for _ in 0..3 {
+                let lone = run(&ctx, "SELECT id, dp_count(x, 1.0) FROM t GROUP BY id").await?;
+                assert_eq!(
+                    released(&lone),
+                    0,
+                    "{mechanism} at {epsilon}: a lone key released"
+                );
+            }
+            if epsilon == "500" {
+                // The threshold is k + 1 = 2 and the noise below one half: both keys pass.
+                let shared = run(&ctx, "SELECT g, dp_count(x, 1.0) FROM t GROUP BY g").await?;
+                assert_eq!(released(&shared), 2, "{mechanism}: keys of several people");
+            }
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn dataframe_plans_are_analysed_like_sql() -> Result<()> {
     let ctx = session(true).await?;

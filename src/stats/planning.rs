@@ -22,6 +22,31 @@ pub const PLANNING_EPSILON_MAX: f64 = 1e6;
 /// classic bound needs `ε/2 < 1` for each of the two cells a row moves.
 pub const CLASSIC_PLANNING_EPSILON_MAX: f64 = 2.0 * (1.0 - 1e-12);
 
+/// The study planned for: the sizes `n_x`, `n_y` of the exposed and unexposed groups and the
+/// outcome's expected proportion in each, `p_x`, `p_y` (planning reads the counts at their
+/// expectations, `X = n_x p_x`, `Y = n_y p_y`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StudyDesign {
+    pub n_x: f64,
+    pub n_y: f64,
+    pub p_x: f64,
+    pub p_y: f64,
+}
+
+/// The release planned for, as the release function would make it: the statistic and its
+/// interval `method` at `confidence`, and the noise it would draw (`mechanism`, `δ`, the
+/// Gaussian `calibration`, and whether the group `sizes` are public).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlannedRelease {
+    pub statistic: RatioStatistic,
+    pub method: IntervalMethod,
+    pub confidence: f64,
+    pub mechanism: Mechanism,
+    pub delta: Option<f64>,
+    pub calibration: GaussianCalibration,
+    pub sizes: GroupSizes,
+}
+
 /// The smallest total `ε` at which the interval of `method` for `statistic` has half-width
 /// `half_width` when the counts equal their expectations `X = n_x p_x`, `Y = n_y p_y` (and the
 /// non-cases `n − X`, `n − Y`). For the relative risk:
@@ -63,21 +88,21 @@ pub const CLASSIC_PLANNING_EPSILON_MAX: f64 = 2.0 * (1.0 - 1e-12);
 /// the sampling variance alone is too large. `Ok(Some(PLANNING_EPSILON_MIN))` when the target is
 /// met already there. `Err` for `n` not finite and `> 0`, `p` outside `(0, 1]`, a non-positive
 /// `half_width`, a confidence outside `(0, 1)`, or Gaussian noise without a valid `δ`.
-#[allow(clippy::too_many_arguments)]
 pub fn epsilon_for_half_width(
-    n_x: f64,
-    n_y: f64,
-    p_x: f64,
-    p_y: f64,
+    design: StudyDesign,
     half_width: f64,
-    confidence: f64,
-    mechanism: Mechanism,
-    delta: Option<f64>,
-    calibration: GaussianCalibration,
-    sizes: GroupSizes,
-    statistic: RatioStatistic,
-    method: IntervalMethod,
+    release: PlannedRelease,
 ) -> Result<Option<f64>, String> {
+    let StudyDesign { n_x, n_y, p_x, p_y } = design;
+    let PlannedRelease {
+        statistic,
+        method,
+        confidence,
+        mechanism,
+        delta,
+        calibration,
+        sizes,
+    } = release;
     let planned: &[IntervalMethod] = match statistic {
         RatioStatistic::RiskDifference => &[IntervalMethod::Conservative],
         _ => &[
@@ -195,6 +220,27 @@ mod tests {
     use super::*;
     use crate::stats::table::ReleasedTable;
 
+    /// The tests' study: 400 exposed with 30% cases, 300 unexposed with 20% (the released
+    /// table of [`expected_table`]).
+    const DESIGN: StudyDesign = StudyDesign {
+        n_x: 400.0,
+        n_y: 300.0,
+        p_x: 0.3,
+        p_y: 0.2,
+    };
+
+    /// What each test varies: the relative risk's conservative interval at 95%, Laplace noise,
+    /// public sizes.
+    const BASE: PlannedRelease = PlannedRelease {
+        statistic: RatioStatistic::RelativeRisk,
+        method: IntervalMethod::Conservative,
+        confidence: 0.95,
+        mechanism: Mechanism::Laplace,
+        delta: None,
+        calibration: GaussianCalibration::Analytic,
+        sizes: GroupSizes::Public,
+    };
+
     fn rel_close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * a.abs().max(b.abs())
     }
@@ -203,10 +249,16 @@ mod tests {
     fn epsilon_for_half_width_laplace_matches_closed_form() {
         // Public sizes, Laplace: s² = 2q/(1−q)², q = e^{−ε/2} (discrete Laplace, scale 2/ε).
         // Solve z²p²(V + s²W) = h² for s², then s²(1−q)² = 2q for q.
-        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
+        let design = DESIGN;
+        let StudyDesign {
+            n_x: nx,
+            n_y: ny,
+            p_x: px,
+            p_y: py,
+        } = design;
         let (x, y) = (nx * px, ny * py);
         let p = px / py;
-        let z = two_sided_z(conf).unwrap();
+        let z = two_sided_z(BASE.confidence).unwrap();
         let v = 1.0 / x - 1.0 / nx + 1.0 / y - 1.0 / ny;
         let w = 1.0 / (x * x) + 1.0 / (y * y);
         let sampling_only = z * p * v.sqrt();
@@ -215,45 +267,23 @@ mod tests {
             let s2 = ((h / (z * p)).powi(2) - v) / w;
             let q = ((s2 + 1.0) - (2.0 * s2 + 1.0).sqrt()) / s2;
             let want = -2.0 * q.ln();
-            let got = epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                h,
-                conf,
-                Mechanism::Laplace,
-                None,
-                GaussianCalibration::Analytic,
-                GroupSizes::Public,
-                RatioStatistic::RelativeRisk,
-                IntervalMethod::Conservative,
-            )
-            .unwrap()
-            .unwrap();
+            let got = epsilon_for_half_width(design, h, BASE).unwrap().unwrap();
             assert!(rel_close(got, want, 1e-8), "{factor}: {got} vs {want}");
         }
         // The sampling variance alone exceeds the target: no ε helps.
-        let none = epsilon_for_half_width(
-            nx,
-            ny,
-            px,
-            py,
-            sampling_only * 0.99,
-            conf,
-            Mechanism::Laplace,
-            None,
-            GaussianCalibration::Analytic,
-            GroupSizes::Public,
-            RatioStatistic::RelativeRisk,
-            IntervalMethod::Conservative,
-        );
+        let none = epsilon_for_half_width(design, sampling_only * 0.99, BASE);
         assert_eq!(none.unwrap(), None);
     }
 
     #[test]
     fn epsilon_for_half_width_gaussian_and_private_sizes() {
         let (nx, ny, px, py, conf, delta) = (500.0, 500.0, 0.2, 0.1, 0.95, Some(1e-6));
+        let design = StudyDesign {
+            n_x: nx,
+            n_y: ny,
+            p_x: px,
+            p_y: py,
+        };
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
             for mechanism in [Mechanism::Gaussian, Mechanism::Laplace] {
                 let z = two_sided_z(conf).unwrap();
@@ -265,18 +295,14 @@ mod tests {
                     )
                     .1;
                 let eps = epsilon_for_half_width(
-                    nx,
-                    ny,
-                    px,
-                    py,
+                    design,
                     target,
-                    conf,
-                    mechanism,
-                    delta,
-                    GaussianCalibration::Analytic,
-                    sizes,
-                    RatioStatistic::RelativeRisk,
-                    IntervalMethod::Conservative,
+                    PlannedRelease {
+                        mechanism,
+                        delta,
+                        sizes,
+                        ..BASE
+                    },
                 )
                 .unwrap()
                 .unwrap();
@@ -311,18 +337,13 @@ mod tests {
                 // Private sizes have less noise weight, so need no more ε than public ones.
                 if sizes == GroupSizes::Private {
                     let public = epsilon_for_half_width(
-                        nx,
-                        ny,
-                        px,
-                        py,
+                        design,
                         target,
-                        conf,
-                        mechanism,
-                        delta,
-                        GaussianCalibration::Analytic,
-                        GroupSizes::Public,
-                        RatioStatistic::RelativeRisk,
-                        IntervalMethod::Conservative,
+                        PlannedRelease {
+                            mechanism,
+                            delta,
+                            ..BASE
+                        },
                     )
                     .unwrap()
                     .unwrap();
@@ -335,19 +356,21 @@ mod tests {
     #[test]
     fn epsilon_for_half_width_rejects_invalid_input() {
         let ok = |n_x: f64, p_x: f64, h: f64, conf: f64, m: Mechanism, d: Option<f64>| {
-            epsilon_for_half_width(
+            let design = StudyDesign {
                 n_x,
-                100.0,
+                n_y: 100.0,
                 p_x,
-                0.2,
+                p_y: 0.2,
+            };
+            epsilon_for_half_width(
+                design,
                 h,
-                conf,
-                m,
-                d,
-                GaussianCalibration::Analytic,
-                GroupSizes::Public,
-                RatioStatistic::RelativeRisk,
-                IntervalMethod::Conservative,
+                PlannedRelease {
+                    confidence: conf,
+                    mechanism: m,
+                    delta: d,
+                    ..BASE
+                },
             )
         };
         assert!(ok(100.0, 0.3, 1.0, 0.95, Mechanism::Laplace, None).is_ok());
@@ -364,84 +387,50 @@ mod tests {
     fn epsilon_for_half_width_follows_the_score_interval() {
         // dp_rr_ci's default: at the ε found, the released table's own score interval (at the
         // expected counts) has half its width equal to the target; slightly less ε misses.
-        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
+        let StudyDesign { n_x, n_y, p_x, p_y } = DESIGN;
         for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
             for sizes in [GroupSizes::Public, GroupSizes::Private] {
-                let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
-                let z = two_sided_z(conf).unwrap();
+                let release = PlannedRelease {
+                    method: IntervalMethod::Score,
+                    mechanism,
+                    delta: (mechanism == Mechanism::Gaussian).then_some(1e-6),
+                    sizes,
+                    ..BASE
+                };
                 let (lo, hi) = relative_risk_score_interval(
-                    ReleasedCounts::new(nx * px, nx, ny * py, ny, sizes, 0.0),
-                    z,
+                    ReleasedCounts::new(n_x * p_x, n_x, n_y * p_y, n_y, sizes, 0.0),
+                    two_sided_z(release.confidence).unwrap(),
                 );
                 let target = 1.3 * (hi - lo) / 2.0;
-                let eps = epsilon_for_half_width(
-                    nx,
-                    ny,
-                    px,
-                    py,
-                    target,
-                    conf,
-                    mechanism,
-                    delta,
-                    GaussianCalibration::Analytic,
-                    sizes,
-                    RatioStatistic::RelativeRisk,
-                    IntervalMethod::Score,
-                )
-                .unwrap()
-                .unwrap();
-                let half = |e: f64| {
-                    half_width_at(
-                        mechanism,
-                        e,
-                        delta,
-                        sizes,
-                        conf,
-                        (RatioStatistic::RelativeRisk, IntervalMethod::Score),
-                    )
-                };
+                let eps = epsilon_for_half_width(DESIGN, target, release)
+                    .unwrap()
+                    .unwrap();
+                let half = |e: f64| half_width(release, e);
                 assert!(half(eps) <= target * (1.0 + 1e-9), "{mechanism} {sizes}");
                 assert!(half(eps * (1.0 - 1e-6)) > target, "{mechanism} {sizes}");
             }
         }
     }
 
-    /// The half width of `method`'s interval on the released table (120 of 400, 60 of 300)
-    /// with the noise calibrated for `epsilon`: what the planning tests aim at.
-    fn half_width_at(
-        mechanism: Mechanism,
-        epsilon: f64,
-        delta: Option<f64>,
-        sizes: GroupSizes,
-        conf: f64,
-        interval: (RatioStatistic, IntervalMethod),
-    ) -> f64 {
-        half_width_calibrated(
-            mechanism,
+    /// The half width of `release`'s interval on the released table (120 of 400, 60 of 300)
+    /// with the noise its calibration draws at `epsilon`: what the planning tests aim at.
+    fn half_width(release: PlannedRelease, epsilon: f64) -> f64 {
+        let noise = TableNoise::calibrate(
+            release.mechanism,
             epsilon,
-            delta,
-            GaussianCalibration::Analytic,
-            sizes,
-            conf,
-            interval,
+            release.delta,
+            release.calibration,
+            release.sizes,
         )
-    }
-
-    /// [`half_width_at`] with the release's Gaussian `calibration`.
-    fn half_width_calibrated(
-        mechanism: Mechanism,
-        epsilon: f64,
-        delta: Option<f64>,
-        calibration: GaussianCalibration,
-        sizes: GroupSizes,
-        conf: f64,
-        (statistic, method): (RatioStatistic, IntervalMethod),
-    ) -> f64 {
-        let noise = TableNoise::calibrate(mechanism, epsilon, delta, calibration, sizes).unwrap();
-        let ci = expected_table(sizes, noise.cell.variance, noise.cell.fourth_cumulant)
-            .estimate_with_interval(statistic, conf, method)
-            .unwrap()
-            .unwrap();
+        .unwrap();
+        let ci = expected_table(
+            release.sizes,
+            noise.cell.variance,
+            noise.cell.fourth_cumulant,
+        )
+        .estimate_with_interval(release.statistic, release.confidence, release.method)
+        .unwrap()
+        .unwrap();
         (ci.upper - ci.lower) / 2.0
     }
 
@@ -463,91 +452,46 @@ mod tests {
     fn epsilon_for_half_width_follows_the_log_interval() {
         // At the ε found for the log interval, the released table's own log interval (at the
         // expected counts) has half its width equal to the target; slightly less ε misses.
-        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
+        let StudyDesign { n_x, n_y, p_x, p_y } = DESIGN;
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
-            let z = two_sided_z(conf).unwrap();
+            let release = PlannedRelease {
+                method: IntervalMethod::Log,
+                sizes,
+                ..BASE
+            };
             let (c, h) = relative_risk_log_interval_at(
-                ReleasedCounts::new(nx * px, nx, ny * py, ny, sizes, 0.0),
-                z,
+                ReleasedCounts::new(n_x * p_x, n_x, n_y * p_y, n_y, sizes, 0.0),
+                two_sided_z(release.confidence).unwrap(),
             );
             let target = 1.3 * c.exp() * h.sinh();
-            let eps = epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                target,
-                conf,
-                Mechanism::Laplace,
-                None,
-                GaussianCalibration::Analytic,
-                sizes,
-                RatioStatistic::RelativeRisk,
-                IntervalMethod::Log,
-            )
-            .unwrap()
-            .unwrap();
-            let half = |e: f64| {
-                half_width_at(
-                    Mechanism::Laplace,
-                    e,
-                    None,
-                    sizes,
-                    conf,
-                    (RatioStatistic::RelativeRisk, IntervalMethod::Log),
-                )
-            };
-            assert!(half(eps) <= target * (1.0 + 1e-12), "{sizes}");
-            assert!(half(eps * (1.0 - 1e-6)) > target, "{sizes}");
+            let eps = epsilon_for_half_width(DESIGN, target, release)
+                .unwrap()
+                .unwrap();
+            assert!(
+                half_width(release, eps) <= target * (1.0 + 1e-12),
+                "{sizes}"
+            );
+            assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{sizes}");
             // The log interval is wider than the symmetric one at the same variance
             // (sinh h > h), so it needs more ε for the same half-width.
-            let conservative = epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                target,
-                conf,
-                Mechanism::Laplace,
-                None,
-                GaussianCalibration::Analytic,
-                sizes,
-                RatioStatistic::RelativeRisk,
-                IntervalMethod::Conservative,
-            )
-            .unwrap()
-            .unwrap();
+            let conservative = PlannedRelease { sizes, ..BASE };
+            let conservative = epsilon_for_half_width(DESIGN, target, conservative)
+                .unwrap()
+                .unwrap();
             assert!(eps > conservative, "{sizes}");
         }
         for method in [IntervalMethod::Plain, IntervalMethod::Bootstrap] {
-            let err = epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                0.5,
-                conf,
-                Mechanism::Laplace,
-                None,
-                GaussianCalibration::Analytic,
-                GroupSizes::Public,
-                RatioStatistic::RelativeRisk,
-                method,
-            )
-            .unwrap_err();
+            let err =
+                epsilon_for_half_width(DESIGN, 0.5, PlannedRelease { method, ..BASE }).unwrap_err();
             assert!(err.contains("cannot be planned"), "{err}");
         }
     }
 
-    /// The interval of the exact (noise-free) table at the tests' expected counts (120 of
-    /// 400, 60 of 300).
-    fn exact_interval(
-        sizes: GroupSizes,
-        conf: f64,
-        interval: (RatioStatistic, IntervalMethod),
-    ) -> crate::stats::table::RatioInterval {
-        expected_table(sizes, 0.0, 0.0)
-            .estimate_with_interval(interval.0, conf, interval.1)
+    /// The interval of `release` on the exact (noise-free) table at the tests' expected counts
+    /// (120 of 400, 60 of 300).
+    fn exact_interval(release: PlannedRelease) -> crate::stats::table::RatioInterval {
+        expected_table(release.sizes, 0.0, 0.0)
+            .estimate_with_interval(release.statistic, release.confidence, release.method)
             .unwrap()
             .unwrap()
     }
@@ -555,40 +499,32 @@ mod tests {
     #[test]
     fn epsilon_for_half_width_follows_the_odds_ratio_and_risk_difference_intervals() {
         // The odds ratio's intervals (score, its default, and Woolf's) and the risk
-        // difference's (adjusted Wald): at the ε found, the released table's own interval at the expected counts
-        // (120 of 400, 60 of 300) has half its width equal to the target, 1.3 times the
-        // sampling-only half-width; slightly less ε misses.
-        let (nx, ny, px, py, conf) = (400.0, 300.0, 0.3, 0.2, 0.95);
-        for interval in [
+        // difference's (adjusted Wald): at the ε found, the released table's own interval at
+        // the expected counts (120 of 400, 60 of 300) has half its width equal to the target,
+        // 1.3 times the sampling-only half-width; slightly less ε misses.
+        for (statistic, method) in [
             (RatioStatistic::OddsRatio, IntervalMethod::Score),
             (RatioStatistic::OddsRatio, IntervalMethod::Conservative),
             (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
         ] {
             for mechanism in [Mechanism::Laplace, Mechanism::Gaussian] {
                 for sizes in [GroupSizes::Public, GroupSizes::Private] {
-                    let delta = (mechanism == Mechanism::Gaussian).then_some(1e-6);
-                    let ci = exact_interval(sizes, conf, interval);
-                    let target = 1.3 * (ci.upper - ci.lower) / 2.0;
-                    let eps = epsilon_for_half_width(
-                        nx,
-                        ny,
-                        px,
-                        py,
-                        target,
-                        conf,
+                    let release = PlannedRelease {
+                        statistic,
+                        method,
                         mechanism,
-                        delta,
-                        GaussianCalibration::Analytic,
+                        delta: (mechanism == Mechanism::Gaussian).then_some(1e-6),
                         sizes,
-                        interval.0,
-                        interval.1,
-                    )
-                    .unwrap()
-                    .unwrap();
-                    let half = |e: f64| half_width_at(mechanism, e, delta, sizes, conf, interval);
-                    let what = format!("{interval:?} {mechanism} {sizes}");
-                    assert!(half(eps) <= target * (1.0 + 1e-9), "{what}");
-                    assert!(half(eps * (1.0 - 1e-6)) > target, "{what}");
+                        ..BASE
+                    };
+                    let ci = exact_interval(release);
+                    let target = 1.3 * (ci.upper - ci.lower) / 2.0;
+                    let eps = epsilon_for_half_width(DESIGN, target, release)
+                        .unwrap()
+                        .unwrap();
+                    let what = format!("{release:?}");
+                    assert!(half_width(release, eps) <= target * (1.0 + 1e-9), "{what}");
+                    assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{what}");
                 }
             }
         }
@@ -597,21 +533,12 @@ mod tests {
             (RatioStatistic::RiskDifference, IntervalMethod::Log),
             (RatioStatistic::OddsRatio, IntervalMethod::Plain),
         ] {
-            let err = epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                0.05,
-                conf,
-                Mechanism::Laplace,
-                None,
-                GaussianCalibration::Analytic,
-                GroupSizes::Public,
+            let release = PlannedRelease {
                 statistic,
                 method,
-            )
-            .unwrap_err();
+                ..BASE
+            };
+            let err = epsilon_for_half_width(DESIGN, 0.05, release).unwrap_err();
             assert!(
                 err.contains(&format!("cannot be planned for the {statistic}")),
                 "{err}"
@@ -627,15 +554,25 @@ mod tests {
         // misses it. The per-cell calibration (each of the two cells a row moves at (ε/2, δ/2))
         // draws more noise than one vector of L2 sensitivity √2 at (ε, δ), so it needs more ε;
         // the classic bound (Dwork & Roth 2014, Theorem A.1) more still.
-        let (nx, ny, px, py, conf, delta) = (400.0, 300.0, 0.3, 0.2, 0.95, Some(1e-6));
+        let gaussian = PlannedRelease {
+            mechanism: Mechanism::Gaussian,
+            delta: Some(1e-6),
+            ..BASE
+        };
         for sizes in [GroupSizes::Public, GroupSizes::Private] {
-            for interval in [
+            for (statistic, method) in [
                 (RatioStatistic::RelativeRisk, IntervalMethod::Score),
                 (RatioStatistic::RelativeRisk, IntervalMethod::Conservative),
                 (RatioStatistic::OddsRatio, IntervalMethod::Score),
                 (RatioStatistic::RiskDifference, IntervalMethod::Conservative),
             ] {
-                let ci = exact_interval(sizes, conf, interval);
+                let interval = PlannedRelease {
+                    statistic,
+                    method,
+                    sizes,
+                    ..gaussian
+                };
+                let ci = exact_interval(interval);
                 // Wide enough that the classic calibration reaches it below ε = 2.
                 let target = 2.0 * (ci.upper - ci.lower) / 2.0;
                 let planned: Vec<f64> = [
@@ -645,40 +582,20 @@ mod tests {
                 ]
                 .into_iter()
                 .map(|calibration| {
-                    let eps = epsilon_for_half_width(
-                        nx,
-                        ny,
-                        px,
-                        py,
-                        target,
-                        conf,
-                        Mechanism::Gaussian,
-                        delta,
+                    let release = PlannedRelease {
                         calibration,
-                        sizes,
-                        interval.0,
-                        interval.1,
-                    )
-                    .unwrap()
-                    .unwrap();
-                    let half = |e: f64| {
-                        half_width_calibrated(
-                            Mechanism::Gaussian,
-                            e,
-                            delta,
-                            calibration,
-                            sizes,
-                            conf,
-                            interval,
-                        )
+                        ..interval
                     };
-                    let what = format!("{interval:?} {calibration} {sizes}");
-                    assert!(half(eps) <= target * (1.0 + 1e-9), "{what}");
-                    assert!(half(eps * (1.0 - 1e-6)) > target, "{what}");
+                    let eps = epsilon_for_half_width(DESIGN, target, release)
+                        .unwrap()
+                        .unwrap();
+                    let what = format!("{release:?}");
+                    assert!(half_width(release, eps) <= target * (1.0 + 1e-9), "{what}");
+                    assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{what}");
                     eps
                 })
                 .collect();
-                let what = format!("{interval:?} {sizes}: {planned:?}");
+                let what = format!("{statistic} {method} {sizes}: {planned:?}");
                 println!("analytic, per_cell, classic epsilon for {what}");
                 assert!(planned[0] < planned[1], "{what}");
                 assert!(planned[1] < planned[2], "{what}");
@@ -686,21 +603,13 @@ mod tests {
         }
         // Laplace has no Gaussian calibration: the same ε under each.
         let laplace = |calibration| {
-            epsilon_for_half_width(
-                nx,
-                ny,
-                px,
-                py,
-                0.5,
-                conf,
-                Mechanism::Laplace,
-                None,
+            let release = PlannedRelease {
+                method: IntervalMethod::Score,
                 calibration,
-                GroupSizes::Private,
-                RatioStatistic::RelativeRisk,
-                IntervalMethod::Score,
-            )
-            .unwrap()
+                sizes: GroupSizes::Private,
+                ..BASE
+            };
+            epsilon_for_half_width(DESIGN, 0.5, release).unwrap()
         };
         assert_eq!(
             laplace(GaussianCalibration::Analytic),
@@ -709,25 +618,17 @@ mod tests {
         // A half-width the classic bound reaches only at ε ≥ 2 (2% above the sampling-only
         // one) is an error naming the analytic calibration, not `None` (which means the
         // sampling variance alone is too wide).
+        let classic = PlannedRelease {
+            method: IntervalMethod::Score,
+            calibration: GaussianCalibration::Classic,
+            sizes: GroupSizes::Private,
+            ..gaussian
+        };
         let (lo, hi) = relative_risk_score_interval(
             ReleasedCounts::new(120.0, 400.0, 60.0, 300.0, GroupSizes::Private, 0.0),
-            two_sided_z(conf).unwrap(),
+            two_sided_z(classic.confidence).unwrap(),
         );
-        let err = epsilon_for_half_width(
-            nx,
-            ny,
-            px,
-            py,
-            1.02 * (hi - lo) / 2.0,
-            conf,
-            Mechanism::Gaussian,
-            delta,
-            GaussianCalibration::Classic,
-            GroupSizes::Private,
-            RatioStatistic::RelativeRisk,
-            IntervalMethod::Score,
-        )
-        .unwrap_err();
+        let err = epsilon_for_half_width(DESIGN, 1.02 * (hi - lo) / 2.0, classic).unwrap_err();
         assert!(err.contains("gaussian_calibration=analytic"), "{err}");
     }
 }

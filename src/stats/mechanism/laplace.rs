@@ -184,7 +184,7 @@ impl RealLaplace {
         for (what, bound) in [("sensitivity", sensitivity), ("grid bound", grid_bound)] {
             let scale = bound / epsilon;
             if scale.is_nan() || scale > MAX_NOISE_SCALE {
-                return Err(too_wide(scale, format!("{what} {bound}")));
+                return Err(too_wide(scale, format!("{what} {}", short_number(bound))));
             }
         }
         let grid_exponent = ((grid_bound / epsilon).log2().ceil() as i32 - 30).max(-30);
@@ -243,9 +243,24 @@ impl RealLaplace {
     /// for NaN, and (checked, never saturated: a saturation would depend on the value) when
     /// the sum leaves `i64`, which the noise's scale of at most `2^40` grid steps makes a
     /// probability below `2^-5900` (as for counts, [`MAX_NOISE_SCALE`]).
+    ///
+    /// The noise is charged as the `ε` it was calibrated for, so before it is drawn its own
+    /// map ([`Self::loss`]) must say no more: a calibration that fell short (a bug) is an
+    /// error here, not a release that costs more than its charge. This checks every local
+    /// ratio method's noise at each draw, where `naive` and `smooth_sensitivity` calibrate
+    /// per group from that group's sensitivity.
     pub fn release<R: RngCore + ?Sized>(&self, value: f64, rng: &mut R) -> Result<f64, String> {
         if value.is_nan() {
             return Err("cannot add noise to NaN".to_string());
+        }
+        let map = self.loss().epsilon;
+        if map > self.epsilon {
+            return Err(format!(
+                "real Laplace noise of scale {:e} for sensitivity {:e} costs epsilon={map:e}, above the epsilon={:e} it is charged for",
+                self.scale(),
+                self.sensitivity,
+                self.epsilon
+            ));
         }
         let limit = 2f64.powi(62);
         let units = (value / self.grid()).round().clamp(-limit, limit) as i64;
@@ -369,5 +384,13 @@ mod tests {
         };
         let ratio = halved.loss().epsilon / noise.loss().epsilon;
         assert!((ratio - 2.0).abs() < 1e-12, "{ratio}");
+        // And it is never drawn: the release checks the map against the ε it is charged for.
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(45);
+        assert!(noise.release(1.0, &mut rng).is_ok());
+        let err = halved.release(1.0, &mut rng).unwrap_err();
+        assert!(
+            err.contains("above the epsilon=1e0 it is charged for"),
+            "{err}"
+        );
     }
 }

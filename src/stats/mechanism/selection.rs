@@ -23,38 +23,71 @@ use crate::stats::sampler::Rational;
 enum Tail {
     /// Discrete Laplace of parameter `q = e^{−ε'/k}`.
     Laplace { q: f64 },
-    /// Discrete Gaussian of variance parameter `σ²`.
-    Gaussian { sigma2: f64 },
+    /// Discrete Gaussian of variance parameter `σ²`, with its normaliser
+    /// `Σ_j e^{−j²/2σ²}` summed once ([`Tail::gaussian`]).
+    Gaussian { sigma2: f64, normaliser: f64 },
 }
 
 impl Tail {
+    /// The discrete Gaussian's tail law: its normaliser `1 + 2·Σ_{j ≥ 1} e^{−j²/2σ²}`, summed
+    /// from below (a lower bound, so every tail divided by it is rounded up).
+    fn gaussian(sigma2: f64) -> Self {
+        Self::Gaussian {
+            sigma2,
+            normaliser: 1.0 + 2.0 * gaussian_sum_from(sigma2, 1),
+        }
+    }
+
     /// `P(X ≥ m)` for `m ≥ 1`.
     fn at_least(self, m: i64) -> f64 {
         match self {
             Self::Laplace { q } => q.powf(m as f64) / (1.0 + q),
-            // Σ_{j ≥ m} e^{−j²/2σ²} over Σ_j e^{−j²/2σ²}, both summed until the terms are
-            // below 2^-1074·(the first): the tail's sum is rounded at most by its last
-            // terms' size, and the normaliser is summed from below (a lower bound), so the
-            // ratio is a bound up to the `f64` rounding of the sums.
-            Self::Gaussian { sigma2 } => {
-                let weight = |j: f64| (-(j * j) / (2.0 * sigma2)).exp();
-                let sum_from = |start: i64| {
-                    let mut total = 0.0;
-                    let mut j = start;
-                    loop {
-                        let w = weight(j as f64);
-                        if w == 0.0 || (total > 0.0 && w < total * f64::EPSILON * 1e-3) {
-                            return total;
-                        }
-                        total += w;
-                        j += 1;
-                    }
-                };
-                let normaliser = 1.0 + 2.0 * sum_from(1);
-                sum_from(m) / normaliser
-            }
+            Self::Gaussian { sigma2, normaliser } => gaussian_sum_from(sigma2, m) / normaliser,
         }
     }
+}
+
+/// `Σ_{j ≥ start} e^{−j²/2σ²}`, summed until the terms are below `2^-1074` or
+/// `10^-3·f64::EPSILON` of the sum so far: the sum is rounded at most by its last terms' size.
+/// `O(σ)` terms at the largest `σ` a calibration admits ([`super::gaussian::MAX_GAUSSIAN_SIGMA`]).
+fn gaussian_sum_from(sigma2: f64, start: i64) -> f64 {
+    let mut total = 0.0;
+    let mut j = start;
+    loop {
+        let w = (-((j as f64) * (j as f64)) / (2.0 * sigma2)).exp();
+        if w == 0.0 || (total > 0.0 && w < total * f64::EPSILON * 1e-3) {
+            return total;
+        }
+        total += w;
+        j += 1;
+    }
+}
+
+/// The least threshold above `floor` for which `passes` holds, `passes` being monotone (false
+/// up to some threshold, true from it on) and false at `floor`: from `start`, the distance
+/// above `floor` is doubled until it passes, then the gap bisected. `O(log T)` evaluations of
+/// the map whatever the noise's scale: stepping by one from a closed-form guess took `O(σ)`
+/// evaluations of an `O(σ)` tail sum, about `14σ²` terms, which at the largest Gaussian `σ` an
+/// analyst's `dp.selection_epsilon` reaches (`1e5`) was `1.4e11` terms of planning in one
+/// statement. `None` when no threshold below `2^62` passes.
+fn least_passing(floor: i64, start: i64, mut passes: impl FnMut(i64) -> bool) -> Option<i64> {
+    let (mut fails, mut hi) = (floor, start.max(floor + 1));
+    while !passes(hi) {
+        fails = hi;
+        hi = floor.checked_add(hi.checked_sub(floor)?.checked_mul(2)?)?;
+        if hi >= 1 << 62 {
+            return None;
+        }
+    }
+    while hi - fails > 1 {
+        let mid = fails + (hi - fails) / 2;
+        if passes(mid) {
+            hi = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    Some(hi)
 }
 
 /// Private group selection calibrated on the noise of its counts (module docs).
@@ -71,10 +104,9 @@ pub struct GroupSelection {
 }
 
 impl GroupSelection {
-    /// The smallest threshold whose map ([`Self::loss`]) is at most `δ`: from the Laplace
-    /// closed form `T = k + ⌈b·ln(1/((1+q)δ'))⌉`, `δ' = δ/(2g)`, or the Gaussian's
-    /// `k + ⌈σ·√(2 ln(1/δ'))⌉`, stepped down while the map stays within `δ` and up while it
-    /// does not.
+    /// The smallest threshold whose map ([`Self::loss`]) is at most `δ`: searched
+    /// ([`least_passing`]) from the Laplace closed form `T = k + ⌈b·ln(1/((1+q)δ'))⌉`,
+    /// `δ' = δ/(2g)`, or the Gaussian's `k + ⌈σ·√(2 ln(1/δ'))⌉`.
     pub fn calibrate(
         counts: &CountNoise,
         rows_per_unit: u32,
@@ -84,27 +116,30 @@ impl GroupSelection {
         if !(delta > 0.0 && delta < 1.0) {
             return Err(format!("dp.selection_delta must be in (0, 1), got {delta}"));
         }
-        let mut selection = Self::with_threshold(counts, rows_per_unit, groups_per_unit, 0)?;
+        let selection = Self::with_threshold(counts, rows_per_unit, groups_per_unit, 0)?;
         let per_group = delta / (2.0 * groups_per_unit.max(1) as f64);
         let above = match selection.tail {
             Tail::Laplace { q } => -(1.0 / ((1.0 + q) * per_group)).ln() / q.ln(),
-            Tail::Gaussian { sigma2 } => (2.0 * sigma2 * (1.0 / per_group).ln()).sqrt(),
+            Tail::Gaussian { sigma2, .. } => (2.0 * sigma2 * (1.0 / per_group).ln()).sqrt(),
         };
-        selection.threshold = rows_per_unit as i64 + above.ceil().max(1.0) as i64;
-        while selection.delta() > delta {
-            selection.threshold += 1;
-        }
-        while selection.threshold > rows_per_unit as i64 + 1 {
-            let lower = Self {
-                threshold: selection.threshold - 1,
+        let k = rows_per_unit as i64;
+        // `above` is at most 2^40·ln(2^1075·2g) for the scales calibration admits: the cast
+        // cannot saturate, and the search's doubling stays below 2^62.
+        let threshold = least_passing(k, k + above.ceil().max(1.0) as i64, |threshold| {
+            Self {
+                threshold,
                 ..selection
-            };
-            if lower.delta() > delta {
-                break;
             }
-            selection = lower;
-        }
-        Ok(selection)
+            .delta()
+                <= delta
+        })
+        .ok_or_else(|| {
+            format!("private group selection: no threshold below 2^62 reaches dp.selection_delta={delta}")
+        })?;
+        Ok(Self {
+            threshold,
+            ..selection
+        })
     }
 
     /// The selection with a given threshold (a plan decoded from the wire).
@@ -118,9 +153,7 @@ impl GroupSelection {
             Sampler::DiscreteLaplace { s, t } => Tail::Laplace {
                 q: (-Rational { num: s, den: t }.to_f64()).exp(),
             },
-            Sampler::DiscreteGaussian(law) => Tail::Gaussian {
-                sigma2: law.sigma2().to_f64(),
-            },
+            Sampler::DiscreteGaussian(law) => Tail::gaussian(law.sigma2().to_f64()),
         };
         Ok(Self {
             threshold,
@@ -232,6 +265,65 @@ mod tests {
             assert!((selection.delta() - summed).abs() <= 1e-9 * summed);
             assert!(tail <= (-((above * above) as f64) / (2.0 * sigma2)).exp());
         }
+    }
+
+    #[test]
+    fn the_search_finds_the_least_threshold_in_logarithmic_evaluations() {
+        for floor in [0i64, 1, 7] {
+            for least in [1, 2, 3, 1_000, 123_456_789, 1 << 50].map(|d: i64| floor + d) {
+                for start in [floor - 3, floor + 1, floor + 5, least, least + 1, 1 << 40] {
+                    let mut calls = 0u32;
+                    let found = least_passing(floor, start, |t| {
+                        calls += 1;
+                        t >= least
+                    });
+                    assert_eq!(found, Some(least), "floor {floor}, start {start}");
+                    // Doubling and bisection each take at most ⌈log2(span)⌉ + 1 evaluations.
+                    let span = (least.max(start) - floor) as f64;
+                    let most = 2.0 * (span.log2().ceil() + 1.0);
+                    assert!(
+                        f64::from(calls) <= most,
+                        "{calls} evaluations for {least} from {start}"
+                    );
+                }
+            }
+        }
+        assert_eq!(least_passing(0, 1, |_| false), None);
+    }
+
+    #[test]
+    fn a_gaussian_threshold_at_a_large_sigma_is_found_and_minimal() {
+        // σ ≈ 2e4 (ε = 5e-4 for the vector of two counts): stepping by one from the closed
+        // form took about 14σ² = 5.6e9 terms of tail sums here; the search takes tens of
+        // evaluations of O(σ) terms.
+        let d = 1e-9;
+        let noise = CountNoise::calibrate_release(
+            Mechanism::Gaussian,
+            5e-4,
+            Some(d),
+            ReleaseShape::new(2, 1),
+            GaussianCalibration::Analytic,
+        )
+        .unwrap();
+        assert!(noise.scale > 1e4, "{}", noise.scale);
+        let selection = GroupSelection::calibrate(&noise, 1, 1, d).unwrap();
+        assert!(selection.delta() <= d);
+        let lower = GroupSelection {
+            threshold: selection.threshold - 1,
+            ..selection
+        };
+        assert!(lower.delta() > d, "threshold not minimal");
+        // Within one noise scale below the continuous tail bound's threshold (the discrete
+        // quantile of δ/2 = 5e-10 is about 6.1σ, the bound √(2 ln(2/δ))σ = 6.5σ).
+        let bound = 1
+            + (2.0 * noise.scale * noise.scale * (2.0 / d).ln())
+                .sqrt()
+                .ceil() as i64;
+        assert!(
+            selection.threshold <= bound && selection.threshold > bound - noise.scale as i64,
+            "{} against {bound}",
+            selection.threshold
+        );
     }
 
     #[test]

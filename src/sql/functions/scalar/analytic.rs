@@ -213,21 +213,26 @@ fn planning(
         Some((_, name)) => RatioStatistic::parse(name)?,
         None => RatioStatistic::RelativeRisk,
     };
+    let design = planning::StudyDesign {
+        n_x: values[0],
+        n_y: values[1],
+        p_x: values[2],
+        p_y: values[3],
+    };
     planning::epsilon_for_half_width(
-        values[0],
-        values[1],
-        values[2],
-        values[3],
+        design,
         values[4],
-        options.confidence,
-        options.mechanism,
-        options.delta,
-        options.gaussian_calibration,
-        options.group_sizes,
-        statistic,
-        options
-            .ci_method
-            .unwrap_or(IntervalMethod::default_for(statistic)),
+        planning::PlannedRelease {
+            statistic,
+            method: options
+                .ci_method
+                .unwrap_or(IntervalMethod::default_for(statistic)),
+            confidence: options.confidence,
+            mechanism: options.mechanism,
+            delta: options.delta,
+            calibration: options.gaussian_calibration,
+            sizes: options.group_sizes,
+        },
     )
 }
 
