@@ -163,6 +163,24 @@ async fn seeded_queries_give_the_single_node_result() {
     }
 }
 
+/// Planning (`epsilon_for_half_width`) reads the session's `dp.*` options where it runs; on
+/// the cluster that is an executor, so the client's `SET`s must travel with the plan: the
+/// per-cell calibration and a 90% interval need another ε than the defaults, on one node and
+/// on the cluster alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn planning_on_the_cluster_follows_the_clients_options() {
+    let sql = "SET dp.public_tables = 'keys';
+               SELECT region, epsilon_for_half_width(200 + region, 300, 0.3, 0.2, 0.5,
+                                                     'mechanism=gaussian, delta=1e-6') AS e
+               FROM keys ORDER BY region";
+    let set = "SET dp.gaussian_calibration = 'per_cell'; SET dp.confidence = 0.9;";
+    let defaults = run(&local().await, sql).await;
+    let single = run(&local().await, &format!("{set} {sql}")).await;
+    assert_ne!(single, defaults, "the options change the plan on one node");
+    let distributed = run(&remote().await, &format!("{set} {sql}")).await;
+    assert_eq!(distributed, single);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn noise_is_drawn_once_per_group_after_the_shuffle() {
     // Secure noise on the cluster. Each of the 2000 groups has one row in each of four files
