@@ -402,12 +402,7 @@ mod tests {
                     two_sided_z(release.confidence).unwrap(),
                 );
                 let target = 1.3 * (hi - lo) / 2.0;
-                let eps = epsilon_for_half_width(DESIGN, target, release)
-                    .unwrap()
-                    .unwrap();
-                let half = |e: f64| half_width(release, e);
-                assert!(half(eps) <= target * (1.0 + 1e-9), "{mechanism} {sizes}");
-                assert!(half(eps * (1.0 - 1e-6)) > target, "{mechanism} {sizes}");
+                planned_and_checked(release, target);
             }
         }
     }
@@ -432,6 +427,19 @@ mod tests {
         .unwrap()
         .unwrap();
         (ci.upper - ci.lower) / 2.0
+    }
+
+    /// The ε planned for `target`, checked against the release it plans for: at that ε the
+    /// interval's half width is within the target (to `1e-9` relative), and `1e-6` less ε
+    /// misses it.
+    fn planned_and_checked(release: PlannedRelease, target: f64) -> f64 {
+        let eps = epsilon_for_half_width(DESIGN, target, release)
+            .unwrap()
+            .unwrap();
+        let what = format!("{release:?}");
+        assert!(half_width(release, eps) <= target * (1.0 + 1e-9), "{what}");
+        assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{what}");
+        eps
     }
 
     /// The table at the tests' expected counts (120 of 400, 60 of 300), released with noise
@@ -519,12 +527,7 @@ mod tests {
                     };
                     let ci = exact_interval(release);
                     let target = 1.3 * (ci.upper - ci.lower) / 2.0;
-                    let eps = epsilon_for_half_width(DESIGN, target, release)
-                        .unwrap()
-                        .unwrap();
-                    let what = format!("{release:?}");
-                    assert!(half_width(release, eps) <= target * (1.0 + 1e-9), "{what}");
-                    assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{what}");
+                    planned_and_checked(release, target);
                 }
             }
         }
@@ -586,13 +589,7 @@ mod tests {
                         calibration,
                         ..interval
                     };
-                    let eps = epsilon_for_half_width(DESIGN, target, release)
-                        .unwrap()
-                        .unwrap();
-                    let what = format!("{release:?}");
-                    assert!(half_width(release, eps) <= target * (1.0 + 1e-9), "{what}");
-                    assert!(half_width(release, eps * (1.0 - 1e-6)) > target, "{what}");
-                    eps
+                    planned_and_checked(release, target)
                 })
                 .collect();
                 let what = format!("{statistic} {method} {sizes}: {planned:?}");

@@ -132,3 +132,36 @@
 
 -- program 3997 (262 s), peak memory: own rows (memory, CSV/NDJSON)
 [csv/add] PREPARE q(BIGINT) AS SELECT dp_risk_difference((arrow_cast(NULL, 'Decimal256(76, 76)') IS NULL), (a.region IS NULL), 0.01), dp_sum(CAST(least(a.patient_id, a.patient_id) AS DOUBLE), 0, 10, 0.1, 'mechanism=gaussian, delta=1e-6') FROM visits AS a JOIN visits AS b ON (a.patient_id = b.patient_id) WHERE ((a.patient_id = $1) AND (acos(CASE WHEN (a.patient_id = $1) THEN array_distinct(CASE WHEN (a.patient_id = 3) THEN array_pop_front(NULL) ELSE NULL END) ELSE NULL END) > 0)); EXECUTE q(9000000000000000007)
+
+-- session 54, seed 54, program 5994 (374 s), peak memory: own rows (a cross join multiplies the person's rows)
+[in-memory/replace] SELECT dp_count(1, 1.0) FROM visits CROSS JOIN generate_series(1, 1000) GROUP BY visits.note
+
+-- session 54, seed 54, program 7023 (450 s), cpu time: own rows (a self-join on the unit)
+[csv/replace] SELECT dp_relative_risk(a.outcome, a.exposed, 1) FROM (SELECT patient_id, array_element(generate_series(1, 10000), patient_id) AS h FROM visits) AS b JOIN (SELECT * FROM visits) AS a ON (a.patient_id = b.patient_id) WHERE (b.h > 1)
+
+-- session 54, seed 54, program 8265 (547 s), peak memory: layout (memory, CSV)
+[csv/replace] SELECT dp_rd_ci(NULL, try_cast_to_type(u.patient_id, NULL), 0.01) FROM (SELECT patient_id, region, outcome, exposed FROM visits UNION ALL SELECT patient_id, region, outcome, exposed FROM visits WHERE try_cast_to_type(try_cast_to_type(score, patient_id), outcome)) AS u WHERE CAST(reverse(reverse(u.region)) AS BOOLEAN)
+
+-- session 54, seed 54, program 10587 (721 s), peak memory: layout (memory, CSV)
+[csv/replace] SELECT dp_risk_difference((u.region LIKE 'north'), (arrow_cast(u.region, 'Date64') IS NULL), 1.0), dp_or_ci((u.exposed AND u.exposed), u.exposed, 0.1) FROM (SELECT patient_id, region, outcome, exposed FROM visits UNION ALL SELECT patient_id, region, outcome, exposed FROM visits WHERE (arrow_cast(CASE WHEN (patient_id = 9000000000000000007) THEN score ELSE score END, 'Decimal256(76, 0)') IS NULL)) AS u WHERE CASE WHEN u.patient_id IN (3, 9000000000000000007) THEN (factorial(abs(strpos(u.region, '%'))) > 0) ELSE false END
+
+-- session 54, seed 54, program 10737 (736 s), cpu time, wall time, peak memory: own values (the extreme person's long value doubled by each CTE)
+[parquet/replace] WITH c1 AS (SELECT id, g, outcome, exposed, g AS x FROM t), c2 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c1), c3 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c2), c4 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c3), c5 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c4), c6 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c5), c7 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c6), c8 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c7), c9 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c8), c10 AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c9), chain AS (SELECT id, g, outcome, exposed, (x || x) AS x FROM c10) SELECT dp_rd_ci((to_hex(1) IS NULL), true, 0.1) FROM chain WHERE (id IN (3, 9000000000000000007) AND (x > 1))
+
+-- session 54, seed 54, program 12853 (897 s), peak memory: layout (memory, CSV)
+[csv/add] SELECT u.exposed, dp_odds_ratio(array_has(make_array(), 0.5), array_has_all(make_array(), make_array('a', NULL)), 0.1) FROM (SELECT patient_id, region, outcome, exposed FROM visits UNION ALL SELECT patient_id, region, outcome, exposed FROM visits WHERE CASE WHEN (patient_id = 9000000000000000007) THEN with_metadata(iszero(CAST(1.5 AS DECIMAL(10, 2))), 'day', 'a') ELSE NULL END) AS u GROUP BY u.exposed ORDER BY 2
+
+-- session 54, seed 54, program 17157 (1162 s), peak memory: own rows (a cross join multiplies the person's rows)
+[csv/replace] SET dp.max_rows_per_unit = 4; SELECT dp_risk_difference(regexp_like(visits.note, '^z'), ((visits.patient_id <> 3) OR NULL), 0.1), dp_count(sqrt(abs((1e-300 / 0.5))), 100) FROM visits CROSS JOIN range(1000)
+
+-- session 54, seed 54, program 21241 (1416 s), peak memory: layout (memory, CSV)
+[csv/add] SET dp.mechanism = 'gaussian'; SET dp.delta = 1e-9; SELECT dp_rr_ci(coalesce(CASE WHEN a.patient_id IN (3, 9000000000000000007) THEN iszero(a.patient_id) ELSE NULL END, NULL), (arrow_cast('x', 'Decimal128(1, 0)') IS NULL), 0.1) FROM (SELECT * FROM visits WHERE patient_id IN (3, 9000000000000000007)) AS a LEFT JOIN (SELECT patient_id, tanh(array_compact(array_distinct(NULL))) AS h, (to_timestamp_seconds(named_struct('a', coalesce(patient_id), 'b', to_char(visit_date, 1))) IS NULL) AS h2 FROM visits) AS b ON (a.patient_id = b.patient_id) WHERE ((b.h > 0) OR coalesce(b.h2, false))
+
+-- session 54, seed 54, program 22393 (1486 s), peak memory: layout (memory, CSV)
+[csv/add] SELECT dp_or_ci(starts_with(a.region, 'x'), (a.note LIKE 'north'), 1.0) FROM (SELECT patient_id, cot(CAST(3 AS DOUBLE)) AS h, empty(array_repeat(patient_id, 10000)) AS h2 FROM visits) AS b JOIN (SELECT * FROM visits WHERE patient_id IN (3, 9000000000000000007)) AS a ON (a.patient_id = b.patient_id) WHERE ((b.h > 0) OR coalesce(b.h2, false))
+
+-- session 54, seed 54, program 22719 (1503 s), peak memory: layout (memory, CSV)
+[csv/replace] SET dp.mechanism = 'gaussian'; SET dp.delta = 1e-9; SELECT dp_rr_ci(((u.patient_id <> 3) OR u.outcome), starts_with('b', lpad(u.region, 1000, 'ab')), 0.01), dp_or_ci(('x' LIKE '%'), coalesce(CASE WHEN (u.patient_id > 60) THEN isnan(-2.5) ELSE NULL END, false), 0.01) FROM (SELECT patient_id, region, outcome, exposed FROM visits UNION ALL SELECT patient_id, region, outcome, exposed FROM visits WHERE (tags LIKE 'x')) AS u WHERE CASE WHEN (u.patient_id = 3) THEN (length(nvl(array_element(array_remove_all(make_array(), u.patient_id), ascii(u.region)), to_date(greatest(named_struct('a', 1))))) > 3) ELSE false END
+
+-- session 54, seed 54, program 24373 (1606 s), peak memory: layout (memory, CSV)
+[csv/add] SELECT dp_relative_risk((a.tags LIKE 'a'), try_cast_to_type(a.patient_id, a.outcome), 0.01) FROM (SELECT patient_id, nvl(abs(greatest(patient_id, 1)), with_metadata(CAST(patient_id AS DECIMAL(38, 10)), ',', 'List(Struct("a": Int64))')) AS h, try_cast_to_type(round(coalesce(CASE WHEN (patient_id = 3) THEN array_max(generate_series(1, 10000)) ELSE NULL END, 2)), with_metadata((tags LIKE 'a'), 'hex', 'Float64')) AS h2 FROM visits) AS b LEFT JOIN (SELECT * FROM visits WHERE (patient_id = 9000000000000000007)) AS a ON (a.patient_id = b.patient_id) WHERE ((b.h > 0) OR coalesce(b.h2, false))
