@@ -700,7 +700,7 @@ const FUZZ_SETS: &[&str] = &[
     "SET dp.mechanism = 'gaussian'; SET dp.delta = 1e-9",
     "SET dp.selection_mechanism = 'gaussian'",
     // The selection's ε at the Gaussian's smallest (σ ≈ 9e4: its threshold's search once took
-    // minutes to plan, session 54) and past the budget.
+    // minutes to plan, session 54) and near its largest (700 for the whole release).
     "SET dp.selection_mechanism = 'gaussian'; SET dp.selection_epsilon = 1e-4",
     "SET dp.selection_epsilon = 1e-4",
     "SET dp.selection_epsilon = 500",
