@@ -5,8 +5,8 @@
 //! (Canonne, Kamath & Steinke 2020, arXiv:2004.00010, Theorem 7). `(ε, δ)`-DP.
 
 use super::{
-    cdp_delta, check_delta, check_epsilon, rho_for, CountNoise, GaussianCalibration, Mechanism,
-    NoiseMechanism, PrivacyLoss, ReleaseShape, Sampler,
+    cdp_delta, check_delta, check_epsilon, rho_for, short_number, CountNoise, GaussianCalibration,
+    Mechanism, NoiseMechanism, PrivacyLoss, ReleaseShape, Sampler,
 };
 use crate::stats::sampler::{DiscreteGaussian, Rational};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -39,8 +39,9 @@ pub fn analytic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Re
     // (session 14's red team: exact counts for a charge of (ε, 1e-6)).
     if epsilon > MAX_GAUSSIAN_EPSILON {
         return Err(format!(
-            "epsilon={epsilon} per noised value is above {MAX_GAUSSIAN_EPSILON}, where the Gaussian \
-             mechanism's calibration overflows; use a smaller epsilon or mechanism=laplace"
+            "epsilon={} per noised value is above {MAX_GAUSSIAN_EPSILON}, where the Gaussian \
+             mechanism's calibration overflows; use a smaller epsilon or mechanism=laplace",
+            short_number(epsilon)
         ));
     }
     if !(sensitivity.is_finite() && sensitivity > 0.0) {
@@ -52,7 +53,9 @@ pub fn analytic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Re
         hi *= 2.0;
         if hi > 1e15 {
             return Err(format!(
-                "no Gaussian noise level reaches epsilon={epsilon}, delta={delta}"
+                "no Gaussian noise level reaches epsilon={}, delta={}",
+                short_number(epsilon),
+                short_number(delta)
             ));
         }
     }
@@ -81,7 +84,8 @@ pub fn classic_gaussian_sigma(epsilon: f64, delta: f64, sensitivity: f64) -> Res
     check_delta(delta)?;
     if epsilon >= 1.0 {
         return Err(format!(
-            "the classic Gaussian bound needs epsilon < 1 per count, got {epsilon}; use the analytic calibration"
+            "the classic Gaussian bound needs epsilon < 1 per count, got {}; use the analytic calibration",
+            short_number(epsilon)
         ));
     }
     Ok(sensitivity * (2.0 * (1.25 / delta).ln()).sqrt() / epsilon)
@@ -234,54 +238,55 @@ pub fn vector_delta(sigma2: f64, epsilon: f64, shape: ReleaseShape) -> f64 {
     match (shape.coordinates, shape.spread) {
         (1, false) => discrete_gaussian_delta(sigma2, epsilon, shape.sensitivity),
         (2, false) => {
-            let (greater, outside) = pair_sum_tail(sigma2);
             let center = sigma2 * epsilon / d;
             // P(T > x) = P(T ≥ ⌊x⌋ + 1) for the integer-valued T. The truncated tails are
             // below the true ones by at most `outside`: added to the first term only, so the
             // result is never below the true δ.
-            let above = |x: f64| greater(x.floor() + 1.0);
-            (above(center - d) + outside - epsilon.exp() * above(center + d)).clamp(0.0, 1.0)
+            let above = |x: f64| x.floor() + 1.0;
+            let ([lower, upper], outside) =
+                pair_sum_tails(sigma2, [above(center - d), above(center + d)]);
+            (lower + outside - epsilon.exp() * upper).clamp(0.0, 1.0)
         }
         _ => cdp_delta(shape.l2_squared() / (2.0 * sigma2), epsilon),
     }
 }
 
-/// `u ↦ P[Z₁ + Z₂ ≥ u]` for two independent `N_Z(0, σ²)` draws, both truncated to
-/// `|k| ≤ L = ⌈12σ⌉ + 2`, as `Σ_j P(Z₁ = j)·P(Z₂ ≥ u − j)` from tail sums accumulated from the
-/// far end; and the mass the truncation drops (below `e^-72`), which bounds how far below the
-/// true tail the result can be.
-fn pair_sum_tail(sigma2: f64) -> (impl Fn(f64) -> f64, f64) {
+/// `P[Z₁ + Z₂ ≥ u]` at each `u` of `us`, for two independent `N_Z(0, σ²)` draws both
+/// truncated to `|k| ≤ L`, as `Σ_j P(Z₁ = j)·P(Z₂ ≥ u − j)` with each tail `P(Z₂ ≥ y)`
+/// accumulated from the far end as `y` falls; and the mass the truncation drops, which bounds
+/// how far below the true tails the results can be.
+///
+/// `L` is `⌈12σ⌉ + 2`, or more when a tail asked for lies further out: the dropped mass
+/// `P(|Z| > L) ≤ e^(−L²/2σ²)` must stay far below `P[Z₁ + Z₂ ≥ u] ≈ e^(−u²/4σ²)`, so
+/// `L² ≥ u²/2 + 144σ²` (a factor `e^-72` below), up to `40σ`, past which every weight is 0 in
+/// `f64`. With `12σ` alone the dropped mass, `e^-72 ≈ 5e-32`, was above any `δ` below it: no
+/// `σ` fitted, and the search grew `σ` a thousandfold before giving up (7 s and 1.1 GB of
+/// planning for one statement at `δ = 1e-300`). The weights are streamed, not tabulated, so
+/// nothing allocated grows with `σ`.
+fn pair_sum_tails(sigma2: f64, us: [f64; 2]) -> ([f64; 2], f64) {
     let sigma = sigma2.sqrt();
-    let radius = (12.0 * sigma).ceil() as i64 + 2;
+    let far = us.iter().fold(0.0f64, |far, u| far.max(u.abs()));
+    let reach = (far * far / 2.0 + 144.0 * sigma2).sqrt().min(40.0 * sigma);
+    let radius = ((12.0 * sigma).ceil() as i64 + 2).max(reach.ceil() as i64 + 2);
     let total = discrete_gaussian_total(sigma2);
-    let pmf: Vec<f64> = (-radius..=radius)
-        .map(|k| (-(k * k) as f64 / (2.0 * sigma2)).exp() / total)
-        .collect();
-    // tail[i] = P(Z ≥ i − radius) for i in 0..=2·radius + 1 (the last is 0).
-    let mut tail = vec![0.0; pmf.len() + 1];
-    for i in (0..pmf.len()).rev() {
-        tail[i] = tail[i + 1] + pmf[i];
+    let pmf = |k: i64| (-(k * k) as f64 / (2.0 * sigma2)).exp() / total;
+    // For each u: `tails[i] = P(Z₂ ≥ next[i] + 1)` within the truncation, grown downwards.
+    let (mut sums, mut tails, mut next) = ([0.0f64; 2], [0.0f64; 2], [radius; 2]);
+    for j in -radius..=radius {
+        let p = pmf(j);
+        for i in 0..2 {
+            // P(Z₂ ≥ y); below the truncation every draw counts: the whole truncated mass.
+            let y = (us[i] as i64 - j).max(-radius);
+            while next[i] >= y {
+                tails[i] += pmf(next[i]);
+                next[i] -= 1;
+            }
+            sums[i] += p * tails[i];
+        }
     }
     // Mass outside ±radius, both tails of both draws, as a conservative allowance.
     let outside = 4.0 * discrete_gaussian_tail(sigma2, total, (radius + 1) as f64);
-    let tail_of_sum = move |u: f64| {
-        let mut sum = 0.0;
-        for (i, p) in pmf.iter().enumerate() {
-            let j = i as i64 - radius;
-            // P(Z₂ ≥ y); below the truncation every draw counts: the truncated mass, `tail[0]`.
-            let y = u as i64 - j;
-            let t = if y < -radius {
-                tail[0]
-            } else if y > radius {
-                0.0
-            } else {
-                tail[(y + radius) as usize]
-            };
-            sum += p * t;
-        }
-        sum.min(1.0)
-    };
-    (tail_of_sum, outside)
+    (sums.map(|sum| sum.min(1.0)), outside)
 }
 
 /// The analytic Gaussian mechanism for a whole release of `shape` (`m ≥ 2`): start from the
@@ -320,7 +325,8 @@ pub(super) fn calibrate_vector(
         // Past the vector calibration's range (an ε above 700 for the whole release), the
         // per-value one may still calibrate.
         (Some(Ok(per_value)), Err(_)) => Ok(per_value),
-        (Some(Err(e)), Err(_)) | (None, Err(e)) => Err(e),
+        // Neither calibrates: the message of the whole release, in the ε and δ asked for.
+        (Some(Err(_)), Err(e)) | (None, Err(e)) => Err(e),
     }
 }
 
@@ -361,13 +367,20 @@ fn vector_sigma2(
     let start_sigma2 = if shape.coordinates == 2 && !shape.spread {
         analytic_gaussian_sigma(epsilon, delta, d * m.sqrt())?.powi(2)
     } else {
-        let rho = rho_for(epsilon, delta)
-            .ok_or_else(|| format!("no zCDP budget reaches epsilon={epsilon}, delta={delta}"))?;
+        let rho = rho_for(epsilon, delta).ok_or_else(|| {
+            format!(
+                "no zCDP budget reaches epsilon={}, delta={}",
+                short_number(epsilon),
+                short_number(delta)
+            )
+        })?;
         shape.l2_squared() / (2.0 * rho)
     };
     if start_sigma2.sqrt() > MAX_GAUSSIAN_SIGMA {
         return Err(format!(
-            "epsilon={epsilon}, delta={delta} needs Gaussian noise with sigma {:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism",
+            "epsilon={}, delta={} needs Gaussian noise with sigma {:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism",
+            short_number(epsilon),
+            short_number(delta),
             start_sigma2.sqrt()
         ));
     }
@@ -395,11 +408,8 @@ fn least_fitting_sigma2(
     let mut step = SIGMA2_RESOLUTION;
     while !fits(above) {
         below = above;
-        above = dyadic_sigma2(start.to_f64() * (1.0 + step))?;
+        above = within_largest_sigma(dyadic_sigma2(start.to_f64() * (1.0 + step))?)?;
         step *= 2.0;
-        if step > 1e6 {
-            return Err("could not calibrate the discrete Gaussian".into());
-        }
     }
     loop {
         let (lo, hi) = (below.to_f64(), above.to_f64());
@@ -426,7 +436,7 @@ fn least_fitting_sigma2(
 /// where trying each took up to `n` evaluations and gave up after `10⁵` steps: at small `σ` the
 /// discrete law needs far more than the continuous `σ²` (19% more at `ε = 10.75`, `δ = 0.01`,
 /// 172,000 steps; 2.5x at `δ = 0.99`), and such a request was refused with "could not
-/// calibrate". Past [`MAX_CALIBRATION_STEPS`] (`σ²` grown 1.8e7-fold) it is refused.
+/// calibrate". Past [`MAX_GAUSSIAN_SIGMA`] it is refused.
 fn first_fitting_step(
     start: Rational,
     mut fits: impl FnMut(Rational) -> bool,
@@ -444,15 +454,9 @@ fn first_fitting_step(
     let (mut lo, mut lo_x) = (0u64, start);
     let (mut hi, mut hi_x) = (1u64, advance(start, 1)?);
     while !fits(hi_x) {
-        if hi >= MAX_CALIBRATION_STEPS {
-            return Err(format!(
-                "the discrete Gaussian calibration found no sigma^2 within {:.1e} times the continuous one",
-                (1.0 + 1e-6f64).powf(MAX_CALIBRATION_STEPS as f64)
-            ));
-        }
         (lo, lo_x) = (hi, hi_x);
         hi *= 2;
-        hi_x = advance(lo_x, hi - lo)?;
+        hi_x = within_largest_sigma(advance(lo_x, hi - lo)?)?;
     }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
@@ -466,9 +470,18 @@ fn first_fitting_step(
     Ok(hi_x)
 }
 
-/// The most steps of `10⁻⁶` [`first_fitting_step`] takes: `σ²` grown `e^16.8`-fold, past any
-/// `δ < 1` at any ε the calibration accepts (the most measured is 2.5-fold).
-const MAX_CALIBRATION_STEPS: u64 = 1 << 24;
+/// `σ²` itself while its `σ` is at most [`MAX_GAUSSIAN_SIGMA`], where the searches stop: each
+/// evaluation of a map costs `O(σ)`, and a search that grew `σ` without bound (one whose map
+/// never fitted) held a core for seconds and allocated by the gigabyte.
+fn within_largest_sigma(sigma2: Rational) -> Result<Rational, String> {
+    let sigma = sigma2.to_f64().sqrt();
+    if sigma > MAX_GAUSSIAN_SIGMA {
+        return Err(format!(
+            "the discrete Gaussian needs sigma {sigma:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism"
+        ));
+    }
+    Ok(sigma2)
+}
 
 /// How close to the least fitting grid value [`vector_sigma2`] stops: a relative `10⁻⁹` of
 /// `σ²`, noise no one can tell from the least (its variance is that much larger), reached in a
@@ -547,7 +560,9 @@ impl NoiseMechanism for GaussianMechanism {
         };
         if sigma > MAX_GAUSSIAN_SIGMA {
             return Err(format!(
-                "epsilon={epsilon}, delta={delta} needs Gaussian noise with sigma {sigma:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism"
+                "epsilon={}, delta={} needs Gaussian noise with sigma {sigma:.3e} > {MAX_GAUSSIAN_SIGMA:e}; use a larger epsilon or the laplace mechanism",
+                short_number(epsilon),
+                short_number(delta)
             ));
         }
         // Sample σ² rounded up to a dyadic rational with enough bits to keep the
@@ -632,6 +647,43 @@ mod tests {
             vector_sigma2(epsilon, Some(delta), shape).unwrap().to_f64(),
             found
         );
+    }
+
+    /// At `δ = 1e-300` the pair-sum law's truncation reaches far enough that the vector
+    /// calibration fits near the continuous `σ` (with `12σ` its allowance, `e^-72`, was above
+    /// every such `δ`, and the search grew `σ` a thousandfold before falling back), and a map
+    /// that never fits stops at the largest `σ`, not after gigabytes of tails.
+    #[test]
+    fn a_tiny_delta_calibrates_one_vector_and_a_search_stops_at_the_largest_sigma() {
+        let shape = ReleaseShape::new(2, 1);
+        for (epsilon, delta) in [(0.01, 1e-300), (1.0, 1e-300), (0.01, 1e-50), (1.0, 1e-12)] {
+            let found = vector_sigma2(epsilon, Some(delta), shape).unwrap().to_f64();
+            let continuous = analytic_gaussian_sigma(epsilon, delta, 2f64.sqrt())
+                .unwrap()
+                .powi(2);
+            assert!(
+                found <= continuous * 1.01,
+                "{epsilon}, {delta}: {found} against {continuous}"
+            );
+            let fits = |s2: f64| vector_delta(s2, epsilon, shape) <= delta;
+            assert!(fits(found));
+            // The search starts at the continuous σ²: the least above it, or that start.
+            let start = dyadic_sigma2(continuous).unwrap().to_f64();
+            assert!(
+                found == start || !fits(found * (1.0 - 2.0 * SIGMA2_RESOLUTION)),
+                "{epsilon}, {delta}"
+            );
+        }
+        let mut evaluations = 0;
+        let never = least_fitting_sigma2(dyadic_sigma2(1.0).unwrap(), |_| {
+            evaluations += 1;
+            false
+        });
+        assert!(never.unwrap_err().contains("1e5"));
+        // From a relative step of 1e-9, doubling reaches σ² = 1e10 in about 64 steps.
+        assert!(evaluations <= 70, "{evaluations}");
+        let never = first_fitting_step(dyadic_sigma2(1e9).unwrap(), |_| false);
+        assert!(never.unwrap_err().contains("1e5"));
     }
 
     /// The per-value calibration's doubling and bisection find the step that trying each step

@@ -256,7 +256,8 @@ fn check_epsilon(epsilon: f64) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "epsilon must be a finite number > 0, got {epsilon}"
+            "epsilon must be a finite number > 0, got {}",
+            short_number(epsilon)
         ))
     }
 }
@@ -265,7 +266,10 @@ fn check_delta(delta: f64) -> Result<(), String> {
     if delta.is_finite() && delta > 0.0 && delta < 1.0 {
         Ok(())
     } else {
-        Err(format!("delta must be in (0, 1), got {delta}"))
+        Err(format!(
+            "delta must be in (0, 1), got {}",
+            short_number(delta)
+        ))
     }
 }
 
@@ -874,6 +878,16 @@ mod tests {
             CountNoise::calibrate(Mechanism::Laplace, 0.0, None, 1, Default::default()).is_err()
         );
         assert!(classic_gaussian_sigma(1.5, 1e-5, 1.0).is_err());
+        // Extreme parameters print short: `1e-300`, not three hundred digits.
+        let err = CountNoise::calibrate_release(
+            Mechanism::Gaussian,
+            5e-7,
+            Some(1e-300),
+            ReleaseShape::new(2, 1),
+            Default::default(),
+        )
+        .unwrap_err();
+        assert!(err.contains("epsilon=5e-7, delta=1e-300 needs"), "{err}");
     }
 
     #[test]

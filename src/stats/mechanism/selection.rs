@@ -15,7 +15,7 @@
 //! noisy count. `δ` is a failure probability, not a bound on a Rényi divergence: the selection
 //! has no zCDP map.
 
-use super::{CountNoise, PrivacyLoss, Sampler};
+use super::{short_number, CountNoise, PrivacyLoss, Sampler};
 use crate::stats::sampler::Rational;
 
 /// The law of the counts' noise, as far as its upper tail is concerned.
@@ -114,7 +114,10 @@ impl GroupSelection {
         delta: f64,
     ) -> Result<Self, String> {
         if !(delta > 0.0 && delta < 1.0) {
-            return Err(format!("dp.selection_delta must be in (0, 1), got {delta}"));
+            return Err(format!(
+                "dp.selection_delta must be in (0, 1), got {}",
+                short_number(delta)
+            ));
         }
         let selection = Self::with_threshold(counts, rows_per_unit, groups_per_unit, 0)?;
         let per_group = delta / (2.0 * groups_per_unit.max(1) as f64);
@@ -134,7 +137,10 @@ impl GroupSelection {
                 <= delta
         })
         .ok_or_else(|| {
-            format!("private group selection: no threshold below 2^62 reaches dp.selection_delta={delta}")
+            format!(
+                "private group selection: no threshold below 2^62 reaches dp.selection_delta={}",
+                short_number(delta)
+            )
         })?;
         Ok(Self {
             threshold,
