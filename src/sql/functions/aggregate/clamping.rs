@@ -146,7 +146,7 @@ impl Grid {
         } else {
             min_exponent.max(0)
         };
-        let mut last = String::from("no grid");
+        let mut last = String::from("no grid is fine enough");
         while exponent <= max_exponent {
             let (lower, upper) = bounds(exponent);
             let units = upper
@@ -154,24 +154,27 @@ impl Grid {
                 .checked_sub(lower.min(0))
                 .and_then(|w| w.checked_mul(rows))
                 .and_then(|u| u32::try_from(u).ok());
-            if let Some(units) = units {
-                match CountNoise::calibrate_release(
-                    options.mechanism,
-                    epsilon,
-                    delta,
-                    ReleaseShape::new(coordinates, units.max(1)),
-                    options.gaussian_calibration,
-                ) {
-                    Ok(noise) => {
-                        return Ok(Self {
-                            exponent,
-                            lower,
-                            upper,
-                            noise,
-                        })
-                    }
-                    Err(e) => last = e,
+            let Some(units) = units else {
+                last = format!("the sensitivity is more than 2^32 units of the grid 2^{exponent}");
+                exponent += 1;
+                continue;
+            };
+            match CountNoise::calibrate_release(
+                options.mechanism,
+                epsilon,
+                delta,
+                ReleaseShape::new(coordinates, units.max(1)),
+                options.gaussian_calibration,
+            ) {
+                Ok(noise) => {
+                    return Ok(Self {
+                        exponent,
+                        lower,
+                        upper,
+                        noise,
+                    })
                 }
+                Err(e) => last = e,
             }
             exponent += 1;
         }
