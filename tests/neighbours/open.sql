@@ -165,3 +165,7 @@
 
 -- session 54, seed 54, program 24373 (1606 s), peak memory: layout (memory, CSV)
 [csv/add] SELECT dp_relative_risk((a.tags LIKE 'a'), try_cast_to_type(a.patient_id, a.outcome), 0.01) FROM (SELECT patient_id, nvl(abs(greatest(patient_id, 1)), with_metadata(CAST(patient_id AS DECIMAL(38, 10)), ',', 'List(Struct("a": Int64))')) AS h, try_cast_to_type(round(coalesce(CASE WHEN (patient_id = 3) THEN array_max(generate_series(1, 10000)) ELSE NULL END, 2)), with_metadata((tags LIKE 'a'), 'hex', 'Float64')) AS h2 FROM visits) AS b LEFT JOIN (SELECT * FROM visits WHERE (patient_id = 9000000000000000007)) AS a ON (a.patient_id = b.patient_id) WHERE ((b.h > 0) OR coalesce(b.h2, false))
+
+-- session 55, seed 55 (10 minutes after the calibration fixes: 5,430 programs, 0 aborts, 0
+-- differences), program 4863 (523 s), peak memory 1.1 against 3.6 MiB: layout (memory, CSV)
+[csv/replace] PREPARE q(BIGINT) AS SELECT dp_relative_risk(regexp_like(a.tags, '(a'), CASE WHEN (a.patient_id = 1) THEN (input_file_name() IS NULL) ELSE false END, 0.1) FROM (SELECT patient_id, substr(CASE WHEN (patient_id = $1) THEN CASE WHEN patient_id THEN concat_ws(patient_id, CAST(99999999999999999999999999999999999999 AS DECIMAL(38, 0))) ELSE 'a' END ELSE 1 END, (CASE WHEN (patient_id = $1) THEN gcd(0, 3) ELSE NULL END - (9223372036854775807 / patient_id))) AS h, empty(NULL) AS h2 FROM visits) AS b LEFT JOIN (SELECT * FROM visits WHERE (patient_id > 60)) AS a ON (a.patient_id = b.patient_id) WHERE ((length(b.h) > 3) OR coalesce(b.h2, false)); EXECUTE q(9000000000000000007)
