@@ -141,13 +141,13 @@ impl Grid {
             .mechanism
             .law()
             .grid_sensitivity(epsilon / coordinates as f64);
-        let mut exponent = if width > 0.0 {
+        let first = if width > 0.0 {
             ((width / target.max(1.0)).log2().ceil() as i32).clamp(min_exponent, max_exponent)
         } else {
             min_exponent.max(0)
         };
         let mut last = String::from("no grid is fine enough");
-        while exponent <= max_exponent {
+        for exponent in first..=max_exponent {
             let (lower, upper) = bounds(exponent);
             let units = upper
                 .max(0)
@@ -156,7 +156,6 @@ impl Grid {
                 .and_then(|u| u32::try_from(u).ok());
             let Some(units) = units else {
                 last = format!("the sensitivity is more than 2^32 units of the grid 2^{exponent}");
-                exponent += 1;
                 continue;
             };
             match CountNoise::calibrate_release(
@@ -176,7 +175,6 @@ impl Grid {
                 }
                 Err(e) => last = e,
             }
-            exponent += 1;
         }
         plan_err!(
             "{}: arguments 'lower' and 'upper' are too wide for the epsilon (no grid up to 2^{max_exponent} calibrates: {last})",
