@@ -4,6 +4,7 @@
 //! raised until the exact `δ` of the *discrete* law at the `σ²` sampled is within target
 //! (Canonne, Kamath & Steinke 2020, arXiv:2004.00010, Theorem 7). `(ε, δ)`-DP.
 
+use super::search::least_passing_index;
 use super::{
     cdp_delta, check_delta, check_epsilon, rho_for, short_number, CountNoise, GaussianCalibration,
     Mechanism, NoiseMechanism, PrivacyLoss, ReleaseShape, Sampler,
@@ -389,15 +390,14 @@ fn vector_sigma2(
     })
 }
 
-/// The least grid value from `start` on for which `fits` holds (`fits` monotone), to within a
-/// relative [`SIGMA2_RESOLUTION`]: the step up is grown from that resolution until a value
-/// fits, then the gap to the last that did not is bisected down to it. Each evaluation of the
-/// pair-sum law costs `O(σ)`; at large `σ` the discrete law needs almost exactly the continuous
-/// `σ²`, so two or three evaluations settle it, where bisecting down to the `f64` grid took
-/// 40-50 (1.1 s of planning per statement at `σ ≈ 7e4`, an analyst's `ε = 1e-4`). At small `σ`
-/// the discrete law can need far more than the continuous one (for one value, 19% more at
-/// `ε = 10.75`, `δ = 0.01`, and 2.5 times at `δ = 0.99`): up to about 30 steps up and 30 down,
-/// each cheap there.
+/// The least grid value from `start` on for which `fits` holds (`fits` monotone), the grid
+/// being `start·(1 + k·`[`SIGMA2_RESOLUTION`]`)` rounded up to the sampler's dyadic `σ²`:
+/// [`least_passing_index`] over `k`. Each evaluation of the pair-sum law costs `O(σ)`; at
+/// large `σ` the discrete law needs almost exactly the continuous `σ²`, so two or three
+/// evaluations settle it, where bisecting down to the `f64` grid took 40-50 (1.1 s of planning
+/// per statement at `σ ≈ 7e4`, an analyst's `ε = 1e-4`). At small `σ` the discrete law can
+/// need far more than the continuous one (for one value, 19% more at `ε = 10.75`, `δ = 0.01`,
+/// and 2.5 times at `δ = 0.99`): up to about 30 evaluations each way, each cheap there.
 fn least_fitting_sigma2(
     start: Rational,
     mut fits: impl FnMut(Rational) -> bool,
@@ -405,39 +405,28 @@ fn least_fitting_sigma2(
     if fits(start) {
         return Ok(start);
     }
-    let (mut below, mut above) = (start, start);
-    let mut step = SIGMA2_RESOLUTION;
-    while !fits(above) {
-        below = above;
-        above = within_largest_sigma(dyadic_sigma2(start.to_f64() * (1.0 + step))?)?;
-        step *= 2.0;
-    }
-    loop {
-        let (lo, hi) = (below.to_f64(), above.to_f64());
-        if hi - lo <= SIGMA2_RESOLUTION * hi {
-            return Ok(above);
-        }
-        let mid = dyadic_sigma2(lo + (hi - lo) / 2.0)?;
-        if mid.to_f64() <= lo || mid.to_f64() >= hi {
-            return Ok(above);
-        }
-        if fits(mid) {
-            above = mid;
-        } else {
-            below = mid;
-        }
-    }
+    let at = |k: u64| {
+        within_largest_sigma(dyadic_sigma2(
+            start.to_f64() * (1.0 + k as f64 * SIGMA2_RESOLUTION),
+        )?)
+    };
+    // Up to `k = u64::MAX`, `σ²` grows `1.8e10`-fold: past the largest `σ` from any start
+    // above `0.6`; a map that still never fits is refused either way.
+    let k = least_passing_index(1, u64::MAX, |k| at(k).map(&mut fits))?
+        .ok_or_else(|| "the discrete Gaussian's calibration found no sigma".to_string())?;
+    at(k)
 }
 
 /// The per-value calibration's steps: `σ²` raised by a relative `10⁻⁶` at a time, each step
 /// rounded up to the sampler's grid (`x₀ = start`, `xₙ₊₁ = ⌈xₙ·(1 + 10⁻⁶)⌉`). The first `xₙ`
-/// for which `fits` holds (`fits` monotone along the steps) is found by doubling `n`, then
-/// bisecting it: `O(log n)` evaluations of the map and `O(n)` roundings, the same `xₙ` that
-/// trying each step in turn finds (so the paper's per-cell reproduction stays byte-identical),
-/// where trying each took up to `n` evaluations and gave up after `10⁵` steps: at small `σ` the
-/// discrete law needs far more than the continuous `σ²` (19% more at `ε = 10.75`, `δ = 0.01`,
-/// 172,000 steps; 2.5x at `δ = 0.99`), and such a request was refused with "could not
-/// calibrate". Past [`MAX_GAUSSIAN_SIGMA`] it is refused.
+/// for which `fits` holds (`fits` monotone along the steps) is found by
+/// [`least_passing_index`] over `n`, each `xₙ` stepped from the largest `n` evaluated below
+/// it (the last that failed): `O(log n)` evaluations of the map and `O(n)` roundings, the
+/// same `xₙ` that trying each step in turn finds (so the paper's per-cell reproduction stays
+/// byte-identical), where trying each took up to `n` evaluations and gave up after `10⁵`
+/// steps: at small `σ` the discrete law needs far more than the continuous `σ²` (19% more at
+/// `ε = 10.75`, `δ = 0.01`, 172,000 steps; 2.5x at `δ = 0.99`), and such a request was
+/// refused with "could not calibrate". Past [`MAX_GAUSSIAN_SIGMA`] it is refused.
 fn first_fitting_step(
     start: Rational,
     mut fits: impl FnMut(Rational) -> bool,
@@ -445,30 +434,26 @@ fn first_fitting_step(
     if fits(start) {
         return Ok(start);
     }
-    let advance = |mut x: Rational, steps: u64| -> Result<Rational, String> {
-        for _ in 0..steps {
-            x = dyadic_sigma2(x.to_f64() * (1.0 + 1e-6))?;
+    // Every step evaluated, `(n, xₙ)`: at most two per doubling and bisection round.
+    let mut stepped = vec![(0u64, start)];
+    let n = least_passing_index(1, u64::MAX, |n| {
+        let &(from, mut x) = stepped
+            .iter()
+            .filter(|(m, _)| *m < n)
+            .max_by_key(|(m, _)| *m)
+            .expect("step 0 is below every n searched");
+        for _ in from..n {
+            x = within_largest_sigma(dyadic_sigma2(x.to_f64() * (1.0 + 1e-6))?)?;
         }
-        Ok(x)
-    };
-    // Invariants: step `lo` does not fit, step `hi` does.
-    let (mut lo, mut lo_x) = (0u64, start);
-    let (mut hi, mut hi_x) = (1u64, advance(start, 1)?);
-    while !fits(hi_x) {
-        (lo, lo_x) = (hi, hi_x);
-        hi *= 2;
-        hi_x = within_largest_sigma(advance(lo_x, hi - lo)?)?;
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let mid_x = advance(lo_x, mid - lo)?;
-        if fits(mid_x) {
-            (hi, hi_x) = (mid, mid_x);
-        } else {
-            (lo, lo_x) = (mid, mid_x);
-        }
-    }
-    Ok(hi_x)
+        stepped.push((n, x));
+        Ok::<_, String>(fits(x))
+    })?
+    .ok_or_else(|| "the discrete Gaussian's calibration found no sigma".to_string())?;
+    Ok(stepped
+        .iter()
+        .find(|(m, _)| *m == n)
+        .expect("the index found was evaluated")
+        .1)
 }
 
 /// `σ²` itself while its `σ` is at most [`MAX_GAUSSIAN_SIGMA`], where the searches stop: each

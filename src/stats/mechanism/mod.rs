@@ -36,6 +36,7 @@
 pub mod gaussian;
 pub mod laplace;
 pub mod privacy_map;
+pub mod search;
 pub mod selection;
 
 pub use gaussian::{

@@ -15,6 +15,7 @@
 //! noisy count. `δ` is a failure probability, not a bound on a Rényi divergence: the selection
 //! has no zCDP map.
 
+use super::search::least_passing_index;
 use super::{short_number, CountNoise, PrivacyLoss, Sampler};
 use crate::stats::sampler::Rational;
 
@@ -64,30 +65,20 @@ fn gaussian_sum_from(sigma2: f64, start: i64) -> f64 {
 }
 
 /// The least threshold above `floor` for which `passes` holds, `passes` being monotone (false
-/// up to some threshold, true from it on) and false at `floor`: from `start`, the distance
-/// above `floor` is doubled until it passes, then the gap bisected. `O(log T)` evaluations of
-/// the map whatever the noise's scale: stepping by one from a closed-form guess took `O(σ)`
-/// evaluations of an `O(σ)` tail sum, about `14σ²` terms, which at the largest Gaussian `σ` an
-/// analyst's `dp.selection_epsilon` reaches (`1e5`) was `1.4e11` terms of planning in one
-/// statement. `None` when no threshold below `2^62` passes.
+/// up to some threshold, true from it on) and false at `floor`: [`least_passing_index`] over
+/// the distance above `floor`, from `start`'s. `O(log T)` evaluations of the map whatever the
+/// noise's scale: stepping by one from a closed-form guess took `O(σ)` evaluations of an
+/// `O(σ)` tail sum, about `14σ²` terms, which at the largest Gaussian `σ` an analyst's
+/// `dp.selection_epsilon` reaches (`1e5`) was `1.4e11` terms of planning in one statement.
+/// `None` when no threshold below `2^62` passes.
 fn least_passing(floor: i64, start: i64, mut passes: impl FnMut(i64) -> bool) -> Option<i64> {
-    let (mut fails, mut hi) = (floor, start.max(floor + 1));
-    while !passes(hi) {
-        fails = hi;
-        hi = floor.checked_add(hi.checked_sub(floor)?.checked_mul(2)?)?;
-        if hi >= 1 << 62 {
-            return None;
-        }
-    }
-    while hi - fails > 1 {
-        let mid = fails + (hi - fails) / 2;
-        if passes(mid) {
-            hi = mid;
-        } else {
-            fails = mid;
-        }
-    }
-    Some(hi)
+    let limit = ((1i64 << 62) - 1).checked_sub(floor.max(0))? as u64;
+    let first = start.saturating_sub(floor).max(1) as u64;
+    least_passing_index(first, limit, |above| {
+        Ok::<_, std::convert::Infallible>(passes(floor + above as i64))
+    })
+    .unwrap_or_else(|never| match never {})
+    .map(|above| floor + above as i64)
 }
 
 /// Private group selection calibrated on the noise of its counts (module docs).
