@@ -334,6 +334,114 @@ async fn one_charge_one_release_and_prepared_statements() {
     assert!((spent(&mut client).await - 0.6).abs() < 1e-12);
 }
 
+/// A prepared statement's parameters come as an Arrow batch whose schema the analyst writes,
+/// so they reach every type a cast does: each is bounded as a literal of its type is
+/// (`max_value_bytes`, `max_type_depth`: a `NULL` of `FixedSizeBinary(10^6)` broadcast over
+/// 4,000 rows would allocate 4 GB), refused before the charge, gated by one person or not, and
+/// the server answers the next query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_parameters_of_any_type_are_bounded_as_literals() {
+    use arrow::array::{new_null_array, ArrayRef, Decimal256Array, DictionaryArray, StringArray};
+    use arrow::datatypes::{i256, DataType, Field, Int32Type};
+    use std::sync::Arc;
+    let dir = test_dir("parameters");
+    let ledger = dir.join("alice.ledger");
+    let server = Server::start(&write_config(&dir, &[("alice", "pw", 50.0)], ""));
+    let mut client = login(&server.url(), "alice", "pw").await.unwrap();
+    let nested = (0..100).fold(DataType::Int8, |t, _| {
+        DataType::List(Arc::new(Field::new_list_field(t, true)))
+    });
+    let null = |t: DataType| new_null_array(&t, 1);
+    let dictionary: DictionaryArray<Int32Type> = vec!["east"].into_iter().collect();
+    let wide_list = DataType::FixedSizeList(
+        Arc::new(Field::new_list_field(DataType::Int8, true)),
+        100_000,
+    );
+    let cases: Vec<(&str, &str, ArrayRef, Option<&str>)> = vec![
+        (
+            "fixed-size binary",
+            "$1 IS NULL",
+            null(DataType::FixedSizeBinary(1_000_000)),
+            Some("max_value_bytes"),
+        ),
+        (
+            "fixed-size binary, gated by one patient",
+            "(CASE WHEN patient_id = 17 THEN $1 END) IS NULL",
+            null(DataType::FixedSizeBinary(1_000_000)),
+            Some("max_value_bytes"),
+        ),
+        (
+            "fixed-size list",
+            "$1 IS NULL",
+            null(wide_list),
+            Some("max_value_bytes"),
+        ),
+        (
+            "100 nested lists",
+            "$1 IS NULL",
+            null(nested),
+            Some("the batch does not decode: Decode error"),
+        ),
+        // arrow-flight's client sends a dictionary hydrated (as its values): answered as a
+        // string. ADBC's sends it as it is, refused (tests/python/adbc_session.py).
+        ("dictionary", "region = $1", Arc::new(dictionary), None),
+        (
+            "decimal at its limit",
+            "$1 > 0",
+            Arc::new(
+                Decimal256Array::from(vec![i256::MAX])
+                    .with_precision_and_scale(76, 0)
+                    .unwrap(),
+            ),
+            None,
+        ),
+        (
+            "string",
+            "region = $1",
+            Arc::new(StringArray::from(vec!["east"])),
+            None,
+        ),
+    ];
+    for (name, predicate, value, refused) in cases {
+        let before = ledger_charges(&ledger).len();
+        let sql = format!("SELECT dp_count(outcome, 0.5) AS n FROM visits WHERE {predicate}");
+        let mut prepared = client.prepare(sql, None).await.unwrap();
+        let values = RecordBatch::try_from_iter([("$1", value)]).unwrap();
+        let answered = match prepared.set_parameters(values) {
+            Ok(()) => match prepared.execute().await {
+                Ok(info) => fetch(&mut client, info).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = prepared.close().await;
+        match (refused, answered) {
+            (None, Ok(batches)) => {
+                assert_eq!(rows(&batches), 1, "{name}");
+                assert_eq!(ledger_charges(&ledger).len(), before + 1, "{name}: charged");
+            }
+            (Some(why), Err(e)) => {
+                assert!(e.contains(why), "{name}: {e}");
+                assert_eq!(
+                    ledger_charges(&ledger).len(),
+                    before,
+                    "{name}: not charged: {e}"
+                );
+            }
+            (expected, got) => panic!(
+                "{name}: expected {}, got {:?}",
+                expected.map_or("an answer".to_string(), |w| format!("a refusal naming {w}")),
+                got.map(|b| rows(&b))
+            ),
+        }
+        // The server is up, and answers the next query.
+        let batches = query(&mut client, "SELECT dp_count(outcome, 0.5) FROM visits")
+            .await
+            .unwrap();
+        assert_eq!(rows(&batches), 1, "after {name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_connections_of_one_analyst_never_overspend() {
     let dir = test_dir("concurrent");
@@ -632,7 +740,21 @@ fn python_adbc_client() {
         "{out}"
     );
     assert!(facts["select_star"].contains("visits"), "{out}");
-    assert_eq!(ledger_charges(&dir.join("alice.ledger")).len(), 1, "{out}");
+    assert_eq!(
+        facts.get("parameter_string"),
+        Some(&"answered 1 row"),
+        "{out}"
+    );
+    assert!(
+        facts["parameter_dictionary"].contains("Dictionary"),
+        "{out}"
+    );
+    assert!(
+        facts["parameter_fixed_binary"].contains("max_value_bytes"),
+        "{out}"
+    );
+    // The relative risk and the string parameter's count: the refusals are not charged.
+    assert_eq!(ledger_charges(&dir.join("alice.ledger")).len(), 2, "{out}");
 }
 
 #[test]

@@ -547,7 +547,16 @@ async fn first_parameter_batch(
     );
     let mut first = None;
     while let Some(batch) = batches.next().await {
-        let batch = batch.map_err(Status::from)?;
+        let batch = batch.map_err(|e| match e {
+            // The limits above, as they are.
+            FlightError::Tonic(status) => *status,
+            // What the analyst sent does not decode (a type nested past the IPC reader's
+            // depth, a malformed message): their input, not the server's fault.
+            other => Status::invalid_argument(format!(
+                "prepared statement parameters: the batch does not decode: {}",
+                other.to_string().trim_end()
+            )),
+        })?;
         if first.is_none() && batch.num_rows() > 0 {
             first = Some(batch);
         }

@@ -10,6 +10,7 @@ Prints one `key=value` line per fact; the Rust test asserts them.
 import sys
 
 import adbc_driver_flightsql.dbapi as flight_sql
+import pyarrow as pa
 from adbc_driver_flightsql import DatabaseOptions
 
 
@@ -54,6 +55,23 @@ def session(uri, user, password):
                 print("select_star=answered")
             except Exception as e:
                 print("select_star=" + one_line(e))
+        # Prepared statements' parameters come as a batch whose types the analyst chooses:
+        # each is bounded as a literal of its type, refused before the charge.
+        parameters = {
+            "string": ("region = $1", pa.array(["east"])),
+            "dictionary": ("region = $1", pa.array(["east"]).dictionary_encode()),
+            "fixed_binary": ("$1 IS NULL", pa.nulls(1, pa.binary(1_000_000))),
+        }
+        for name, (predicate, value) in parameters.items():
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(
+                        f"SELECT dp_count(outcome, 0.5) AS n FROM visits WHERE {predicate}",
+                        parameters=pa.record_batch([value], names=["$1"]),
+                    )
+                    print(f"parameter_{name}=answered {len(cur.fetchall())} row")
+                except Exception as e:
+                    print(f"parameter_{name}=" + one_line(e))
         objects = conn.adbc_get_objects(depth="tables", db_schema_filter="public").read_all()
         names = []
         for catalog in objects.to_pylist():
