@@ -434,7 +434,7 @@ fn first_fitting_step(
     if fits(start) {
         return Ok(start);
     }
-    // Every step evaluated, `(n, xₙ)`: at most two per doubling and bisection round.
+    // Every step evaluated, `(n, xₙ)`: one per evaluation, `O(log n)` of them.
     let mut stepped = vec![(0u64, start)];
     let n = least_passing_index(1, u64::MAX, |n| {
         let &(from, mut x) = stepped
