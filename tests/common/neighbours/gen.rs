@@ -81,8 +81,8 @@ pub struct Gen {
     pub explain: bool,
     /// A chain of CTEs the select reads (`WITH ... chain AS (...)`).
     pub chain: Option<grammar::Chain>,
-    /// Parameters (type, value): the query is prepared with `$1`, `$2`, ... in its text and
-    /// executed with these values.
+    /// Parameters (SQL type, or "" for none: typed by its value; value): the query is prepared
+    /// with `$1`, `$2`, ... in its text and executed with these values.
     pub params: Vec<(&'static str, String)>,
 }
 
@@ -318,7 +318,11 @@ impl Gen {
         if !self.params.is_empty() {
             let types: Vec<&str> = self.params.iter().map(|p| p.0).collect();
             let values: Vec<&str> = self.params.iter().map(|p| p.1.as_str()).collect();
-            statements.push(format!("PREPARE q({}) AS {query}", types.join(", ")));
+            // An untyped parameter ("") leaves the PREPARE untyped: EXECUTE's values type it.
+            statements.push(match types.contains(&"") {
+                true => format!("PREPARE q AS {query}"),
+                false => format!("PREPARE q({}) AS {query}", types.join(", ")),
+            });
             query = format!("EXECUTE q({})", values.join(", "));
         }
         statements.push(if explain {

@@ -1584,7 +1584,30 @@ impl Generator {
                 s
             }
             68..=83 => self.join_select(),
-            84..=91 => {
+            84..=86 => {
+                // A prepared statement whose parameter's type is the analyst's (any type a
+                // cast can name, so sized ones too), used only on one person's rows: the
+                // PREPARE leaves it untyped and EXECUTE binds a NULL of that type.
+                let src = self.fuzz_source();
+                let cat = self.catalogue();
+                let target = *self.pick(&cat.types);
+                let when = self.is_person(&src);
+                let gated = Expr::Case(
+                    Box::new(when),
+                    Box::new(Expr::Lit("$1".into())),
+                    Box::new(Expr::Lit("NULL".into())),
+                );
+                params.push(("", format!("arrow_cast(NULL, '{target}')")));
+                Select {
+                    items: vec![(self.dp_call(&src), None)],
+                    from: src.from,
+                    filter: Some(Expr::IsNull(Box::new(gated))),
+                    group_by: vec![],
+                    order_by: vec![],
+                    limit: None,
+                }
+            }
+            87..=91 => {
                 // A prepared statement: the person's id is the parameter.
                 let mut s = if self.chance(0.5) {
                     self.join_select()
