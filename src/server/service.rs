@@ -489,10 +489,21 @@ fn param_values(batch: &RecordBatch) -> Result<ParamValues, Status> {
     let values = batch
         .columns()
         .iter()
-        .map(|column| datafusion::common::ScalarValue::try_from_array(column, 0))
+        .map(|column| datafusion::common::ScalarValue::try_from_array(column, 0).map(value_of))
         .collect::<datafusion::error::Result<Vec<_>>>()
         .map_err(|e| status(&e))?;
     Ok(ParamValues::from(values))
+}
+
+/// A parameter is one value: a dictionary-encoded one (pandas' categoricals, strings as ADBC
+/// may send them) is its value. Left encoded, comparing it with a string column would cast the
+/// column to a dictionary, which a locked session refuses over protected rows; an arrow-flight
+/// client sends the same value already decoded and is answered.
+fn value_of(value: datafusion::common::ScalarValue) -> datafusion::common::ScalarValue {
+    match value {
+        datafusion::common::ScalarValue::Dictionary(_, inner) => value_of(*inner),
+        other => other,
+    }
 }
 
 /// A failure of a query after its charge (while it is planned after the analyzer charged it,

@@ -60,6 +60,12 @@ def session(uri, user, password):
         parameters = {
             "string": ("region = $1", pa.array(["east"])),
             "dictionary": ("region = $1", pa.array(["east"]).dictionary_encode()),
+            "dictionary_fixed_binary": (
+                "$1 IS NULL",
+                pa.DictionaryArray.from_arrays(
+                    pa.array([0], pa.int8()), pa.array([None], pa.binary(1_000_000))
+                ),
+            ),
             "fixed_binary": ("$1 IS NULL", pa.nulls(1, pa.binary(1_000_000))),
         }
         for name, (predicate, value) in parameters.items():

@@ -183,7 +183,7 @@ pub const SERVER_LIMITS: &[Limit<ServerConfig>] = &[
         field!(ServerConfig, max_parameter_bytes),
         Unit::Bytes,
         DefaultValue::Value(1 << 20),
-        r#"Bytes of one `DoPut` of prepared-statement parameters. The stream is read message by message and refused as soon as it passes the limit ("max_parameter_bytes"); only its first non-empty batch (one row of values) is kept. A batch that does not decode (a type nested past the IPC reader's 64 levels, a malformed message) is refused as `InvalidArgument`. The analyst writes the batch's schema, so its values reach every Arrow type: each is bounded as a literal of its type is (`max_value_bytes`, `max_type_depth`, the casts a locked session refuses), before the charge (`prepared_parameters_of_any_type_are_bounded_as_literals`, and through ADBC in `python_adbc_client`)."#,
+        r#"Bytes of one `DoPut` of prepared-statement parameters. The stream is read message by message and refused as soon as it passes the limit ("max_parameter_bytes"); only its first non-empty batch (one row of values) is kept. A batch that does not decode (a type nested past the IPC reader's 64 levels, a malformed message) is refused as `InvalidArgument`. The analyst writes the batch's schema, so its values reach every Arrow type: a dictionary-encoded value is taken as its value (as arrow-flight's client sends it), and each is bounded as a literal of its type is (`max_value_bytes`, `max_type_depth`, the casts a locked session refuses), before the charge (`prepared_parameters_of_any_type_are_bounded_as_literals`, and through ADBC in `python_adbc_client`)."#,
     ),
     Limit::new(
         field!(ServerConfig, max_parameter_batches),
