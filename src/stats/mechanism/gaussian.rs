@@ -437,11 +437,14 @@ fn first_fitting_step(
     // Every step evaluated, `(n, xₙ)`: one per evaluation, `O(log n)` of them.
     let mut stepped = vec![(0u64, start)];
     let n = least_passing_index(1, u64::MAX, |n| {
-        let &(from, mut x) = stepped
+        // Step 0 is below every `n` searched.
+        let Some(&(from, mut x)) = stepped
             .iter()
             .filter(|(m, _)| *m < n)
             .max_by_key(|(m, _)| *m)
-            .expect("step 0 is below every n searched");
+        else {
+            return Err("the discrete Gaussian's calibration lost its steps".to_string());
+        };
         for _ in from..n {
             x = within_largest_sigma(dyadic_sigma2(x.to_f64() * (1.0 + 1e-6))?)?;
         }
@@ -449,11 +452,12 @@ fn first_fitting_step(
         Ok::<_, String>(fits(x))
     })?
     .ok_or_else(|| "the discrete Gaussian's calibration found no sigma".to_string())?;
-    Ok(stepped
+    // The index found was evaluated.
+    stepped
         .iter()
         .find(|(m, _)| *m == n)
-        .expect("the index found was evaluated")
-        .1)
+        .map(|&(_, x)| x)
+        .ok_or_else(|| "the discrete Gaussian's calibration lost its steps".to_string())
 }
 
 /// `σ²` itself while its `σ` is at most [`MAX_GAUSSIAN_SIGMA`], where the searches stop: each
