@@ -9,6 +9,13 @@
 //!     cargo run --release --example coverage_table -- 10000 small-groups > docs/coverage-small-groups.md
 //!     cargo run --release --example coverage_table -- 100000 wref analytic  # issue 45's W_ref
 //!
+//! The `wref` mode also measures, with `DP_WREF_BOOT=B`, the paper's construction at a
+//! multiplier calibrated by the parametric bootstrap-t with `B` replays ([`studentized_z`], a
+//! prototype, not a method of the crate), and with `DP_WREF_INNER=B₂` its double bootstrap; one
+//! line per cell and statistic on stderr: `BOOT`, statistic, p_x, p_y, its coverage, its median
+//! width / W_ref, z*, its median multiplier, the default's median width / W_ref.
+//! `DP_WREF_EPS` and `DP_WREF_PY` (a grid index) restrict the run (docs/intervals.md §7).
+//!
 //! Part 1 is the paper's table (n_x = n_y = 200, ε = 1, δ = 1e-4, Gaussian σ from the analytic
 //! mechanism at (ε/2, δ/2) per cell; docs/paper-notes.md) for both size modes, unchanged. Part 2
 //! measures the issue-12 targets: every cell of the 9x9 (p_x, p_y) grid at n = 200 and 100
@@ -328,9 +335,19 @@ fn wref_cell(
     let mut default: [Vec<Option<f64>>; 2] = Default::default();
     let mut paper: [Vec<Option<(f64, f64)>>; 2] = Default::default();
     let mut releases = Vec::with_capacity(simulations);
+    let boot = boot_replicates();
+    let replay = datafusion_dp::stats::bootstrap::ReplayNoise::new(&noise.cell);
+    let mut boot_z: [Vec<f64>; 2] = Default::default();
     for _ in 0..simulations {
         let table = design.draw(rng);
         let released = noise.release(&table, rng)?;
+        if boot > 0 {
+            for (k, &statistic) in statistics.iter().enumerate() {
+                boot_z[k].push(studentized_z(
+                    noise, &replay, &released, statistic, boot, z95,
+                ));
+            }
+        }
         for (k, &statistic) in statistics.iter().enumerate() {
             let ci = noise.interval(&released, statistic, &specs[k]);
             if let Some(ci) = ci {
@@ -374,6 +391,27 @@ fn wref_cell(
         let z_star = smallest_covering_z(truth, z95, &paper[k]);
         let (paper_coverage, paper_median_width) = paper_at(z95);
         let (paper_coverage_at_z_star, w_ref) = paper_at(z_star);
+        if boot > 0 {
+            let mut covers = 0usize;
+            let mut widths = Vec::new();
+            for (r, &z) in releases.iter().zip(&boot_z[k]) {
+                if let Some(ci) = r.paper_construction_at_z(statistic, z) {
+                    covers += usize::from(ci.lower <= truth && truth <= ci.upper);
+                    widths.push(ci.upper - ci.lower);
+                }
+            }
+            eprintln!(
+                "BOOT\t{:?}\t{}\t{}\t{:.4}\t{:.4}\t{:.3}\t{:.3}\t{:.4}",
+                statistic,
+                design.exposed_risk,
+                design.unexposed_risk,
+                covers as f64 / simulations as f64,
+                median(widths) / w_ref,
+                z_star,
+                median(boot_z[k].clone()),
+                median(default[k].iter().flatten().copied().collect()) / w_ref,
+            );
+        }
         let median_width = median(default[k].iter().flatten().copied().collect());
         let size = simulations / WREF_BATCHES;
         let (batch_z, batch_ratio): (Vec<f64>, Vec<f64>) = (0..WREF_BATCHES)
@@ -397,6 +435,119 @@ fn wref_cell(
         }
     });
     Ok(cells.collect())
+}
+
+/// Prototype: bootstrap replicates of the studentised multiplier (`DP_WREF_BOOT`, 0: off).
+fn boot_replicates() -> usize {
+    std::env::var("DP_WREF_BOOT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Prototype: the multiplier of the paper's construction calibrated by the parametric
+/// bootstrap-t (Hall 1988): fit the arms to the release, replay `b` releases, and take the
+/// 95% quantile of `|θ̂_fit − c*| / h*` (at least `floor`). With `DP_WREF_INNER` > 0, the
+/// level is calibrated by a double bootstrap (Beran 1987, prepivoting).
+fn studentized_z(
+    noise: &TableNoise,
+    replay: &datafusion_dp::stats::bootstrap::ReplayNoise,
+    released: &datafusion_dp::stats::ReleasedTable,
+    statistic: RatioStatistic,
+    b: usize,
+    floor: f64,
+) -> f64 {
+    use rand::SeedableRng as _;
+    let seed = (released.exposed_cases as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (released.unexposed_cases as u64).rotate_left(17)
+        ^ (released.exposed_total as u64).rotate_left(34)
+        ^ (released.unexposed_total as u64).rotate_left(51);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let inner: usize = std::env::var("DP_WREF_INNER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let outer = roots(noise, replay, released, statistic, b, &mut rng, inner > 0);
+    let mut t: Vec<f64> = outer.iter().map(|(r, _)| *r).collect();
+    t.sort_unstable_by(f64::total_cmp);
+    let mut level = 0.95;
+    if inner > 0 {
+        let mut u: Vec<f64> = outer
+            .iter()
+            .map(|(r, rep)| {
+                let Some(rep) = rep else { return 1.0 };
+                let inner_roots = roots(noise, replay, rep, statistic, inner, &mut rng, false);
+                let below = inner_roots.iter().filter(|(x, _)| x <= r).count();
+                below as f64 / inner as f64
+            })
+            .collect();
+        u.sort_unstable_by(f64::total_cmp);
+        let k = ((b + 1) as f64 * 0.95).ceil() as usize;
+        level = u[k.min(b) - 1];
+    }
+    let k = ((b + 1) as f64 * level).ceil() as usize;
+    t[k.clamp(1, b) - 1].max(floor)
+}
+
+/// `b` replays of the release fitted to `released`, with their roots `|θ̂_fit − c*| / h*`.
+fn roots(
+    noise: &TableNoise,
+    replay: &datafusion_dp::stats::bootstrap::ReplayNoise,
+    released: &datafusion_dp::stats::ReleasedTable,
+    statistic: RatioStatistic,
+    b: usize,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    keep: bool,
+) -> Vec<(f64, Option<datafusion_dp::stats::ReleasedTable>)> {
+    use rand_distr::{Binomial, Distribution};
+    let fit = |cases: i64, total: i64| {
+        let n = total.max(1) as u64;
+        let half = 0.5 / n as f64;
+        (n, (cases as f64 / n as f64).clamp(half, 1.0 - half))
+    };
+    let (nx, px) = fit(released.exposed_cases, released.exposed_total);
+    let (ny, py) = fit(released.unexposed_cases, released.unexposed_total);
+    let odds = |p: f64| p / (1.0 - p);
+    let theta = match statistic {
+        RelativeRisk => px / py,
+        OddsRatio => odds(px) / odds(py),
+        RiskDifference => px - py,
+    };
+    let (ex, ux) = (
+        Binomial::new(nx, px).unwrap(),
+        Binomial::new(ny, py).unwrap(),
+    );
+    (0..b)
+        .map(|_| {
+            let x = ex.sample(rng);
+            let y = ux.sample(rng);
+            let table = datafusion_dp::stats::TwoByTwo {
+                a: x,
+                b: nx - x,
+                c: y,
+                d: ny - y,
+            };
+            let r = noise.release_with(&table, rng, |rng| replay.sample(rng));
+            let Ok(r) = r else {
+                return (f64::INFINITY, None);
+            };
+            let at = |z| r.paper_construction_at_z(statistic, z);
+            let root = match at(0.0).zip(at(1.0)) {
+                Some((c, one)) => {
+                    let (c, h) = (c.upper, one.upper - c.upper);
+                    if h > 0.0 {
+                        (theta - c).abs() / h
+                    } else if c == theta {
+                        0.0
+                    } else {
+                        f64::INFINITY
+                    }
+                }
+                None => f64::INFINITY,
+            };
+            (root, keep.then_some(r))
+        })
+        .collect()
 }
 
 /// The four Gaussian n = 200 settings of [`Measured::Widths`] and [`Measured::Wref`] (ε 0.5 and
@@ -426,9 +577,19 @@ fn wref_part(simulations: usize) -> Result<String, String> {
     );
     for (index, setting) in gaussian_width_settings() {
         let (epsilon, sizes) = (setting.epsilon, setting.sizes);
+        if let Ok(only) = std::env::var("DP_WREF_EPS") {
+            if only.parse::<f64>().ok() != Some(epsilon) {
+                continue;
+            }
+        }
         let noise = setting.noise()?;
         let start = std::time::Instant::now();
         let cells = over_cells(|i, j| {
+            if let Ok(only) = std::env::var("DP_WREF_PY") {
+                if only.parse::<usize>().ok() != Some(j) {
+                    return Ok(vec![]);
+                }
+            }
             let design = setting.design(i, j);
             // The seeds of `Measured::Widths` (run_setting with Measured::Defaults).
             let seed = 5_000_000 + index * 1000 + (i * 9 + j) as u64;

@@ -257,7 +257,7 @@ impl TableNoise {
     /// [`Self::release`] with the per-cell noise drawn by `sample` (which must follow the law
     /// of `self.cell`): the bootstrap replays releases through this with a faster sampler of
     /// the same law ([`super::bootstrap`]); released values always use the exact sampler.
-    pub(crate) fn release_with<R: RngCore + ?Sized>(
+    pub fn release_with<R: RngCore + ?Sized>(
         &self,
         table: &TwoByTwo,
         rng: &mut R,
