@@ -352,3 +352,104 @@ async fn an_in_memory_table_is_read_once_with_the_declared_schema() {
         "{error}"
     );
 }
+
+/// The parse count of `t` in `ctx`, a table `Owner::open` keeps parsed.
+fn parses(ctx: &SessionContext) -> usize {
+    let provider = futures::executor::block_on(ctx.table_provider("t")).unwrap();
+    provider
+        .downcast_ref::<datafusion_dp::owner::parsed::ParsedFiles>()
+        .expect("a CSV or NDJSON table is parsed once per version of its files")
+        .parses()
+}
+
+/// A small CSV or NDJSON table is parsed once per version of its files: two queries parse it
+/// once and read the same rows as a scan of the files (a locked cluster's `open_files`); a
+/// file rewritten is read by the next query; a value that does not parse fails the query
+/// with the same error as the scan of the files, and nothing of it is kept. A hive layout's
+/// partition filter gives the same rows either way.
+#[tokio::test]
+async fn a_small_text_table_is_parsed_once_per_version_of_its_files() {
+    let ndjson_rows = "{\"patient_id\": 1, \"region\": \"north\", \"score\": 3}\n\
+                       {\"patient_id\": 2, \"region\": \"south\", \"score\": 4}\n\
+                       {\"patient_id\": 3, \"region\": \"north\", \"score\": 5}\n";
+    let columns = "columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]";
+    for (file, text, more, bad) in [
+        ("t.csv", CSV, "4,south,7\n", "4,south,abc\n"),
+        (
+            "t.ndjson",
+            ndjson_rows,
+            "{\"patient_id\": 4, \"region\": \"south\", \"score\": 7}\n",
+            "{\"patient_id\": 4, \"region\": \"south\", \"score\": \"abc\"}\n",
+        ),
+    ] {
+        let dir = dir_with(&format!("parsed-{file}"), &[(file, text)]);
+        let table = format!("location = \"{file}\"\nprotection = \"public\"\n{columns}");
+        let cfg = config(&dir, &table);
+        let analyst = cfg.analyst("a").unwrap().clone();
+        let files = Owner::open_files(cfg.clone()).await.unwrap();
+        let files = files.analyst_session(&analyst).unwrap();
+        let parsed = session(&dir, &table).await;
+        let rows = "SELECT * FROM t ORDER BY patient_id";
+        let read = run(&files, rows).await.unwrap();
+        assert!(read.contains("| 3          | north  | 5     |"), "{read}");
+        assert_eq!(parses(&parsed), 0, "{file}: parsed at the first scan");
+        assert_eq!(run(&parsed, rows).await.unwrap(), read, "{file}");
+        assert_eq!(
+            run(&parsed, "SELECT sum(score) FROM t WHERE region = 'north'")
+                .await
+                .unwrap(),
+            run(&files, "SELECT sum(score) FROM t WHERE region = 'north'")
+                .await
+                .unwrap()
+        );
+        assert_eq!(parses(&parsed), 1, "{file}: two queries, one parse");
+
+        std::fs::write(dir.join(file), format!("{text}{more}")).unwrap();
+        let more_rows = run(&parsed, rows).await.unwrap();
+        assert!(
+            more_rows.contains("| 4          | south  | 7     |"),
+            "{more_rows}"
+        );
+        assert_eq!(more_rows, run(&files, rows).await.unwrap());
+        assert_eq!(
+            parses(&parsed),
+            2,
+            "{file}: the rewritten file parsed again"
+        );
+
+        std::fs::write(dir.join(file), format!("{text}{bad}")).unwrap();
+        let error = run(&parsed, rows).await.unwrap_err();
+        assert_eq!(error, run(&files, rows).await.unwrap_err(), "{file}");
+        assert_eq!(parses(&parsed), 2, "{file}: a parse that fails is not kept");
+        std::fs::write(dir.join(file), text).unwrap();
+        assert_eq!(run(&parsed, rows).await.unwrap(), read, "{file}");
+        assert_eq!(parses(&parsed), 3);
+    }
+
+    // A hive layout: the partition filter reaches the scan of the files and stays in the plan
+    // over the parsed copy.
+    let dir = dir_with(
+        "parsed-hive",
+        &[
+            ("t/year=2024/a.csv", "patient_id,region\n1,north\n2,south\n"),
+            ("t/year=2025/b.csv", "patient_id,region\n3,north\n"),
+        ],
+    );
+    let table = "location = \"t\"\nformat = \"csv\"\nprotection = \"public\"\n\
+                 columns = [\"patient_id BIGINT\", \"region VARCHAR\"]\n\
+                 partition_columns = [\"year INT\"]";
+    let cfg = config(&dir, table);
+    let analyst = cfg.analyst("a").unwrap().clone();
+    let files = Owner::open_files(cfg).await.unwrap();
+    let files = files.analyst_session(&analyst).unwrap();
+    let parsed = session(&dir, table).await;
+    for sql in [
+        "SELECT patient_id, year FROM t WHERE year = 2025",
+        "SELECT patient_id, year FROM t WHERE year < 2025 ORDER BY patient_id",
+    ] {
+        let read = run(&files, sql).await.unwrap();
+        assert!(read.contains("| 2024") || read.contains("| 2025"), "{read}");
+        assert_eq!(run(&parsed, sql).await.unwrap(), read, "{sql}");
+    }
+    assert_eq!(parses(&parsed), 1);
+}

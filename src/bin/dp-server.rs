@@ -9,7 +9,7 @@
 //! Prints `dp-server listening on ADDRESS` once it accepts connections; errors are one line.
 
 use datafusion_dp::cli::one_line_error;
-use datafusion_dp::owner::{Owner, OwnerConfig};
+use datafusion_dp::owner::OwnerConfig;
 use datafusion_dp::server::Execution;
 use std::io::Write;
 use std::process::ExitCode;
@@ -57,7 +57,10 @@ async fn run() -> Result<(), String> {
         .or_else(|| config.server.listen.clone())
         .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let execution = execution(scheduler.or_else(|| config.server.scheduler.clone()))?;
-    let owner = Owner::open(config).await.map_err(|e| one_line_error(&e))?;
+    let owner = execution
+        .open(config)
+        .await
+        .map_err(|e| one_line_error(&e))?;
     // A ledger that cannot be read or does not verify, or a scheduler that cannot be reached or
     // is not a trusted one, stops the server now, not at a query.
     for analyst in &owner.config().analysts {

@@ -121,7 +121,7 @@ impl LockedCluster {
                 table.name
             )));
         }
-        let owner = Arc::new(Owner::open(config).await?);
+        let owner = Arc::new(Owner::open_files(config).await?);
         let door =
             Door::new(Arc::clone(&owner), &analyst).map_err(DataFusionError::Configuration)?;
         Ok(Arc::new(Self {

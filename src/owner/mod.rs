@@ -13,6 +13,7 @@ pub mod config;
 #[cfg(any(feature = "server", feature = "ballista"))]
 pub mod connections;
 mod lockdown;
+pub mod parsed;
 pub mod tables;
 
 pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, ServerConfig, TableConfig};
@@ -41,19 +42,33 @@ fn session_config() -> SessionConfig {
 
 impl Owner {
     /// Opens every table of `config` (listing files once, with the declared schemas:
-    /// [`tables::open_table`]); an error names the table and its location.
+    /// [`tables::open_table`]) for `dpsql --config` and `dp-server`: a small CSV or NDJSON
+    /// table is parsed once per version of its files ([`parsed::ParsedFiles`]). An error
+    /// names the table and its location.
     pub async fn open(config: OwnerConfig) -> Result<Self> {
+        Self::open_reading(config, tables::Reading::ParsedOnce).await
+    }
+
+    /// [`Owner::open`] for a locked cluster: every query scans the files (its executors read
+    /// them; a copy in the scheduler would be shipped in every plan).
+    pub async fn open_files(config: OwnerConfig) -> Result<Self> {
+        Self::open_reading(config, tables::Reading::Files).await
+    }
+
+    async fn open_reading(config: OwnerConfig, reading: tables::Reading) -> Result<Self> {
         let runtime = tables::limited_runtime(&config.limits)?;
         let loader = tables::session_with_runtime(session_config(), Arc::clone(&runtime))?;
         let mut opened = Vec::with_capacity(config.tables.len());
         for table in &config.tables {
-            let provider = tables::open_table(&loader, table).await.map_err(|source| {
-                DataFusionError::External(Box::new(crate::sql::errors::TableError {
-                    table: table.name.clone(),
-                    location: table.location.clone(),
-                    source,
-                }))
-            })?;
+            let provider = tables::open_table(&loader, table, reading)
+                .await
+                .map_err(|source| {
+                    DataFusionError::External(Box::new(crate::sql::errors::TableError {
+                        table: table.name.clone(),
+                        location: table.location.clone(),
+                        source,
+                    }))
+                })?;
             opened.push((table.clone(), provider));
         }
         Ok(Self {

@@ -2,6 +2,7 @@
 //! files, `s3://` from the environment), and registration of a file, directory or hive layout
 //! as a table. `dpsql --table`, `dpsql --config`, `dp-server` and data-lake jobs share it.
 
+use crate::owner::parsed::ParsedFiles;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::{MemTable, TableProvider};
 use datafusion::common::ScalarValue;
@@ -176,6 +177,7 @@ pub async fn register_table(
 pub async fn open_table(
     ctx: &SessionContext,
     table: &crate::owner::TableConfig,
+    reading: Reading,
 ) -> Result<Arc<dyn TableProvider>> {
     let name = table.name.as_str();
     let refuse = |message: String| DataFusionError::Configuration(message);
@@ -326,10 +328,23 @@ pub async fn open_table(
         .with_schema(schema);
     let provider = ListingTable::try_new(config)?
         .with_cache(state.runtime_env().cache_manager.get_file_statistic_cache());
-    match table.in_memory {
-        true => in_memory(ctx, Arc::new(provider)).await,
-        false => Ok(Arc::new(provider)),
+    match (table.in_memory, format, reading) {
+        (true, ..) => in_memory(ctx, Arc::new(provider)).await,
+        (false, "CSV" | "JSON", Reading::ParsedOnce) => {
+            Ok(Arc::new(ParsedFiles::new(Arc::new(provider), ctx.clone())))
+        }
+        _ => Ok(Arc::new(provider)),
     }
+}
+
+/// How [`open_table`] reads a text (CSV, NDJSON) table's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Parsed once per version of its files and kept, when small ([`ParsedFiles`]):
+    /// `dpsql --config` and `dp-server`.
+    ParsedOnce,
+    /// Scanned from the files by every query: a locked cluster, whose executors read them.
+    Files,
 }
 
 /// `provider`'s rows read now, as a table in memory (`in_memory = true`): a query then scans

@@ -50,6 +50,20 @@ pub enum Execution {
 }
 
 impl Execution {
+    /// The owner's tables of `config`, opened for this execution: a small text table kept
+    /// parsed in the server's process ([`Owner::open`]), or read from the files by every query
+    /// on a cluster, whose executors read them ([`Owner::open_files`]).
+    pub async fn open(
+        &self,
+        config: crate::owner::OwnerConfig,
+    ) -> datafusion::error::Result<Owner> {
+        match self {
+            Self::Local => Owner::open(config).await,
+            #[cfg(feature = "ballista")]
+            Self::Cluster(_) => Owner::open_files(config).await,
+        }
+    }
+
     /// The locked session `analyst` spends in: the owner's tables, protection, options, and the
     /// analyst's budget and ledger, planned here or onto the cluster.
     pub async fn analyst_session(

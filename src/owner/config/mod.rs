@@ -11,7 +11,7 @@
 //! columns = ["visit_id BIGINT", "patient_id BIGINT", "region VARCHAR", "month VARCHAR",
 //!            "exposed BOOLEAN", "outcome BOOLEAN"]   # SQL types; a CSV's in its column order
 //! # partition_columns = ["year INT"]   # a hive layout's key=value directories, outermost first
-//! # in_memory = true             # read once at start, served from memory (small tables)
+//! # in_memory = true             # read once at start, served from memory (never re-read)
 //!
 //! [[table]]
 //! name = "regions"

@@ -1,0 +1,193 @@
+//! `ParsedFiles`: an owner's CSV or NDJSON table parsed once per version of its files, for
+//! `dpsql --config` and `dp-server`.
+//!
+//! A text format has no column chunks: DataFusion's CSV and JSON readers tokenise every byte of
+//! every file on every scan, projected or not. Two things follow for a locked session:
+//!
+//! - **Cost.** Every analyst's query over a small CSV pays its parse: over the 4,000-row
+//!   `data/visits.csv`, `dp-server` answered 529 DP queries/s re-reading it and 728 from a copy
+//!   in memory (`serve_load`, BENCHMARKS.md, issue 41's session of 2026-11-29).
+//! - **Side channel.** The parse is linear in the bytes of every row, so the time of a query
+//!   that projects only `patient_id` still grows with one person's long note
+//!   (docs/privacy-analysis.md, "What is not covered", own values: 12 of the 13 flags of the
+//!   fuzzer's 30-minute run were on CSV tables).
+//!
+//! So a text table whose files together hold at most [`PARSED_FILES_MAX_BYTES`] is parsed on
+//! its first scan and kept as DataFusion's `MemTable`; every scan lists the files as that
+//! query's session would read them (the same listing DataFusion's `ListingTable` does) and
+//! parses again only when the list, a size, a modification time or an ETag changed, so files
+//! the owner rewrites are seen by the next query, unlike `in_memory = true` (read once at
+//! start). A scan then reads only what it projects, as over Parquet or a table in memory.
+//!
+//! A parse that fails (a value that does not parse as its declared type) is not kept: that
+//! query, and every later one until the files change, scans the files as before, so the error is raised when the query runs, where every
+//! execution error is handled ("Errors are outputs"), never while it is planned, and its text
+//! (which can quote the row) is withheld as before. Larger tables are scanned as before too:
+//! the copy is outside every query's memory pool, so its size is bounded here.
+//!
+//! Not on a locked cluster: the scheduler would ship the copy in every plan
+//! ([`crate::owner::Owner::open_files`]).
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{MemTable, Session, TableProvider};
+use datafusion::common::Statistics;
+use datafusion::datasource::listing::ListingTable;
+use datafusion::error::Result;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// The largest text table, in bytes of its files together, that [`ParsedFiles`] keeps in
+/// memory parsed (its Arrow form holds about as many bytes again as the text, up to a few
+/// times for short values). A table of more is scanned from its files on every query, as
+/// DataFusion does; the owner can still declare it `in_memory = true`.
+pub const PARSED_FILES_MAX_BYTES: u64 = 64 << 20;
+
+/// What identifies one version of a table's files: each file's path, size, modification time
+/// and ETag, and its partition values, sorted by path.
+type Version = Vec<(String, u64, i64, Option<String>, Vec<String>)>;
+
+/// A CSV or NDJSON table parsed once per version of its files (module docs).
+pub struct ParsedFiles {
+    files: Arc<ListingTable>,
+    /// The owner's loading session: the files are listed and parsed with the owner's
+    /// settings, never an analyst's, so the copy every analyst scans (its batches and
+    /// partitions) does not depend on who happened to query first. An analyst's settings
+    /// (`batch_size`, `target_partitions`: `ANALYST_SETTINGS`) do not change which files a
+    /// scan reads.
+    owner: SessionContext,
+    /// The last version parsed, and its rows (`None`: it did not parse).
+    parsed: Mutex<Option<(Version, Option<Arc<MemTable>>)>>,
+    /// Parses that were kept, since the table was opened.
+    parses: AtomicUsize,
+}
+
+impl std::fmt::Debug for ParsedFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedFiles")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParsedFiles {
+    pub fn new(files: Arc<ListingTable>, owner: SessionContext) -> Self {
+        Self {
+            files,
+            owner,
+            parsed: Mutex::new(None),
+            parses: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many times the files were parsed and kept since the table was opened: once per
+    /// version that a query read.
+    pub fn parses(&self) -> usize {
+        self.parses.load(Ordering::Relaxed)
+    }
+
+    /// The version of the files a scan reads, and their total size.
+    async fn version(&self, state: &SessionState) -> Result<(Version, u64)> {
+        let listed = self.files.list_files_for_scan(state, &[], None).await?;
+        let mut version: Version = listed
+            .file_groups
+            .iter()
+            .flat_map(|group| group.iter())
+            .map(|file| {
+                let meta = &file.object_meta;
+                (
+                    meta.location.to_string(),
+                    meta.size,
+                    meta.last_modified.timestamp_nanos_opt().unwrap_or(i64::MIN),
+                    meta.e_tag.clone(),
+                    file.partition_values
+                        .iter()
+                        .map(|v| v.to_string())
+                        .collect(),
+                )
+            })
+            .collect();
+        version.sort();
+        let bytes = version.iter().map(|f| f.1).sum();
+        Ok((version, bytes))
+    }
+
+    /// The table parsed at the files' current version, parsing it if they changed; `None`
+    /// when it is too large to keep or does not parse (a version that did not parse is not
+    /// parsed again: every query then scans the files until they change).
+    async fn parsed(&self) -> Result<Option<Arc<MemTable>>> {
+        let state = self.owner.state();
+        let (version, bytes) = self.version(&state).await?;
+        if bytes > PARSED_FILES_MAX_BYTES {
+            return Ok(None);
+        }
+        // Held while parsing: concurrent queries of a changed table wait for one parse.
+        let mut parsed = self.parsed.lock().await;
+        if let Some((kept, table)) = parsed.as_ref() {
+            if *kept == version {
+                return Ok(table.clone());
+            }
+        }
+        let scan = self.files.scan(&state, None, &[], None).await?;
+        let table = datafusion::physical_plan::collect_partitioned(scan, self.owner.task_ctx())
+            .await
+            .and_then(|partitions| MemTable::try_new(self.files.schema(), partitions))
+            .ok()
+            .map(Arc::new);
+        if table.is_some() {
+            self.parses.fetch_add(1, Ordering::Relaxed);
+        }
+        *parsed = Some((version, table.clone()));
+        Ok(table)
+    }
+}
+
+#[async_trait]
+impl TableProvider for ParsedFiles {
+    fn schema(&self) -> SchemaRef {
+        self.files.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// What the files' scan can use (partition values) is passed to it, but none is exact:
+    /// the filters stay in the plan, which is then the same whether the scan reads the parsed
+    /// copy (which filters nothing) or the files.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        let files = self.files.supports_filters_pushdown(filters)?;
+        Ok(files
+            .into_iter()
+            .map(|f| match f {
+                TableProviderFilterPushDown::Unsupported => f,
+                _ => TableProviderFilterPushDown::Inexact,
+            })
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        None
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match self.parsed().await? {
+            Some(table) => table.scan(state, projection, filters, limit).await,
+            None => self.files.scan(state, projection, filters, limit).await,
+        }
+    }
+}
