@@ -29,7 +29,7 @@ async fn main() -> Result<()> {
         partition_columns: Vec::new(),
         in_memory: false,
     };
-    let provider = tables::open_table(&ctx, &table).await?;
+    let provider = tables::open_table(&ctx, &table, tables::Reading::Files).await?;
     ctx.register_table("t", provider)?;
     datafusion_dp::protect(&ctx, "t", Protection::Rows)?;
     ctx.sql("SET dp.public_groups = 'assert'").await?;

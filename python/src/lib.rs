@@ -425,13 +425,15 @@ impl Session {
                 // A session's table is read where it lies, at each query.
                 in_memory: false,
             };
-            let provider = tables::open_table(&ctx, &config).await.map_err(|source| {
-                DataFusionError::External(Box::new(datafusion_dp::cli::TableError {
-                    table: table.clone(),
-                    location: path.clone(),
-                    source,
-                }))
-            })?;
+            let provider = tables::open_table(&ctx, &config, tables::Reading::Files)
+                .await
+                .map_err(|source| {
+                    DataFusionError::External(Box::new(datafusion_dp::cli::TableError {
+                        table: table.clone(),
+                        location: path.clone(),
+                        source,
+                    }))
+                })?;
             ctx.register_table(TableReference::bare(table.as_str()), provider)?;
             Ok(())
         })?;
