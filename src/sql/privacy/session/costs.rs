@@ -682,7 +682,56 @@ fn refuse<T>(what: &str, why: &str, fix: &str) -> Result<T> {
 /// What a query's time would tell, for the reasons below.
 const TELLS: &str = "the time a query takes would tell about one person's values";
 
-/// Refuses an argument of `name` at one of `positions` that is not a constant, for `why`.
+/// The longest constant, in bytes of its value, that may stand where its size multiplies the
+/// work done on each protected row: a regular expression's pattern or a `LIKE` pattern (matched
+/// at every position of the value: work up to the product of the two lengths), a needle, a
+/// delimiter or a replacement. Being a constant keeps that work the same for every row of a
+/// given size; this keeps the factor small. Without it, `regexp_like(v, <5,000 x's>)` over the
+/// one row where `v` was not NULL took 13x the query's time without that person (session 57's
+/// fuzz run, `tests/neighbours/open.sql`). A pattern an analyst writes by hand is far shorter.
+pub const MAX_MULTIPLYING_CONSTANT_BYTES: usize = 256;
+
+/// Whether a constant's size multiplies the work, for the reasons of [`Cost::ConstantArgs`].
+fn size_multiplies(why: &str) -> bool {
+    [COMPILED, SEARCHED, COPIED].contains(&why)
+}
+
+/// The bytes of constant `expr`'s value (a string's or binary's length, otherwise its text's);
+/// `None` for a parameter not yet bound (checked again once it is a literal).
+fn constant_bytes(expr: &Expr) -> Option<usize> {
+    use datafusion::common::ScalarValue::*;
+    let value = match expr {
+        Expr::Literal(value, _) => value.clone(),
+        _ => match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()) {
+            Ok(Expr::Literal(value, _)) => value,
+            _ => return None,
+        },
+    };
+    Some(match &value {
+        Utf8(s) | LargeUtf8(s) | Utf8View(s) => s.as_ref().map_or(0, |s| s.len()),
+        Binary(b) | LargeBinary(b) | BinaryView(b) => b.as_ref().map_or(0, |b| b.len()),
+        other => other.to_string().len(),
+    })
+}
+
+/// Refuses a constant of `what` longer than [`MAX_MULTIPLYING_CONSTANT_BYTES`].
+fn check_constant_size(what: &str, arg: &Expr, position: &str) -> Result<()> {
+    match constant_bytes(arg) {
+        Some(bytes) if bytes > MAX_MULTIPLYING_CONSTANT_BYTES => refuse(
+            what,
+            &format!(
+                "{position}is a constant of {bytes} bytes, and its length multiplies the work \
+                 on each row: {TELLS}"
+            ),
+            &format!("use a constant of at most {MAX_MULTIPLYING_CONSTANT_BYTES} bytes"),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses an argument of `name` at one of `positions` that is not a constant, for `why`, or
+/// that is a constant too long for its size to multiply the work
+/// ([`MAX_MULTIPLYING_CONSTANT_BYTES`]).
 fn check_constant_args(name: &str, args: &[Expr], positions: &[usize], why: &str) -> Result<()> {
     for &i in positions {
         let Some(arg) = args.get(i) else { continue };
@@ -692,6 +741,9 @@ fn check_constant_args(name: &str, args: &[Expr], positions: &[usize], why: &str
                 &format!("argument {} ({arg}) is computed from a row; {why}", i + 1),
                 "make it a constant",
             );
+        }
+        if size_multiplies(why) {
+            check_constant_size(name, arg, &format!("argument {} ", i + 1))?;
         }
     }
     Ok(())
@@ -751,7 +803,7 @@ fn check_operator(op: Operator, right: &Expr) -> Result<()> {
 /// Refuses a pattern (`LIKE`, `SIMILAR TO`, `~`) that is not a constant.
 fn check_pattern(op: &str, pattern: &Expr) -> Result<()> {
     if is_constant(pattern) {
-        return Ok(());
+        return check_constant_size(op, pattern, "the pattern ");
     }
     refuse(
         &format!("{op} with a pattern computed from a row ({pattern})"),
@@ -1053,6 +1105,42 @@ mod tests {
         for kind in [Scalar, Aggregate, Window, Table, HigherOrder] {
             assert!(registered.iter().any(|(_, k, _)| *k == kind), "{kind:?}");
         }
+    }
+
+    /// A constant whose length multiplies the work on each row (a pattern, a needle) is at
+    /// most `MAX_MULTIPLYING_CONSTANT_BYTES`; one that only sizes the output (`repeat`'s
+    /// count) is bounded by the output cap instead.
+    #[test]
+    fn a_constant_that_multiplies_the_work_is_short() {
+        use datafusion::logical_expr::{col, lit};
+        let at_most = "x".repeat(MAX_MULTIPLYING_CONSTANT_BYTES);
+        let over = "x".repeat(MAX_MULTIPLYING_CONSTANT_BYTES + 1);
+        check_call("regexp_like", Scalar, &[col("note"), lit(at_most.clone())]).unwrap();
+        let err = check_call("regexp_like", Scalar, &[col("note"), lit(over.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("regexp_like over protected rows: argument 2 is a constant of 257 bytes")
+                && err.contains("use a constant of at most 256 bytes"),
+            "{err}"
+        );
+        // A constant computed from constants counts by its value.
+        let repeated =
+            Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction::new_udf(
+                datafusion::functions::string::repeat(),
+                vec![lit("x"), lit(5000i64)],
+            ));
+        assert!(check_call("strpos", Scalar, &[col("note"), repeated]).is_err());
+        check_operator(Operator::LikeMatch, &lit(at_most)).unwrap();
+        let err = check_operator(Operator::LikeMatch, &lit(over.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("over protected rows: the pattern is a constant of 257 bytes"),
+            "{err}"
+        );
+        // Not where the constant is a count (the output cap bounds it) or read once.
+        check_call("repeat", Scalar, &[col("note"), lit(100_000i64)]).unwrap();
     }
 
     /// A lambda over protected rows may read its parameters and constants, not the row's
