@@ -500,11 +500,8 @@ fn roots(
     keep: bool,
 ) -> Vec<(f64, Option<datafusion_dp::stats::ReleasedTable>)> {
     use rand_distr::{Binomial, Distribution};
-    let fit = |cases: i64, total: i64| {
-        let n = total.max(1) as u64;
-        let half = 0.5 / n as f64;
-        (n, (cases as f64 / n as f64).clamp(half, 1.0 - half))
-    };
+    // The bootstrap's own fit (`ci_method=bootstrap`).
+    let fit = datafusion_dp::stats::bootstrap::fit_arm;
     let (nx, px) = fit(released.exposed_cases, released.exposed_total);
     let (ny, py) = fit(released.unexposed_cases, released.unexposed_total);
     let odds = |p: f64| p / (1.0 - p);

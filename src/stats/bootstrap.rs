@@ -32,7 +32,7 @@ pub const REPLICATES: usize = 199;
 /// The fitted arm `(size, risk)`: the released size (floored at 1; with private sizes the sum
 /// of its noisy cells) and `p̂ = X̃/ñ` clamped to `[1/(2ñ), 1 − 1/(2ñ)]` (half a case from
 /// either end, so a noisy count at or beyond a boundary still gives a non-degenerate model).
-fn fit_arm(cases: i64, total: i64) -> (u64, f64) {
+pub fn fit_arm(cases: i64, total: i64) -> (u64, f64) {
     let n = total.max(1) as u64;
     let half = 0.5 / n as f64;
     (n, (cases as f64 / n as f64).clamp(half, 1.0 - half))

@@ -666,11 +666,18 @@ fn is_constant(expr: &Expr) -> bool {
     if reads_row || expr.is_volatile() {
         return false;
     }
-    parameter
-        || matches!(
-            ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()),
-            Ok(Expr::Literal(..))
-        )
+    parameter || folded(expr).is_some()
+}
+
+/// The literal `expr` folds to, if it does (its own value when it is one).
+fn folded(expr: &Expr) -> Option<datafusion::common::ScalarValue> {
+    match expr {
+        Expr::Literal(value, _) => Some(value.clone()),
+        _ => match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()) {
+            Ok(Expr::Literal(value, _)) => Some(value),
+            _ => None,
+        },
+    }
 }
 
 /// The refusal of `what` over protected rows: `why` (what its work depends on, and what that
@@ -700,14 +707,7 @@ fn size_multiplies(why: &str) -> bool {
 /// `None` for a parameter not yet bound (checked again once it is a literal).
 fn constant_bytes(expr: &Expr) -> Option<usize> {
     use datafusion::common::ScalarValue::*;
-    let value = match expr {
-        Expr::Literal(value, _) => value.clone(),
-        _ => match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()) {
-            Ok(Expr::Literal(value, _)) => value,
-            _ => return None,
-        },
-    };
-    Some(match &value {
+    Some(match &folded(expr)? {
         Utf8(s) | LargeUtf8(s) | Utf8View(s) => s.as_ref().map_or(0, |s| s.len()),
         Binary(b) | LargeBinary(b) | BinaryView(b) => b.as_ref().map_or(0, |b| b.len()),
         other => other.to_string().len(),
