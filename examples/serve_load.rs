@@ -20,11 +20,13 @@
 //! stop logged-in analysts, only new logins from that address.
 //!
 //! ```text
-//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB] [--in-memory]
+//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB] [--in-memory] [--release-quantum-ms 0]
 //! ```
 //!
 //! `--in-memory` declares the table `in_memory = true` (read once, served from memory); by
-//! default each query reads the CSV file.
+//! default the CSV file is parsed once and kept (src/owner/parsed.rs).
+//! `--release-quantum-ms` sets `[limits] release_quantum_ms`: each analyst's results are
+//! released on a schedule (src/sql/privacy/session/release_time.rs), which the latencies show.
 //!
 //! Exits with status 1 when an honest query failed or a ledger does not match.
 
@@ -451,6 +453,7 @@ async fn main() {
     let mut hostile = false;
     let mut in_memory = false;
     let mut memory_limit = "1GiB".to_string();
+    let mut release_quantum_ms = 0u64;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--hostile" {
@@ -467,6 +470,7 @@ async fn main() {
             "--analysts" => analysts = value.parse().unwrap(),
             "--seconds" => seconds = value.parse::<u64>().unwrap().min(300),
             "--memory-limit" => memory_limit = value,
+            "--release-quantum-ms" => release_quantum_ms = value.parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -495,7 +499,8 @@ async fn main() {
         "[[analyst]]\nname = \"mallory\"\npassword = \"mallory\"\nepsilon_budget = 1000000\nledger = \"mallory.ledger\"\n\n",
     );
     config.push_str(&format!(
-        "[limits]\nmemory_limit = {memory_limit_bytes}\nquery_timeout_seconds = {QUERY_TIMEOUT_SECONDS}\n"
+        "[limits]\nmemory_limit = {memory_limit_bytes}\nquery_timeout_seconds = {QUERY_TIMEOUT_SECONDS}\n\
+         release_quantum_ms = {release_quantum_ms}\n"
     ));
     let config = OwnerConfig::parse(&config, &dir, "serve_load").unwrap();
     let owner = Owner::open(config).await.unwrap();

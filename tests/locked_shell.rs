@@ -208,3 +208,34 @@ fn a_statement_past_its_deadline_stops_inside_its_batch() {
         "dpsql ended {took:?} after its start, at a deadline of 2 s"
     );
 }
+
+/// `[limits] release_quantum_ms` in the shell: nothing of a result is printed before its
+/// analyst's schedule releases it (src/sql/privacy/session/release_time.rs), whatever it took
+/// to compute (about 10 ms here without the schedule). tests/server_limits.rs checks the
+/// levels through `dp-server`.
+#[test]
+fn a_result_is_printed_when_its_schedule_releases_it() {
+    let dir = test_dir("release-schedule");
+    let path = config(&dir, &[("alice", 5.0)]);
+    let text = std::fs::read_to_string(&path).unwrap() + "[limits]\nrelease_quantum_ms = 400\n";
+    std::fs::write(&path, text).unwrap();
+    let sql = "SELECT dp_count(outcome, 0.1) AS n FROM visits";
+    let output = dpsql(&["--config", path.to_str().unwrap(), "-c", sql, "-c", sql]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let times: Vec<f64> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter_map(|l| l.strip_prefix("1 row(s) in "))
+        .map(|t| t.trim_end_matches('s').parse().expect("seconds"))
+        .collect();
+    assert_eq!(times.len(), 2, "{stdout}{stderr}");
+    for took in times {
+        assert!(
+            took >= 0.4,
+            "printed after {took} s, before the 0.4 s quantum"
+        );
+    }
+    assert_eq!(ledger_lines(&dir.join("alice.ledger")), 2);
+}

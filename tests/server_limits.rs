@@ -1752,3 +1752,84 @@ async fn abandoned_planning_does_not_outnumber_the_planning_permits() {
     assert!(server.alive());
     honest_query(&mut alice).await;
 }
+
+/// How long `sql`'s result takes to arrive once asked for (`DoGet`, after its planning and
+/// charge), and its rows.
+async fn released_after(client: &mut FlightSqlServiceClient<Channel>, sql: &str) -> Duration {
+    let info = client.execute(sql.to_string(), None).await.expect(sql);
+    let asked = Instant::now();
+    let batches = fetch(client, info).await.expect(sql);
+    let took = asked.elapsed();
+    assert_eq!(rows(&batches), 1, "{sql}");
+    took
+}
+
+/// A DP query that runs about a second in this debug build over `data/visits.csv`: 13 CTEs
+/// that double each patient's region (`x || x`), to the 64 KiB cap.
+fn slow_query() -> String {
+    let mut sql = String::from("WITH a0 AS (SELECT patient_id, region AS x FROM visits)");
+    for i in 1..=13 {
+        sql += &format!(", a{i} AS (SELECT patient_id, x || x AS x FROM a{})", i - 1);
+    }
+    sql + " SELECT dp_count(1, 0.1) AS n FROM a13 WHERE length(x) > 5"
+}
+
+/// `[limits] release_quantum_ms` (src/sql/privacy/session/release_time.rs): a result reaches
+/// its analyst at a time the analyst's earlier results fixed, never before it. A fast query is
+/// held for the quantum; a slow one raises the analyst's level, and every later result of that
+/// analyst, in any of her sessions, waits for the raised interval; another analyst's schedule
+/// is his own. Only lower bounds are asserted (a loaded machine adds time, never removes it);
+/// without the schedule, each fast query here takes about 10 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_released_on_their_analyst_s_schedule() {
+    const QUANTUM: Duration = Duration::from_millis(50);
+    let dir = test_dir("release-schedule");
+    let config = config(&dir, "\n[limits]\nrelease_quantum_ms = 50");
+    let mut server = Server::start(&config);
+    let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
+    for _ in 0..3 {
+        let took = released_after(&mut alice, DP_QUERY).await;
+        eprintln!("alice, fast, level 0 or above: {took:?}");
+        assert!(
+            took >= QUANTUM,
+            "released after {took:?}, before the quantum"
+        );
+    }
+    let slow = released_after(&mut alice, &slow_query()).await;
+    eprintln!("alice, slow: {slow:?}");
+    // It missed level 0 (the query alone runs for most of a second), so its analyst's level
+    // is now one whose interval it was ready within: at least the slow query's own time, less
+    // what the round trip adds outside the server (a quarter, generously, on a loaded machine).
+    assert!(slow >= 4 * QUANTUM, "the slow query took {slow:?}");
+    let floor = slow.mul_f64(0.75);
+    let after = released_after(&mut alice, DP_QUERY).await;
+    eprintln!("alice, fast after the slow one: {after:?}");
+    assert!(
+        after >= floor,
+        "{after:?}: the level was not kept ({slow:?})"
+    );
+    // A new session of hers keeps it: levels are per analyst, not per session.
+    let mut again = login(&server.url(), "alice", "pw").await.unwrap();
+    let new_session = released_after(&mut again, DP_QUERY).await;
+    eprintln!("alice, new session: {new_session:?}");
+    assert!(
+        new_session >= floor,
+        "{new_session:?}: a new session reset the level"
+    );
+    // Bob's schedule is his own: his fast query is not held for alice's level.
+    let mut bob = login(&server.url(), "bob", "pw-b").await.unwrap();
+    let his = released_after(&mut bob, DP_QUERY).await;
+    eprintln!("bob: {his:?}");
+    assert!(
+        his >= QUANTUM,
+        "bob's result came before the quantum: {his:?}"
+    );
+    assert!(
+        his < floor,
+        "bob's result waited for alice's level: {his:?}"
+    );
+    assert!(server.alive());
+    // Charged once each, as without the schedule.
+    assert_eq!(charges(&dir.join("alice.ledger")), 6);
+    assert_eq!(charges(&dir.join("bob.ledger")), 1);
+}

@@ -285,6 +285,11 @@ async fn answer(ctx: SessionContext, sql: String, locked: bool) -> Result<Answer
     // The owner's per-query deadline (a session opened from a configuration file has one).
     let stream =
         datafusion_dp::sql::privacy::session::limits::within_session_deadline(&limits_ctx, stream);
+    // Its release schedule (`[limits] release_quantum_ms`), as in `dpsql --config`.
+    let stream = datafusion_dp::sql::privacy::session::release_time::on_release_schedule(
+        &limits_ctx,
+        stream,
+    );
     let batches = stream.try_collect::<Vec<_>>().await?;
     let table = PyTable::try_new(batches, schema)
         .map_err(|e| DataFusionError::Execution(format!("exporting the result: {e}")))?;

@@ -145,10 +145,13 @@ async fn collect_within_deadline(
         Arc::new(datafusion::execution::TaskContext::from(&state)),
     )?;
     let _stop = cancellation.on_drop();
-    let mut stream = match crate::sql::privacy::session::limits::query_deadline(ctx) {
+    let stream = match crate::sql::privacy::session::limits::query_deadline(ctx) {
         Some(limit) => crate::sql::privacy::session::limits::with_deadline(stream, limit),
         None => stream,
     };
+    // Its first batch, error or end released on the analyst's schedule (`[limits]
+    // release_quantum_ms`): the shell prints nothing of it before then.
+    let mut stream = crate::sql::privacy::session::release_time::on_release_schedule(ctx, stream);
     let result = MemoryConsumer::new("dpsql result").register(&ctx.runtime_env().memory_pool);
     let mut batches = Vec::new();
     while let Some(batch) = stream.next().await {

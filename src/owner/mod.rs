@@ -19,6 +19,7 @@ pub mod tables;
 pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, ServerConfig, TableConfig};
 pub use lockdown::SessionBudget;
 
+use crate::sql::privacy::session::release_time::{ReleaseSchedule, ReleaseTiming};
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result};
@@ -32,6 +33,9 @@ pub struct Owner {
     config: OwnerConfig,
     runtime: Arc<RuntimeEnv>,
     tables: Vec<(TableConfig, Arc<dyn TableProvider>)>,
+    /// Each analyst's release schedule (`[limits] release_quantum_ms`), by ledger: shared by
+    /// all of the analyst's sessions, so a new session does not start at level 0 again.
+    schedules: std::sync::Mutex<std::collections::HashMap<String, Arc<ReleaseSchedule>>>,
 }
 
 /// The configuration of every session: DataFusion's defaults with `information_schema`, as
@@ -75,6 +79,7 @@ impl Owner {
             config,
             runtime,
             tables: opened,
+            schedules: Default::default(),
         })
     }
 
@@ -93,10 +98,29 @@ impl Owner {
         let deadline = crate::sql::privacy::session::limits::QueryDeadline(
             std::time::Duration::from_secs(self.config.limits.query_timeout_seconds),
         );
-        let config = session_config().with_extension(Arc::new(deadline));
+        let mut config = session_config().with_extension(Arc::new(deadline));
+        if let Some(schedule) = self.release_schedule(&budget.ledger) {
+            config = config.with_extension(Arc::new(ReleaseTiming(schedule)));
+        }
         let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;
         Ok(ctx)
+    }
+
+    /// The release schedule of the analyst spending `ledger`, made at its first session;
+    /// `None` when `[limits] release_quantum_ms` is 0.
+    fn release_schedule(&self, ledger: &str) -> Option<Arc<ReleaseSchedule>> {
+        let limits = &self.config.limits;
+        let mut schedules = self.schedules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(schedule) = schedules.get(ledger) {
+            return Some(Arc::clone(schedule));
+        }
+        let schedule = Arc::new(ReleaseSchedule::new(
+            std::time::Duration::from_millis(limits.release_quantum_ms),
+            std::time::Duration::from_secs(limits.query_timeout_seconds),
+        )?);
+        schedules.insert(ledger.to_string(), Arc::clone(&schedule));
+        Some(schedule)
     }
 
     /// Registers the owner's tables in `ctx` (a session with the DP functions, e.g. a locked

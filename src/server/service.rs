@@ -672,6 +672,10 @@ impl FlightSqlService for DpFlightSqlService {
         // watched here, on the Flight runtime: dropping the stream there stops the execution.
         let batches =
             crate::sql::privacy::session::limits::within_session_deadline(&session.ctx, batches);
+        // Its first batch, error or end released on the analyst's schedule (`[limits]
+        // release_quantum_ms`), so that when it comes does not tell the data.
+        let batches =
+            crate::sql::privacy::session::release_time::on_release_schedule(&session.ctx, batches);
         // The query's slot is held until the stream ends or the client drops it. A client that
         // stops reading never polls the stream, so neither would happen (nor the deadline, which
         // runs as the stream is polled): a timer frees the slot and stops the query a grace

@@ -11,6 +11,8 @@ pub enum Unit {
     Count,
     /// A whole number of seconds.
     Seconds,
+    /// A whole number of milliseconds.
+    Milliseconds,
     /// A size in bytes: an integer, or a string with a unit (`"4GiB"`, [`parse_size`]).
     Bytes,
 }
@@ -213,6 +215,9 @@ impl Unit {
             (Unit::Bytes, value) => parse_size(value).map(|n| n as u64),
             (_, toml::Value::Integer(i)) if *i >= 0 => Ok(*i as u64),
             (Unit::Seconds, _) => Err(format!("expected a whole number of seconds, got {value}")),
+            (Unit::Milliseconds, _) => Err(format!(
+                "expected a whole number of milliseconds, got {value}"
+            )),
             (Unit::Count, _) => Err(format!("expected a whole number, got {value}")),
         }
     }
@@ -231,6 +236,8 @@ impl Unit {
             Unit::Count => n.to_string(),
             Unit::Seconds if n >= 7200 && n.is_multiple_of(3600) => format!("{n} ({} h)", n / 3600),
             Unit::Seconds => n.to_string(),
+            Unit::Milliseconds if n == 0 => "0 (off)".to_string(),
+            Unit::Milliseconds => format!("{n} ms"),
             Unit::Bytes => [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                 .into_iter()
                 .find(|(shift, _)| n >= 1 << shift && n.is_multiple_of(1 << shift))

@@ -32,6 +32,11 @@ pub struct LimitsConfig {
     /// its execution to its last batch: then it is stopped and fails with a resources error,
     /// so a slow query cannot hold a worker for ever.
     pub query_timeout_seconds: u64,
+    /// The quantum of each analyst's release schedule (`release_quantum_ms`): a result is
+    /// held until a time its analyst's earlier results fixed, so its time does not tell the
+    /// data ([`crate::sql::privacy::session::release_time`]); 0 (the default): released when
+    /// ready.
+    pub release_quantum_ms: u64,
 }
 
 /// Every numeric limit of `[limits]`, in the order docs/server-limits.md lists them and they
@@ -70,6 +75,13 @@ pub const LIMITS: &[Limit<LimitsConfig>] = &[
         DefaultValue::Value(600),
         r#"A statement's planning too (from when its planning starts; see below). A query's execution, from the start of its stream to its last batch; then stopped with a resources error naming the option. The deadline is watched on the Flight runtime, so it fires however busy the analyst's threads are. It counts wall-clock time: other analysts' queries slow a query by sharing the cores, but do not queue it; only the same analyst's queries can."#,
     ),
+    Limit::new(
+        field!(LimitsConfig, release_quantum_ms),
+        Unit::Milliseconds,
+        DefaultValue::Value(0),
+        r#"When a result reaches the analyst (`dp-server`, `dpsql --config`), so that its time does not tell whether one person's rows were there. Each analyst has a level k, from 0: a result (its first batch, its error, or its end) is held until its start plus this quantum times 2^k, however early it was ready. A result not ready by then goes at the first such time, k + 1, k + 2, ..., that it is ready by, and the analyst keeps that level for every later result (up to `query_timeout_seconds`), so one analyst sees at most log2(query_timeout_seconds / quantum) results whose time tells anything: predictive mitigation of timing channels (Askarov, Zhang and Myers 2010; `src/sql/privacy/session/release_time.rs`). Levels are per analyst and per process. Every result then takes at least the quantum; pick one above the time of the analysts' usual queries (100 ms for small tables). 0: released when ready, and the time of a query can depend on one person's rows (docs/privacy-analysis.md, "What is not covered")."#,
+    )
+    .from(Bound::Value(0)),
 ];
 
 /// The keys of `[limits]` that are not numbers: key, default and docs/server-limits.md's row.
@@ -111,6 +123,7 @@ pub fn parse(
         analyst_memory_limit: 0,
         spill_directory,
         query_timeout_seconds: 0,
+        release_quantum_ms: 0,
     };
     read(
         "limits",

@@ -5,3 +5,4 @@ pub mod costs;
 pub mod limits;
 pub mod lock;
 pub mod planner;
+pub mod release_time;
