@@ -1764,8 +1764,9 @@ async fn released_after(client: &mut FlightSqlServiceClient<Channel>, sql: &str)
     took
 }
 
-/// A DP query that runs about a second in this debug build over `data/visits.csv`: 13 CTEs
-/// that double each patient's region (`x || x`), to the 64 KiB cap.
+/// A DP query that runs a few hundred milliseconds in this debug build's `dp-server` over
+/// `data/visits.csv` (released at 400 ms at a 50 ms quantum here): 13 CTEs that double each
+/// patient's region (`x || x`), to the 64 KiB cap.
 fn slow_query() -> String {
     let mut sql = String::from("WITH a0 AS (SELECT patient_id, region AS x FROM visits)");
     for i in 1..=13 {

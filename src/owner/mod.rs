@@ -98,10 +98,7 @@ impl Owner {
         let deadline = crate::sql::privacy::session::limits::QueryDeadline(
             std::time::Duration::from_secs(self.config.limits.query_timeout_seconds),
         );
-        let mut config = session_config().with_extension(Arc::new(deadline));
-        if let Some(schedule) = self.release_schedule(&budget.ledger) {
-            config = config.with_extension(Arc::new(ReleaseTiming(schedule)));
-        }
+        let config = session_config().with_extension(Arc::new(deadline));
         let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;
         Ok(ctx)
@@ -132,6 +129,14 @@ impl Owner {
                 TableReference::bare(table.name.as_str()),
                 Arc::clone(provider),
             )?;
+        }
+        // The analyst's release schedule, in every locked session that spends her ledger
+        // (`dpsql --config`, `dp-server` in process or onto a cluster, the Python binding).
+        if let Some(schedule) = self.release_schedule(&budget.ledger) {
+            ctx.state_ref()
+                .write()
+                .config_mut()
+                .set_extension(Arc::new(ReleaseTiming(schedule)));
         }
         let protections: Vec<_> = self
             .tables

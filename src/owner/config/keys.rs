@@ -236,7 +236,6 @@ impl Unit {
             Unit::Count => n.to_string(),
             Unit::Seconds if n >= 7200 && n.is_multiple_of(3600) => format!("{n} ({} h)", n / 3600),
             Unit::Seconds => n.to_string(),
-            Unit::Milliseconds if n == 0 => "0 (off)".to_string(),
             Unit::Milliseconds => format!("{n} ms"),
             Unit::Bytes => [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                 .into_iter()

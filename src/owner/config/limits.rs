@@ -79,9 +79,10 @@ pub const LIMITS: &[Limit<LimitsConfig>] = &[
         field!(LimitsConfig, release_quantum_ms),
         Unit::Milliseconds,
         DefaultValue::Value(0),
-        r#"When a result reaches the analyst (`dp-server`, `dpsql --config`), so that its time does not tell whether one person's rows were there. Each analyst has a level k, from 0: a result (its first batch, its error, or its end) is held until its start plus this quantum times 2^k, however early it was ready. A result not ready by then goes at the first such time, k + 1, k + 2, ..., that it is ready by, and the analyst keeps that level for every later result (up to `query_timeout_seconds`), so one analyst sees at most log2(query_timeout_seconds / quantum) results whose time tells anything: predictive mitigation of timing channels (Askarov, Zhang and Myers 2010; `src/sql/privacy/session/release_time.rs`). Levels are per analyst and per process. Every result then takes at least the quantum; pick one above the time of the analysts' usual queries (100 ms for small tables). 0: released when ready, and the time of a query can depend on one person's rows (docs/privacy-analysis.md, "What is not covered")."#,
+        r#"When a result reaches the analyst (`dp-server`, `dpsql --config`, the Python binding), so that its time does not tell whether one person's rows were there. Each analyst has a level k, from 0: a result (its first batch, its error, or its end) is held until its start plus this quantum times 2^k, however early it was ready. A result not ready by then goes at the first such time, k + 1, k + 2, ..., that it is ready by, and the analyst keeps that level for every later result (up to `query_timeout_seconds`), so one analyst sees at most log2(query_timeout_seconds / quantum) results whose time tells anything: predictive mitigation of timing channels (Askarov, Zhang and Myers 2010; `src/sql/privacy/session/release_time.rs`). Levels are per analyst and per process; at most 3,600,000 (an hour). Every result then takes at least the quantum; pick one above the time of the analysts' usual queries (100 ms for small tables). 0: released when ready, and the time of a query can depend on one person's rows (docs/privacy-analysis.md, "What is not covered")."#,
     )
-    .from(Bound::Value(0)),
+    // At most an hour: a longer quantum holds every result past any sensible deadline.
+    .within(Bound::Value(0), Bound::Value(3_600_000)),
 ];
 
 /// The keys of `[limits]` that are not numbers: key, default and docs/server-limits.md's row.

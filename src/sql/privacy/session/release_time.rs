@@ -54,7 +54,7 @@ impl ReleaseSchedule {
             return None;
         }
         let mut top = 0;
-        while quantum.saturating_mul(1 << top) < deadline && top < 62 {
+        while scaled(quantum, top) < deadline && top < 31 {
             top += 1;
         }
         Some(Self {
@@ -72,9 +72,7 @@ impl ReleaseSchedule {
 
     /// How long after its start a result is held at `level`.
     pub fn interval(&self, level: u32) -> Duration {
-        self.quantum
-            .saturating_mul(1 << level.min(self.top))
-            .min(self.deadline.max(self.quantum))
+        scaled(self.quantum, level.min(self.top)).min(self.deadline.max(self.quantum))
     }
 
     /// When a result begun at `started` and ready at `ready` is released, raising the level
@@ -89,8 +87,17 @@ impl ReleaseSchedule {
         if level > current {
             self.level.fetch_max(level, Ordering::SeqCst);
         }
-        (started + self.interval(level)).max(ready)
+        // An interval past what an `Instant` holds (an owner's deadline of centuries) is
+        // the same as none left: released when ready.
+        started
+            .checked_add(self.interval(level))
+            .map_or(ready, |at| at.max(ready))
     }
+}
+
+/// `quantum · 2^level`, saturating.
+fn scaled(quantum: Duration, level: u32) -> Duration {
+    quantum.saturating_mul(1u32.checked_shl(level).unwrap_or(u32::MAX))
 }
 
 /// A locked session's release schedule, kept in its configuration
@@ -220,6 +227,23 @@ mod tests {
         }
         assert!(raised <= s.top, "{raised} mispredictions, {} levels", s.top);
         assert_eq!(s.level(), s.top);
+    }
+
+    /// Extreme settings an owner can write (a 1 ms quantum and a deadline of `u64::MAX`
+    /// seconds, a quantum of an hour and a shorter deadline) neither overflow nor panic.
+    #[test]
+    fn extreme_settings_do_not_overflow() {
+        let s = ReleaseSchedule::new(MS, Duration::from_secs(u64::MAX)).expect("a quantum");
+        assert_eq!(s.top, 31);
+        let t = Instant::now();
+        assert_eq!(s.release_at(t, t + MS), t + MS);
+        let late = t + Duration::from_secs(3600 * 24 * 365);
+        assert_eq!(s.release_at(t, late), late);
+        // A quantum longer than the deadline is one level of the quantum.
+        let s = ReleaseSchedule::new(Duration::from_secs(3600), Duration::from_secs(600))
+            .expect("a quantum");
+        assert_eq!(s.top, 0);
+        assert_eq!(s.release_at(t, t + MS), t + Duration::from_secs(3600));
     }
 
     /// The schedule is the same whatever the data: two analysts whose queries take different
