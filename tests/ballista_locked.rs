@@ -667,6 +667,51 @@ async fn the_client_port_refuses_what_a_locked_session_refuses() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_client_follows_its_job_to_its_released_partitions() {
+    // Push job tracking (the default of Ballista's client): the port answers with the job's
+    // changes of status, which it polls (so it knows the job, and starts its deadline, at
+    // submission), ending at its success, with each released partition located by the job's
+    // result capability, not an executor's address.
+    cluster();
+    let mut client = SchedulerGrpcClient::connect(grpc_url()).await.unwrap();
+    let response = client
+        .execute_query_push(submit(public_query().await))
+        .await
+        .unwrap();
+    assert_eq!(
+        ballista_core::version::version_from_metadata(response.metadata()),
+        Some(ballista_core::BALLISTA_VERSION),
+        "the scheduler's version header is passed on"
+    );
+    let mut updates = response.into_inner();
+    let mut statuses = Vec::new();
+    while let Some(update) = updates.message().await.unwrap() {
+        statuses.push(update.status.expect("each update has a status"));
+    }
+    let last = statuses.last().expect("at least one update").clone();
+    let Some(job_status::Status::Successful(job)) = last.status else {
+        panic!("the job did not succeed: {statuses:?}");
+    };
+    assert!(
+        statuses.windows(2).all(|w| w[0] != w[1]),
+        "each update is a change: {statuses:?}"
+    );
+    assert!(!job.partition_location.is_empty());
+    for location in &job.partition_location {
+        let host = &location.executor_meta.as_ref().unwrap().host;
+        assert!(
+            host.len() >= 32 && !host.contains("localhost"),
+            "an executor's address: {host}"
+        );
+    }
+    // The job is the client's: its status is answered on the port.
+    assert_eq!(
+        finished(&mut client, &last.job_id).await.len(),
+        job.partition_location.len()
+    );
+}
+
 /// Asserts that `answer` is a refusal for want of credentials.
 fn unauthenticated<T>(answer: Result<T, tonic::Status>, what: &str) {
     let err = answer.map(|_| ()).expect_err(&format!("{what}: answered"));

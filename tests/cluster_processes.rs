@@ -4,7 +4,6 @@
 //! run on the executors.
 #![cfg(feature = "ballista")]
 
-#[cfg(feature = "server")]
 mod common;
 
 use std::io::Read;
@@ -538,5 +537,146 @@ fn dp_server_runs_analysts_queries_on_a_trusted_cluster() {
         .map(|e| e.epsilon)
         .collect();
     assert_eq!(charged, vec![0.75], "one ledger line per answered query");
+    assert_eq!(panics(&logs), Vec::<String>::new());
+}
+
+/// A query over public rows that runs far longer than [`DEADLINE`] on the cluster: 4^13
+/// (about 67 million) rows of a cross join of the 4-row `regions` table, counted.
+const SLOW_ON_A_CLUSTER: &str = "SELECT count(*) FROM regions a, regions b, regions c, \
+    regions d, regions e, regions f, regions g, regions h, regions i, regions j, regions k, \
+    regions l, regions m";
+
+/// The owner's `[limits]` of the deadline tests: 2 s.
+const DEADLINE: &str = "[limits]\nquery_timeout_seconds = 2\n";
+
+/// An owner configuration of [`owner_config`] with [`DEADLINE`].
+fn owner_config_with_deadline(dir: &Path, name: &str, password: &str) -> PathBuf {
+    let (config, _) = owner_config(dir, name, Some(password));
+    let text = std::fs::read_to_string(&config).unwrap() + DEADLINE;
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// Whether the processes `pids` stop using the CPU: their CPU time grows by less than 0.5 s in
+/// the 3 s from a second after now (a job running on would take both cores of this machine).
+fn assert_stop_using_the_cpu(pids: &[u32]) {
+    let cpu = || {
+        pids.iter()
+            .map(|&pid| common::cpu_seconds_of(pid))
+            .sum::<f64>()
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu() - before;
+    eprintln!("executors' CPU time in the 3 s after the stop: {used:.2} s");
+    assert!(
+        used < 0.5,
+        "the executors ran on: {used:.2} s of CPU in 3 s"
+    );
+}
+
+#[test]
+fn a_locked_scheduler_stops_a_job_at_the_owners_deadline() {
+    // `[limits] query_timeout_seconds` on a locked cluster: its scheduler cancels a job still
+    // running at the deadline, with its tasks on the executors, and the analyst's error names
+    // the limit. Before, the job ran on to its end whatever the owner's limit said.
+    let dir = std::env::temp_dir().join(format!(
+        "datafusion-dp-locked-deadline-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = owner_config_with_deadline(&dir, "owner", "alice-pw");
+    let password = [("DP_PASSWORD", "alice-pw")];
+    let (internal, clients) = (free_port(), free_port());
+    let mut cluster = Cluster(vec![start(
+        env!("CARGO_BIN_EXE_dp-scheduler"),
+        &[
+            "--bind-host".into(),
+            "127.0.0.1".into(),
+            "--bind-port".into(),
+            internal.to_string(),
+            "--owner-config".into(),
+            config.display().to_string(),
+            "--client-port".into(),
+            clients.to_string(),
+        ],
+        &dir.join("scheduler.log"),
+    )]);
+    let logs = start_executors(&mut cluster, &dir, internal);
+    let executors: Vec<u32> = cluster.0[1..].iter().map(|c| c.id()).collect();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let regions = format!("regions={}", data.join("regions.csv").display());
+    let url = format!("df://alice@127.0.0.1:{clients}");
+    wait_for_cluster_with(&url, &regions, "SELECT count(*) FROM regions", &password);
+    let started = Instant::now();
+    let out = dpsql_with(
+        &[
+            "--scheduler",
+            &url,
+            "--table",
+            &regions,
+            "-c",
+            SLOW_ON_A_CLUSTER,
+        ],
+        &password,
+    );
+    let stopped = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("stopped after {stopped:?}: {err}");
+    assert!(!out.status.success(), "answered after {stopped:?}");
+    assert!(
+        err.contains("over the limit of 2 s (query_timeout_seconds)"),
+        "{err}"
+    );
+    assert_stop_using_the_cpu(&executors);
+    // The cluster answers the next query.
+    wait_for_cluster_with(&url, &regions, "SELECT count(*) FROM regions", &password);
+    assert_eq!(panics(&logs), Vec::<String>::new());
+}
+
+#[cfg(feature = "server")]
+#[test]
+fn dp_server_stops_a_cluster_query_at_the_owners_deadline() {
+    // `dp-server --scheduler` under `[limits] query_timeout_seconds`: the analyst's stream ends
+    // with the deadline's error, and the server cancels the job on the trusted cluster, which
+    // every analyst shares. Before, the server's sessions on a cluster had no deadline, and a
+    // stream dropped for any reason (`CancelFlightInfo`, a client gone) left its job running
+    // on the executors to its end.
+    use common::server::{login, query, Server};
+    let dir = std::env::temp_dir().join(format!(
+        "datafusion-dp-serve-deadline-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut cluster, scheduler_port) = start_scheduler(&dir);
+    let logs = start_executors(&mut cluster, &dir, scheduler_port);
+    let executors: Vec<u32> = cluster.0[1..].iter().map(|c| c.id()).collect();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let regions = format!("regions={}", data.join("regions.csv").display());
+    let url = format!("df://127.0.0.1:{scheduler_port}");
+    wait_for_cluster(
+        &url,
+        &regions,
+        "SET dp.public_tables = 'regions'; SELECT count(*) FROM regions",
+    );
+    let config = owner_config_with_deadline(&dir, "server", "pw");
+    let server = Server::start_with(&config, &["--scheduler", &url]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut alice = login(&server.url(), "alice", "pw").await.unwrap();
+        let started = Instant::now();
+        let err = query(&mut alice, SLOW_ON_A_CLUSTER).await.unwrap_err();
+        let stopped = started.elapsed();
+        eprintln!("stopped after {stopped:?}: {err}");
+        assert!(err.contains("query_timeout_seconds"), "{err}");
+        assert!(stopped < Duration::from_secs(30), "{stopped:?}");
+        assert_stop_using_the_cpu(&executors);
+        let regions = query(&mut alice, "SELECT count(*) FROM regions")
+            .await
+            .unwrap();
+        assert_eq!(regions.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    });
     assert_eq!(panics(&logs), Vec::<String>::new());
 }

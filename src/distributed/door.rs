@@ -13,6 +13,7 @@ use crate::owner::auth::{self, LoginGate};
 use crate::owner::{AnalystConfig, Owner};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tonic::metadata::MetadataMap;
@@ -29,11 +30,25 @@ struct Token {
 }
 
 /// A job submitted through the client port: the capability that fetches its released
-/// partitions (random, 256 bits), valid as long as the credentials that submitted it.
+/// partitions (random, 256 bits), valid as long as the credentials that submitted it, and
+/// whether the owner's deadline stopped it.
 #[derive(Clone)]
 pub(crate) struct Job {
     pub result: String,
     expires: Instant,
+    stopped_at_deadline: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Whether the scheduler cancelled the job at `[limits] query_timeout_seconds`.
+    pub fn stopped_at_deadline(&self) -> bool {
+        self.stopped_at_deadline.load(Ordering::SeqCst)
+    }
+
+    /// Records that the scheduler cancels the job at the deadline.
+    pub fn stop_at_deadline(&self) {
+        self.stopped_at_deadline.store(true, Ordering::SeqCst);
+    }
 }
 
 #[derive(Default)]
@@ -214,11 +229,11 @@ impl Door {
     }
 
     /// Records `job_id` as submitted through the port by `caller` (a job already recorded
-    /// keeps its capability).
-    pub fn submitted(&self, job_id: &str, caller: &Caller) -> Result<(), Status> {
+    /// keeps its capability): whether it is new.
+    pub fn submitted(&self, job_id: &str, caller: &Caller) -> Result<bool, Status> {
         let mut jobs = lock(&self.jobs);
         if jobs.by_id.contains_key(job_id) {
-            return Ok(());
+            return Ok(false);
         }
         let result =
             auth::new_token().ok_or_else(|| Status::internal("no randomness from the OS"))?;
@@ -234,9 +249,10 @@ impl Door {
             Job {
                 result,
                 expires: caller.expires,
+                stopped_at_deadline: Arc::default(),
             },
         );
-        Ok(())
+        Ok(true)
     }
 
     /// The job `job_id` if it was submitted through the port and its credentials still hold.

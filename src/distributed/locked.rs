@@ -42,6 +42,7 @@ use crate::owner::{Owner, OwnerConfig, SessionBudget};
 use crate::sql::accounting::budget::DpBudgetFunction;
 use crate::sql::options::DpOptions;
 use crate::sql::privacy::pass::Placement;
+use crate::sql::privacy::session::limits::deadline_error;
 use crate::sql::privacy::session::lock::{in_analyst_range, ANALYST_SETTINGS};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -65,6 +66,7 @@ use ballista_core::serde::protobuf::{
     RemoveSessionParams, RemoveSessionResult, UpdateTaskStatusParams, UpdateTaskStatusResult,
 };
 use ballista_core::serde::scheduler::Action as BallistaAction;
+use ballista_core::JobId;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
@@ -75,7 +77,6 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -89,6 +90,9 @@ const LOCKED_MARKER: &str = "datafusion-dp locked cluster";
 /// The job id a client asks for the analyst's `dp_budget()` rows ([`cluster_budget`]): the
 /// client port answers with them in Arrow IPC, base64-encoded, as the job's name.
 const BUDGET_JOB: &str = "datafusion-dp/budget";
+/// How often the client port asks the scheduler for the status of a job whose client tracks
+/// it by push (as often as Ballista's pull client asks).
+const STATUS_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
@@ -186,6 +190,11 @@ impl LockedCluster {
             SessionContext::new_with_state(session_state_placed(config, Placement::Authority)?);
         self.owner.lock_into(&ctx, &self.budget)?;
         Ok(ctx.state())
+    }
+
+    /// The owner's `[limits] query_timeout_seconds`, at which a job still running is stopped.
+    fn deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.owner.config().limits.query_timeout_seconds)
     }
 
     /// `dp_budget()` of the analyst this cluster charges, read from that analyst's ledger.
@@ -465,19 +474,57 @@ impl ClientPort {
 /// A job's status as the client port shows it: the executor of each released partition is
 /// replaced by the job's result capability, which Ballista's client sends back as the host in
 /// its Flight ticket ([`ReleasedPartitions::do_get`] checks it and fetches from the real
-/// executor). Clients learn no executor address either.
-fn with_result_capability(result: &mut GetJobStatusResult, job: &Job) {
-    if let Some(JobStatus {
-        status: Some(job_status::Status::Successful(successful)),
-        ..
-    }) = &mut result.status
-    {
-        for location in &mut successful.partition_location {
-            if let Some(executor) = &mut location.executor_meta {
-                executor.host = job.result.clone();
+/// executor). Clients learn no executor address either. A job the deadline stopped
+/// ([`stop_at_deadline`]) fails with the deadline's error, naming the limit.
+fn as_the_client_sees_it(result: &mut GetJobStatusResult, job: &Job, cluster: &LockedCluster) {
+    match &mut result.status {
+        Some(JobStatus {
+            status: Some(job_status::Status::Successful(successful)),
+            ..
+        }) => {
+            for location in &mut successful.partition_location {
+                if let Some(executor) = &mut location.executor_meta {
+                    executor.host = job.result.clone();
+                }
             }
         }
+        Some(JobStatus {
+            status: Some(job_status::Status::Failed(failed)),
+            ..
+        }) if job.stopped_at_deadline() => {
+            failed.error = deadline_error(cluster.deadline()).to_string();
+        }
+        _ => {}
     }
+}
+
+/// Stops the job `job_id` at the owner's `[limits] query_timeout_seconds` from its submission,
+/// if it is still queued or running then: the scheduler cancels it (and its running tasks on
+/// the executors), and its status says the deadline stopped it ([`as_the_client_sees_it`]).
+/// Without it a job ran to its end, holding the executors' task slots, whatever the owner's
+/// limit said.
+fn stop_at_deadline(scheduler: &Scheduler, cluster: &Arc<LockedCluster>, job_id: &str) {
+    let (scheduler, cluster, id) = (scheduler.clone(), Arc::clone(cluster), JobId::new(job_id));
+    tokio::spawn(async move {
+        tokio::time::sleep(cluster.deadline()).await;
+        let running = matches!(
+            scheduler.state.task_manager.get_job_status(&id).await,
+            Ok(Some(JobStatus {
+                status: Some(job_status::Status::Queued(_) | job_status::Status::Running(_)),
+                ..
+            }))
+        );
+        if !running {
+            return;
+        }
+        // Stopped whether or not the credentials that submitted it still hold.
+        if let Some(job) = cluster.door.job(id.as_str()) {
+            job.stop_at_deadline();
+        }
+        if let Err(e) = scheduler.cancel_job(id.clone()).await {
+            eprintln!("dp-scheduler: could not stop job {id} at its deadline: {e}");
+        }
+    });
 }
 
 /// Refuses a query that is not a logical plan: a physical (or Substrait) plan would run
@@ -604,31 +651,70 @@ impl SchedulerGrpc for ClientPort {
         SchedulerGrpc::remove_session(&self.scheduler, request).await
     }
 
+    /// Push job tracking, served as the pull path and a status stream the port polls: the
+    /// scheduler's own push path gives the job's id only with the job's first change of status,
+    /// which for a job of one stage is its end, so the port would learn of the job (and start
+    /// its deadline, [`stop_at_deadline`]) only once it had run.
     async fn execute_query_push(
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
-        let caller = self.caller(&request).await?;
-        logical_plans_only(request.get_ref())?;
-        queries_only(request.get_ref())?;
-        let (metadata, updates, extensions) =
-            SchedulerGrpc::execute_query_push(&self.scheduler, request)
-                .await?
-                .into_parts();
-        // The job's id arrives with its first status update, which passes here before the
-        // client sees it: the job is this client's from then on.
-        let cluster = Arc::clone(&self.cluster);
-        let updates = updates.map(move |update| {
-            let mut update = update?;
-            let id = update.status.as_ref().map(|s| s.job_id.clone());
-            if let Some(id) = id.filter(|id| !id.is_empty()) {
-                cluster.door.submitted(&id, &caller)?;
-                if let Some(job) = cluster.door.job(&id) {
-                    with_result_capability(&mut update, &job);
-                }
+        let submitted = self.execute_query(request).await?;
+        let (metadata, submitted, extensions) = submitted.into_parts();
+        let job_id = match submitted.result {
+            Some(execute_query_result::Result::Success(success)) => success.job_id,
+            Some(execute_query_result::Result::Failure(failure)) => {
+                return Err(Status::internal(format!(
+                    "the job was not submitted: {failure:?}"
+                )))
             }
-            Ok(update)
-        });
+            None => return Err(Status::internal("the job was not submitted")),
+        };
+        let (scheduler, cluster) = (self.scheduler.clone(), Arc::clone(&self.cluster));
+        // Each change of the job's status, polled as Ballista's pull client polls, until it
+        // succeeds or fails (the scheduler shows a job's status once it has queued it).
+        let submitted = std::time::Instant::now();
+        let updates = futures::stream::unfold(
+            (Some(job_id), None::<JobStatus>),
+            move |(job_id, previous)| {
+                let (scheduler, cluster) = (scheduler.clone(), Arc::clone(&cluster));
+                async move {
+                    let job_id = job_id?;
+                    loop {
+                        let asked = Request::new(GetJobStatusParams {
+                            job_id: job_id.clone(),
+                        });
+                        let mut update =
+                            match SchedulerGrpc::get_job_status(&scheduler, asked).await {
+                                Ok(update) => update.into_inner(),
+                                Err(e) => return Some((Err(e), (None, previous))),
+                            };
+                        // As `get_job_status` answers: a job whose credentials ended, or
+                        // that the scheduler no longer knows (it did once, or not by the
+                        // deadline), is not found (its status would name the executors).
+                        let known = previous.is_some() || submitted.elapsed() > cluster.deadline();
+                        let job = match (cluster.door.job(&job_id), &update.status) {
+                            (Some(job), Some(_)) => job,
+                            (Some(_), None) if !known => {
+                                tokio::time::sleep(STATUS_POLL).await;
+                                continue;
+                            }
+                            _ => return Some((Err(door::not_found(&job_id)), (None, previous))),
+                        };
+                        as_the_client_sees_it(&mut update, &job, &cluster);
+                        let ended = matches!(
+                            update.status.as_ref().and_then(|s| s.status.as_ref()),
+                            Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
+                        );
+                        if update.status != previous || ended {
+                            let next = (Some(job_id).filter(|_| !ended), update.status.clone());
+                            return Some((Ok(update), next));
+                        }
+                        tokio::time::sleep(STATUS_POLL).await;
+                    }
+                }
+            },
+        );
         Ok(Response::from_parts(
             metadata,
             Box::pin(updates) as Self::ExecuteQueryPushStream,
@@ -645,7 +731,9 @@ impl SchedulerGrpc for ClientPort {
         queries_only(request.get_ref())?;
         let response = SchedulerGrpc::execute_query(&self.scheduler, request).await?;
         if let Some(execute_query_result::Result::Success(success)) = &response.get_ref().result {
-            self.cluster.door.submitted(&success.job_id, &caller)?;
+            if self.cluster.door.submitted(&success.job_id, &caller)? {
+                stop_at_deadline(&self.scheduler, &self.cluster, &success.job_id);
+            }
         }
         Ok(response)
     }
@@ -690,7 +778,7 @@ impl SchedulerGrpc for ClientPort {
         }
         let job = self.own_job(&request.get_ref().job_id)?;
         let mut response = SchedulerGrpc::get_job_status(&self.scheduler, request).await?;
-        with_result_capability(response.get_mut(), &job);
+        as_the_client_sees_it(response.get_mut(), &job, &self.cluster);
         Ok(response)
     }
 

@@ -22,7 +22,9 @@
 
 pub mod codec;
 mod door;
+mod job_cancel;
 pub mod locked;
+mod stage_stop;
 mod unread_sort;
 
 pub use codec::{DpLogicalCodec, DpPhysicalCodec};
@@ -148,6 +150,10 @@ pub fn executor_config(mut config: ExecutorProcessConfig) -> Result<ExecutorProc
     config.override_runtime_producer = Some(Arc::new(runtime));
     config.override_logical_codec = Some(Arc::new(DpLogicalCodec::default()));
     config.override_physical_codec = Some(Arc::new(DpPhysicalCodec::default()));
+    // A cancelled task stops working (stage_stop.rs).
+    config.override_execution_engine = Some(Arc::new(stage_stop::StoppableEngine::new(
+        config.client_ttl,
+    )));
     Ok(config)
 }
 
@@ -265,6 +271,12 @@ async fn remote_context_placed(
     token: Option<String>,
 ) -> Result<SessionContext> {
     let mut config = session_config();
+    // Pull job tracking: the job's id is known as soon as the scheduler accepts it, so a
+    // dropped stream can cancel its job (job_cancel.rs). Under push the client learns it only
+    // at the job's first change of status, which for a job of one stage is its end.
+    config
+        .options_mut()
+        .set(ballista_core::config::BALLISTA_CLIENT_PULL, "true")?;
     if let Some(token) = &token {
         config = config.with_ballista_grpc_metadata(HashMap::from([(
             "authorization".to_string(),
@@ -276,11 +288,15 @@ async fn remote_context_placed(
     let url = url.as_str();
     let budget_source = scheduler.clone();
     let cluster = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
-        scheduler,
+        scheduler.clone(),
         config.ballista_config(),
         config.ballista_logical_extension_codec(),
     );
-    let config = config.with_ballista_query_planner(Arc::new(DpQueryPlanner { cluster }));
+    let config = config.with_ballista_query_planner(Arc::new(DpQueryPlanner {
+        cluster,
+        scheduler,
+        token: token.clone(),
+    }));
     let ctx =
         SessionContext::remote_with_state(url, session_state_placed(config, placement)?).await?;
     // Ballista's upgrade of the state replaces its function registries: install ours again
@@ -366,10 +382,15 @@ impl TableProvider for ClusterBudgetTable {
 
 /// The client's query planner: a plan that reads only the client's own session tables
 /// (`dp_budget()`, `information_schema`) runs on the client, where they live (they cannot be
-/// serialised, and the budget is the client's); every other plan goes to the cluster.
+/// serialised, and the budget is the client's); every other plan goes to the cluster, as a
+/// job cancelled when its result is dropped before its end ([`job_cancel`]).
 #[derive(Debug)]
 struct DpQueryPlanner {
     cluster: BallistaQueryPlanner<LogicalPlanNode>,
+    /// The scheduler's gRPC endpoint (`http://host:port`) and the analyst's bearer token on a
+    /// locked cluster, with which a job is cancelled.
+    scheduler: String,
+    token: Option<String>,
 }
 
 #[async_trait]
@@ -388,7 +409,12 @@ impl QueryPlanner for DpQueryPlanner {
             // there when the client's session is locked (`dp.locked` travels with it).
             let plan =
                 crate::sql::privacy::exec::protected_scan::unwrap_protected_tables(plan.clone())?;
-            self.cluster.create_physical_plan(&plan, session).await
+            let plan = self.cluster.create_physical_plan(&plan, session).await?;
+            Ok(Arc::new(job_cancel::CancelJobOnDropExec::new(
+                plan,
+                self.scheduler.clone(),
+                self.token.clone(),
+            )))
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod tables;
 pub use config::{AnalystConfig, Credential, LimitsConfig, OwnerConfig, ServerConfig, TableConfig};
 pub use lockdown::SessionBudget;
 
+use crate::sql::privacy::session::limits::QueryDeadline;
 use crate::sql::privacy::session::release_time::{ReleaseSchedule, ReleaseTiming};
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
@@ -95,11 +96,7 @@ impl Owner {
 
     /// A locked session spending `budget`.
     pub fn locked_session(&self, budget: &SessionBudget) -> Result<SessionContext> {
-        let deadline = crate::sql::privacy::session::limits::QueryDeadline(
-            std::time::Duration::from_secs(self.config.limits.query_timeout_seconds),
-        );
-        let config = session_config().with_extension(Arc::new(deadline));
-        let ctx = tables::session_with_runtime(config, Arc::clone(&self.runtime))?;
+        let ctx = tables::session_with_runtime(session_config(), Arc::clone(&self.runtime))?;
         self.lock_into(&ctx, budget)?;
         Ok(ctx)
     }
@@ -130,13 +127,19 @@ impl Owner {
                 Arc::clone(provider),
             )?;
         }
-        // The analyst's release schedule, in every locked session that spends her ledger
-        // (`dpsql --config`, `dp-server` in process or onto a cluster, the Python binding).
-        if let Some(schedule) = self.release_schedule(&budget.ledger) {
-            ctx.state_ref()
-                .write()
-                .config_mut()
-                .set_extension(Arc::new(ReleaseTiming(schedule)));
+        // The owner's per-query deadline and the analyst's release schedule, in every locked
+        // session that spends her ledger (`dpsql --config`, `dp-server` in process or onto a
+        // cluster, a locked cluster's jobs, the Python binding).
+        {
+            let state = ctx.state_ref();
+            let mut state = state.write();
+            let config = state.config_mut();
+            config.set_extension(Arc::new(QueryDeadline(std::time::Duration::from_secs(
+                self.config.limits.query_timeout_seconds,
+            ))));
+            if let Some(schedule) = self.release_schedule(&budget.ledger) {
+                config.set_extension(Arc::new(ReleaseTiming(schedule)));
+            }
         }
         let protections: Vec<_> = self
             .tables

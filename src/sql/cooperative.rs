@@ -49,7 +49,7 @@ pub const COOPERATIVE_RULE_NAME: &str = "datafusion_dp_yield_from_joins";
 pub const YIELD_EVERY: usize = 128;
 
 /// Whether `node` can emit many batches for each it reads without reaching a leaf.
-fn multiplies(node: &Arc<dyn ExecutionPlan>) -> bool {
+pub(crate) fn multiplies(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.children().len() >= 2 || node.downcast_ref::<UnnestExec>().is_some()
 }
 

@@ -237,3 +237,28 @@ pub fn costly_batch_query() -> String {
         ctes.join(", ")
     )
 }
+
+/// The CPU time process `pid` has used so far (user and system, all threads; from
+/// `/proc/PID/stat`, Linux), in seconds.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command name (which may hold spaces) in parentheses: utime and
+    // stime are the 14th and 15th of the line, the 12th and 13th after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / clock_ticks_per_second()
+}
+
+/// The unit of `/proc/PID/stat`'s times (`getconf CLK_TCK`; 100 on Linux when unknown).
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .filter(|t| *t > 0.0)
+        .unwrap_or(100.0)
+}

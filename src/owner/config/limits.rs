@@ -73,7 +73,7 @@ pub const LIMITS: &[Limit<LimitsConfig>] = &[
         field!(LimitsConfig, query_timeout_seconds),
         Unit::Seconds,
         DefaultValue::Value(600),
-        r#"A statement's planning too (from when its planning starts; see below). A query's execution, from the start of its stream to its last batch; then stopped with a resources error naming the option. The deadline is watched on the Flight runtime, so it fires however busy the analyst's threads are. It counts wall-clock time: other analysts' queries slow a query by sharing the cores, but do not queue it; only the same analyst's queries can."#,
+        r#"A statement's planning too (from when its planning starts; see below). A query's execution, from the start of its stream to its last batch; then stopped with a resources error naming the option. The deadline is watched on the Flight runtime, so it fires however busy the analyst's threads are. It counts wall-clock time: other analysts' queries slow a query by sharing the cores, but do not queue it; only the same analyst's queries can. On a cluster the job stops too: `dp-server --scheduler` cancels its job on the scheduler, and a locked cluster's scheduler cancels a job still running this long after its submission; either way the executors' tasks stop at their next batch (docs/distributed.md, "Deadlines and cancellation")."#,
     ),
     Limit::new(
         field!(LimitsConfig, release_quantum_ms),

@@ -584,8 +584,9 @@ pub fn interleave_checkpoints(
 
 /// The owner's per-query deadline (`[limits] query_timeout_seconds`), kept in a locked
 /// session's configuration ([`datafusion::prelude::SessionConfig::with_extension`]) by
-/// [`crate::owner::Owner::locked_session`]; `dpsql --config` and `dp-server` stop a query's
-/// execution when it runs out ([`with_deadline`], [`query_deadline`]).
+/// [`crate::owner::Owner::lock_into`]; `dpsql --config` and `dp-server` (in process or onto a
+/// cluster) stop a query's execution when it runs out ([`with_deadline`], [`query_deadline`]),
+/// and a locked cluster's scheduler cancels a job still running then.
 #[derive(Debug, Clone, Copy)]
 pub struct QueryDeadline(pub std::time::Duration);
 
