@@ -353,17 +353,27 @@ async fn an_in_memory_table_is_read_once_with_the_declared_schema() {
     );
 }
 
-/// The parse count of `t` in `ctx`, a table `Owner::open` keeps parsed.
+/// The parse count of `t` in `ctx`, a table `Owner::open` keeps parsed, once no parse of it
+/// is under way (they run in the background; waits up to 30 s).
 fn parses(ctx: &SessionContext) -> usize {
     let provider = futures::executor::block_on(ctx.table_provider("t")).unwrap();
-    provider
+    let table = provider
         .downcast_ref::<datafusion_dp::owner::parsed::ParsedFiles>()
-        .expect("a CSV or NDJSON table is parsed once per version of its files")
-        .parses()
+        .expect("a CSV or NDJSON table is parsed once per version of its files");
+    let started = std::time::Instant::now();
+    while table.parsing() {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "a parse of a few rows for 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    table.parses()
 }
 
-/// A small CSV or NDJSON table is parsed once per version of its files: two queries parse it
-/// once and read the same rows as a scan of the files (a locked cluster's `open_files`); a
+/// A small CSV or NDJSON table is parsed once per version of its files, in the background
+/// after the first query that reads that version (which scans the files): two queries parse
+/// it once and read the same rows as a scan of the files (a locked cluster's `open_files`); a
 /// file rewritten is read by the next query; a value that does not parse fails the query
 /// with the same error as the scan of the files, and nothing of it is kept. A hive layout's
 /// partition filter gives the same rows either way.
@@ -392,8 +402,14 @@ async fn a_small_text_table_is_parsed_once_per_version_of_its_files() {
         let rows = "SELECT * FROM t ORDER BY patient_id";
         let read = run(&files, rows).await.unwrap();
         assert!(read.contains("| 3          | north  | 5     |"), "{read}");
-        assert_eq!(parses(&parsed), 0, "{file}: parsed at the first scan");
+        assert_eq!(
+            parses(&parsed),
+            0,
+            "{file}: nothing parsed before the first scan"
+        );
         assert_eq!(run(&parsed, rows).await.unwrap(), read, "{file}");
+        assert_eq!(parses(&parsed), 1, "{file}: parsed after the first scan");
+        // This one reads the copy.
         assert_eq!(
             run(&parsed, "SELECT sum(score) FROM t WHERE region = 'north'")
                 .await
@@ -443,6 +459,9 @@ async fn a_small_text_table_is_parsed_once_per_version_of_its_files() {
     let files = Owner::open_files(cfg).await.unwrap();
     let files = files.analyst_session(&analyst).unwrap();
     let parsed = session(&dir, table).await;
+    // The first scan reads the files and starts the parse; the queries below read the copy.
+    run(&parsed, "SELECT count(*) FROM t").await.unwrap();
+    assert_eq!(parses(&parsed), 1);
     for sql in [
         "SELECT patient_id, year FROM t WHERE year = 2025",
         "SELECT patient_id, year FROM t WHERE year < 2025 ORDER BY patient_id",

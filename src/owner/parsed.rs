@@ -12,18 +12,28 @@
 //!   (docs/privacy-analysis.md, "What is not covered", own values: 12 of the 13 flags of the
 //!   fuzzer's 30-minute run were on CSV tables).
 //!
-//! So a text table whose files together hold at most [`PARSED_FILES_MAX_BYTES`] is parsed on
-//! its first scan and kept as DataFusion's `MemTable`; every scan lists the files as that
-//! query's session would read them (the same listing DataFusion's `ListingTable` does) and
-//! parses again only when the list, a size, a modification time or an ETag changed, so files
-//! the owner rewrites are seen by the next query, unlike `in_memory = true` (read once at
-//! start). A scan then reads only what it projects, as over Parquet or a table in memory.
+//! So a text table whose files together hold at most [`PARSED_FILES_MAX_BYTES`] is kept
+//! parsed as DataFusion's `MemTable`. Every scan lists the files as a query's session would
+//! read them (the same listing DataFusion's `ListingTable` does). When the list, a size, a
+//! modification time or an ETag changed since the copy was made, that query scans the files
+//! themselves, and a thread of its own parses them for the queries after it; so files the owner
+//! rewrites are seen by the next query, unlike `in_memory = true` (read once at start). A scan
+//! of the copy reads only what it projects, as over Parquet or a table in memory.
 //!
-//! A parse that fails (a value that does not parse as its declared type) is not kept: that
-//! query, and every later one until the files change, scans the files as before, so the error is raised when the query runs, where every
-//! execution error is handled ("Errors are outputs"), never while it is planned, and its text
-//! (which can quote the row) is withheld as before. Larger tables are scanned as before too:
-//! the copy is outside every query's memory pool, so its size is bounded here.
+//! The parse is never a query's work. It used to be done by the first scan planned after the
+//! files changed: its time, which grows with every byte of the table, was spent while that
+//! query was planned (in `dp-server`, in `GetFlightInfo`), before the release schedule's clock
+//! starts (`[limits] release_quantum_ms`), and a neighbouring pair measured 345-366 against
+//! 316-317 ms for that first query under a 300 ms quantum (docs/privacy-analysis.md). Planning
+//! now lists the files only; the query that sees a change reads them in its execution, inside
+//! its deadline and its schedule.
+//!
+//! A parse that fails (a value that does not parse as its declared type) is not kept: every
+//! query until the files change scans the files as before, so the error is raised when the
+//! query runs, where every execution error is handled ("Errors are outputs"), never while it
+//! is planned, and its text (which can quote the row) is withheld as before. Larger tables are
+//! scanned as before too: the copy is outside every query's memory pool, so its size is
+//! bounded here.
 //!
 //! Not on a locked cluster: the scheduler would ship the copy in every plan
 //! ([`crate::owner::Owner::open_files`]).
@@ -40,7 +50,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::Mutex;
+use std::sync::Mutex;
 
 /// The largest text table, in bytes of its files together, that [`ParsedFiles`] keeps in
 /// memory parsed (its Arrow form holds about as many bytes again as the text, up to a few
@@ -61,10 +71,18 @@ pub struct ParsedFiles {
     /// (`batch_size`, `target_partitions`: `ANALYST_SETTINGS`) do not change which files a
     /// scan reads.
     owner: SessionContext,
-    /// The last version parsed, and its rows (`None`: it did not parse).
-    parsed: Mutex<Option<(Version, Option<Arc<MemTable>>)>>,
+    copy: Arc<Mutex<Copy>>,
     /// Parses that were kept, since the table was opened.
-    parses: AtomicUsize,
+    parses: Arc<AtomicUsize>,
+}
+
+/// The parsed copy, and the parse under way.
+#[derive(Default)]
+struct Copy {
+    /// The last version parsed, and its rows (`None`: it did not parse).
+    kept: Option<(Version, Option<Arc<MemTable>>)>,
+    /// The version a background parse is reading, if one is.
+    parsing: Option<Version>,
 }
 
 impl std::fmt::Debug for ParsedFiles {
@@ -75,20 +93,30 @@ impl std::fmt::Debug for ParsedFiles {
     }
 }
 
+/// A poisoned lock is still usable: every critical section leaves the copy consistent.
+fn lock(copy: &Mutex<Copy>) -> std::sync::MutexGuard<'_, Copy> {
+    copy.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl ParsedFiles {
     pub fn new(files: Arc<ListingTable>, owner: SessionContext) -> Self {
         Self {
             files,
             owner,
-            parsed: Mutex::new(None),
-            parses: AtomicUsize::new(0),
+            copy: Arc::default(),
+            parses: Arc::default(),
         }
     }
 
     /// How many times the files were parsed and kept since the table was opened: once per
-    /// version that a query read.
+    /// version that a query read (in the background, after that query's scan).
     pub fn parses(&self) -> usize {
         self.parses.load(Ordering::Relaxed)
+    }
+
+    /// Whether a background parse is under way.
+    pub fn parsing(&self) -> bool {
+        lock(&self.copy).parsing.is_some()
     }
 
     /// The version of the files a scan reads, and their total size.
@@ -117,33 +145,65 @@ impl ParsedFiles {
         Ok((version, bytes))
     }
 
-    /// The table parsed at the files' current version, parsing it if they changed; `None`
-    /// when it is too large to keep or does not parse (a version that did not parse is not
-    /// parsed again: every query then scans the files until they change).
+    /// The copy of the files' current version, if it is kept; otherwise `None`, and a
+    /// background parse of that version is started unless one is under way or the table is too
+    /// large to keep. A version that did not parse is not parsed again: every query then scans
+    /// the files until they change.
     async fn parsed(&self) -> Result<Option<Arc<MemTable>>> {
-        let state = self.owner.state();
-        let (version, bytes) = self.version(&state).await?;
+        let (version, bytes) = self.version(&self.owner.state()).await?;
         if bytes > PARSED_FILES_MAX_BYTES {
             return Ok(None);
         }
-        // Held while parsing: concurrent queries of a changed table wait for one parse.
-        let mut parsed = self.parsed.lock().await;
-        if let Some((kept, table)) = parsed.as_ref() {
+        let mut copy = lock(&self.copy);
+        if let Some((kept, table)) = &copy.kept {
             if *kept == version {
                 return Ok(table.clone());
             }
         }
-        let scan = self.files.scan(&state, None, &[], None).await?;
-        let table = datafusion::physical_plan::collect_partitioned(scan, self.owner.task_ctx())
-            .await
-            .and_then(|partitions| MemTable::try_new(self.files.schema(), partitions))
-            .ok()
-            .map(Arc::new);
-        if table.is_some() {
-            self.parses.fetch_add(1, Ordering::Relaxed);
+        // Started under the lock, so the parse records its copy only after `parsing` is set.
+        if copy.parsing.as_ref() != Some(&version) && self.parse_in_background(version.clone()) {
+            copy.parsing = Some(version);
         }
-        *parsed = Some((version, table.clone()));
-        Ok(table)
+        Ok(None)
+    }
+
+    /// Parses the files as of `version` on a thread of its own (a query's planning thread and
+    /// runtime may end before it), and keeps the copy unless a newer parse began meanwhile.
+    /// Whether the thread started (without one, the files are scanned and the next query tries
+    /// again).
+    fn parse_in_background(&self, version: Version) -> bool {
+        let (files, owner) = (Arc::clone(&self.files), self.owner.clone());
+        let (copy, parses) = (Arc::clone(&self.copy), Arc::clone(&self.parses));
+        let parse = move || {
+            let table = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()
+                .and_then(|runtime| {
+                    runtime.block_on(async {
+                        let state = owner.state();
+                        let scan = files.scan(&state, None, &[], None).await.ok()?;
+                        let partitions =
+                            datafusion::physical_plan::collect_partitioned(scan, owner.task_ctx())
+                                .await
+                                .ok()?;
+                        MemTable::try_new(files.schema(), partitions).ok()
+                    })
+                })
+                .map(Arc::new);
+            let mut copy = lock(&copy);
+            if copy.parsing.as_ref() == Some(&version) {
+                if table.is_some() {
+                    parses.fetch_add(1, Ordering::Relaxed);
+                }
+                copy.kept = Some((version, table));
+                copy.parsing = None;
+            }
+        };
+        std::thread::Builder::new()
+            .name("dp-parse-table".to_string())
+            .spawn(parse)
+            .is_ok()
     }
 }
 
