@@ -13,15 +13,15 @@
 //! A job whose submission was still in flight when its stream was dropped has no id yet and is
 //! not cancelled; it runs to its end as before.
 
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::CancelJobParams;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_err, Result};
+use datafusion::common::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use datafusion_proto::protobuf::LogicalPlanNode;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -145,41 +145,19 @@ impl DisplayAs for CancelJobOnDropExec {
     }
 }
 
-impl ExecutionPlan for CancelJobOnDropExec {
-    fn name(&self) -> &str {
-        "CancelJobOnDropExec"
+impl PassThrough for CancelJobOnDropExec {
+    const NAME: &'static str = "CancelJobOnDropExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = false;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, self.scheduler.clone(), self.token.clone())
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.len() {
-            1 => Ok(Arc::new(Self::new(
-                children.swap_remove(0),
-                self.scheduler.clone(),
-                self.token.clone(),
-            ))),
-            n => exec_err!("CancelJobOnDropExec takes one input, got {n}"),
-        }
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -206,6 +184,8 @@ impl ExecutionPlan for CancelJobOnDropExec {
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, guarded)))
     }
 }
+
+pass_through_plan!(CancelJobOnDropExec);
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@
 //! them. A stage's work between two batches of those operators is the most it does after a
 //! cancellation.
 
+use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use ballista_core::client::BallistaClient;
 use ballista_core::client_pool::{BallistaClientPool, PooledClient};
 use ballista_core::extension::BallistaConfigGrpcEndpoint;
@@ -27,13 +28,12 @@ use ballista_core::JobId;
 use ballista_executor::execution_engine::{
     DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
 };
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_err, DataFusionError, Result};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use datafusion::prelude::SessionConfig;
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -202,40 +202,19 @@ impl DisplayAs for StopExec {
     }
 }
 
-impl ExecutionPlan for StopExec {
-    fn name(&self) -> &str {
-        "StopExec"
+impl PassThrough for StopExec {
+    const NAME: &'static str = "StopExec";
+    const BENEFITS_FROM_INPUT_PARTITIONING: bool = false;
+
+    fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, Arc::clone(&self.stop))
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.len() {
-            1 => Ok(Arc::new(Self::new(
-                children.swap_remove(0),
-                Arc::clone(&self.stop),
-            ))),
-            n => exec_err!("StopExec takes one input, got {n}"),
-        }
-    }
-
-    fn execute(
+    fn execute_input(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
@@ -260,6 +239,8 @@ impl ExecutionPlan for StopExec {
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, checked)))
     }
 }
+
+pass_through_plan!(StopExec);
 
 /// Connections to other executors for shuffle reads, kept for reuse while idle less than a
 /// time: what Ballista's executor does by default (`DefaultBallistaClientPool`, private to
