@@ -108,9 +108,7 @@ async fn cancel(scheduler: &str, token: Option<&str>, job: &str) -> Result<(), S
         job_id: job.to_string(),
     });
     if let Some(token) = token {
-        let bearer = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| "a malformed bearer token".to_string())?;
+        let bearer = super::locked::bearer(token).map_err(|e| e.to_string())?;
         request.metadata_mut().insert("authorization", bearer);
     }
     client
@@ -120,7 +118,7 @@ async fn cancel(scheduler: &str, token: Option<&str>, job: &str) -> Result<(), S
         .map_err(|e| e.message().to_string())
 }
 
-/// Cancels the job of `plan` when dropped unless [`Self::ended`] was called.
+/// Cancels the job of `plan` when dropped, unless its stream ended (`ended`).
 struct CancelGuard {
     plan: Arc<dyn ExecutionPlan>,
     scheduler: String,

@@ -245,7 +245,7 @@ async fn ask(
 }
 
 /// `authorization: Bearer token`.
-fn bearer(token: &str) -> Result<MetadataValue<tonic::metadata::Ascii>> {
+pub(crate) fn bearer(token: &str) -> Result<MetadataValue<tonic::metadata::Ascii>> {
     MetadataValue::try_from(format!("Bearer {token}"))
         .map_err(|_| DataFusionError::Execution("a malformed bearer token".to_string()))
 }
