@@ -793,7 +793,12 @@ fn ticket(location: &PartitionLocation, host: &str) -> Ticket {
 /// A Flight `DoGet` of `ticket` on the client port with `authorization` set to `value`: the
 /// number of messages streamed, or the refusal.
 async fn do_get(ticket: Ticket, value: Option<&str>) -> Result<usize, tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(grpc_url())
+    do_get_at(&grpc_url(), ticket, value).await
+}
+
+/// [`do_get`] on the client port at `url`.
+async fn do_get_at(url: &str, ticket: Ticket, value: Option<&str>) -> Result<usize, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
         .unwrap()
         .connect()
         .await
@@ -1005,6 +1010,224 @@ async fn the_client_port_needs_the_analysts_credentials() {
         })))
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
+    // A locked cluster whose owner sets a release quantum of 2 s. A query of the public table
+    // finishes on the executors long before; the client port shows it running until 2 s after
+    // its submission (its status, its end's stamp, a fetch of its partitions), then ended, so
+    // the moment an analyst sees says nothing of how long the job ran. Without the schedule
+    // the job's success showed as soon as it finished.
+    const QUANTUM: std::time::Duration = std::time::Duration::from_secs(2);
+    let dir = dir().join("scheduled");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("owner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [limits]\nrelease_quantum_ms = {}\n\n\
+             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
+            data("regions.csv"),
+            QUANTUM.as_millis(),
+            dir.join("team.ledger").display(),
+        ),
+    )
+    .unwrap();
+    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
+        .await
+        .unwrap();
+    let (client_url, internal_url) = locked::start_local_cluster_with_internal(&cluster, 1, 2)
+        .await
+        .unwrap();
+    let url = client_url.replace("df://", "http://");
+    let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
+    let mut client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
+    let mut internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
+        .await
+        .unwrap();
+    let status_at = |client: &mut SchedulerGrpcClient<tonic::transport::Channel>,
+                     job_id: &str,
+                     value: Option<&str>| {
+        let request = with_authorization(
+            tonic::Request::new(GetJobStatusParams {
+                job_id: job_id.to_string(),
+            }),
+            value,
+        );
+        let mut client = client.clone();
+        async move {
+            client
+                .get_job_status(request)
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .and_then(|s| s.status)
+        }
+    };
+    let submit_job = |client: &mut SchedulerGrpcClient<tonic::transport::Channel>| {
+        let mut client = client.clone();
+        let bearer = bearer.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            let answer = client
+                .execute_query(with_authorization(
+                    submit(public_query().await),
+                    Some(&bearer),
+                ))
+                .await
+                .unwrap()
+                .into_inner();
+            let Some(execute_query_result::Result::Success(success)) = answer.result else {
+                panic!("a public query was refused: {answer:?}");
+            };
+            (success.job_id, started, wall)
+        }
+    };
+
+    // 1. A job's success is shown at its release, not when it finished.
+    let (job_id, started, wall) = submit_job(&mut client).await;
+    let finished = loop {
+        match status_at(&mut internal, &job_id, None).await {
+            Some(job_status::Status::Successful(job)) => break job,
+            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    let ran = started.elapsed();
+    assert!(
+        ran < QUANTUM / 2,
+        "the job took {ran:?}: too long for this test to tell a held end"
+    );
+    // Its final partitions, where the executor holds them, fetched with the analyst's
+    // credentials: refused while the end is held, as a job still running.
+    let location = finished
+        .partition_location
+        .iter()
+        .find(|l| l.partition_stats.as_ref().is_some_and(|s| s.num_rows > 0))
+        .expect("a final partition with rows")
+        .clone();
+    let host = location.executor_meta.as_ref().unwrap().host.clone();
+    let early = do_get_at(&url, ticket(&location, &host), Some(&bearer)).await;
+    assert!(started.elapsed() < QUANTUM, "the check came too late");
+    assert_eq!(
+        early.map_err(|e| e.code()),
+        Err(tonic::Code::PermissionDenied),
+        "a fetch before the job's end is shown"
+    );
+    let shown = loop {
+        let status = status_at(&mut client, &job_id, Some(&bearer)).await;
+        match status {
+            Some(job_status::Status::Successful(job)) => break job,
+            Some(job_status::Status::Running(running)) => {
+                assert!(
+                    running.scheduler.is_empty(),
+                    "a running job names its scheduler: {running:?}"
+                );
+            }
+            Some(job_status::Status::Queued(_)) => {}
+            other => panic!("unexpected status {other:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let seen = started.elapsed();
+    assert!(
+        seen >= QUANTUM && seen < QUANTUM * 2,
+        "the end was shown after {seen:?}, not at the 2 s release"
+    );
+    // The port's clock starts after this client's (`wall`); each stamp is truncated to the
+    // millisecond, hence the 1 ms.
+    assert!(
+        shown.ended_at + 1 >= wall + QUANTUM.as_millis() as u64
+            && shown.ended_at > finished.ended_at,
+        "the end is stamped at its release: {} against the scheduler's {} (submitted at {wall})",
+        shown.ended_at,
+        finished.ended_at,
+    );
+    assert!(
+        do_get_at(&url, ticket(&location, &host), Some(&bearer))
+            .await
+            .unwrap()
+            > 0,
+        "the released partition is served"
+    );
+
+    // 2. A job cancelled after it finished, before its end was shown, is shown cancelled at
+    // the release, as a running job cancelled then would be; its partitions are not served.
+    let (job_id, started, _) = submit_job(&mut client).await;
+    let finished = loop {
+        match status_at(&mut internal, &job_id, None).await {
+            Some(job_status::Status::Successful(job)) => break job,
+            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    client
+        .cancel_job(with_authorization(
+            tonic::Request::new(CancelJobParams {
+                job_id: job_id.clone(),
+            }),
+            Some(&bearer),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < QUANTUM,
+        "the cancellation came too late"
+    );
+    let failed = loop {
+        match status_at(&mut client, &job_id, Some(&bearer)).await {
+            Some(job_status::Status::Failed(failed)) => break failed,
+            Some(job_status::Status::Successful(_)) => {
+                panic!("a job cancelled before its end was shown is shown successful")
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    assert!(
+        started.elapsed() >= QUANTUM,
+        "shown ended before the release"
+    );
+    assert_eq!(failed.error, "Cancelled");
+    let location = &finished.partition_location[0];
+    let host = location.executor_meta.as_ref().unwrap().host.clone();
+    assert_eq!(
+        do_get_at(&url, ticket(location, &host), Some(&bearer))
+            .await
+            .map_err(|e| e.code()),
+        Err(tonic::Code::PermissionDenied),
+        "a cancelled job's partition"
+    );
+
+    // 3. Push tracking shows the same: its last update, the success, comes at the release.
+    let started = std::time::Instant::now();
+    let mut updates = client
+        .execute_query_push(with_authorization(
+            submit(public_query().await),
+            Some(&bearer),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    while let Some(update) = updates.message().await.unwrap() {
+        last = update.status.and_then(|s| s.status);
+    }
+    assert!(
+        matches!(last, Some(job_status::Status::Successful(_))),
+        "{last:?}"
+    );
+    let seen = started.elapsed();
+    assert!(
+        seen >= QUANTUM && seen < QUANTUM * 2,
+        "push: the end was shown after {seen:?}"
+    );
 }
 
 /// A second locked cluster without executors, in `dir()/name`: the public `regions` table,

@@ -14,8 +14,8 @@ use crate::owner::{AnalystConfig, Owner};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
@@ -30,12 +30,22 @@ struct Token {
 }
 
 /// A job submitted through the client port: the capability that fetches its released
-/// partitions (random, 256 bits), valid as long as the credentials that submitted it, and
-/// whether the owner's deadline stopped it.
+/// partitions (random, 256 bits), valid as long as the credentials that submitted it; when it
+/// was submitted, and when its end is shown to its analyst (the analyst's release schedule,
+/// [`super::locked`]); whether the analyst cancelled it, and whether the owner's deadline
+/// stopped it.
 #[derive(Clone)]
 pub(crate) struct Job {
     pub result: String,
     expires: Instant,
+    /// When the port recorded the submission, on the monotonic clock and in milliseconds
+    /// since the epoch (the scheduler stamps a job's end in the latter).
+    pub submitted: Instant,
+    pub submitted_ms: u64,
+    /// When the job's end is shown, fixed the first time the port sees it ended.
+    pub shown_end: Arc<OnceLock<Instant>>,
+    /// When the analyst first asked the port to cancel it.
+    cancelled: Arc<OnceLock<Instant>>,
     stopped_at_deadline: Arc<AtomicBool>,
 }
 
@@ -48,6 +58,18 @@ impl Job {
     /// Records that the scheduler cancels the job at the deadline.
     pub fn stop_at_deadline(&self) {
         self.stopped_at_deadline.store(true, Ordering::SeqCst);
+    }
+
+    /// Records that the analyst asked to cancel the job (the first time counts).
+    pub fn cancel_requested(&self) {
+        let _ = self.cancelled.set(Instant::now());
+    }
+
+    /// Whether the analyst asked to cancel the job before `shown_end`, when its end is shown:
+    /// a job that had already finished then is shown cancelled too, as a running one would
+    /// be, so the answer to a cancellation does not tell whether the job had ended.
+    pub fn cancelled_before(&self, shown_end: Instant) -> bool {
+        self.cancelled.get().is_some_and(|&at| at < shown_end)
     }
 }
 
@@ -228,9 +250,14 @@ impl Door {
         })
     }
 
-    /// Records `job_id` as submitted through the port by `caller` (a job already recorded
-    /// keeps its capability): whether it is new.
-    pub fn submitted(&self, job_id: &str, caller: &Caller) -> Result<bool, Status> {
+    /// Records `job_id` as submitted through the port by `caller`, whose request arrived at
+    /// `received` (a job already recorded keeps its capability): whether it is new.
+    pub fn submitted(
+        &self,
+        job_id: &str,
+        caller: &Caller,
+        received: Instant,
+    ) -> Result<bool, Status> {
         let mut jobs = lock(&self.jobs);
         if jobs.by_id.contains_key(job_id) {
             return Ok(false);
@@ -249,6 +276,13 @@ impl Door {
             Job {
                 result,
                 expires: caller.expires,
+                submitted: received,
+                submitted_ms: SystemTime::now()
+                    .checked_sub(received.elapsed())
+                    .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                shown_end: Arc::default(),
+                cancelled: Arc::default(),
                 stopped_at_deadline: Arc::default(),
             },
         );

@@ -44,6 +44,7 @@ use crate::sql::options::DpOptions;
 use crate::sql::privacy::pass::Placement;
 use crate::sql::privacy::session::limits::deadline_error;
 use crate::sql::privacy::session::lock::{in_analyst_range, ANALYST_SETTINGS};
+use crate::sql::privacy::session::release_time::ReleaseSchedule;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
@@ -60,10 +61,11 @@ use ballista_core::serde::protobuf::scheduler_grpc_server::{SchedulerGrpc, Sched
 use ballista_core::serde::protobuf::{
     execute_query_result, job_status, CancelJobParams, CancelJobResult, CleanJobDataParams,
     CleanJobDataResult, CreateUpdateSessionParams, CreateUpdateSessionResult, ExecuteQueryParams,
-    ExecuteQueryResult, ExecutorStoppedParams, ExecutorStoppedResult, GetJobMetricsParams,
-    GetJobMetricsResult, GetJobStatusParams, GetJobStatusResult, HeartBeatParams, HeartBeatResult,
-    JobStatus, PollWorkParams, PollWorkResult, RegisterExecutorParams, RegisterExecutorResult,
-    RemoveSessionParams, RemoveSessionResult, UpdateTaskStatusParams, UpdateTaskStatusResult,
+    ExecuteQueryResult, ExecutorStoppedParams, ExecutorStoppedResult, FailedJob,
+    GetJobMetricsParams, GetJobMetricsResult, GetJobStatusParams, GetJobStatusResult,
+    HeartBeatParams, HeartBeatResult, JobStatus, PollWorkParams, PollWorkResult,
+    RegisterExecutorParams, RegisterExecutorResult, RemoveSessionParams, RemoveSessionResult,
+    RunningJob, UpdateTaskStatusParams, UpdateTaskStatusResult,
 };
 use ballista_core::serde::scheduler::Action as BallistaAction;
 use ballista_core::JobId;
@@ -79,6 +81,7 @@ use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use futures::stream::BoxStream;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
@@ -104,6 +107,9 @@ pub struct LockedCluster {
     owner: Arc<Owner>,
     budget: SessionBudget,
     door: Door,
+    /// The analyst's release schedule (`[limits] release_quantum_ms`), the one the jobs'
+    /// sessions carry: the client port shows a job's end on it.
+    schedule: Option<Arc<ReleaseSchedule>>,
 }
 
 impl LockedCluster {
@@ -128,10 +134,12 @@ impl LockedCluster {
         let owner = Arc::new(Owner::open_files(config).await?);
         let door =
             Door::new(Arc::clone(&owner), &analyst).map_err(DataFusionError::Configuration)?;
+        let schedule = owner.release_schedule(&budget.ledger);
         Ok(Arc::new(Self {
             owner,
             budget,
             door,
+            schedule,
         }))
     }
 
@@ -195,6 +203,26 @@ impl LockedCluster {
     /// The owner's `[limits] query_timeout_seconds`, at which a job still running is stopped.
     fn deadline(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.owner.config().limits.query_timeout_seconds)
+    }
+
+    /// When the end of `job`, stamped `ended_at` (milliseconds since the epoch) by the
+    /// scheduler, is shown to the analyst: on the analyst's release schedule, counted from
+    /// the job's submission, so that the moment does not tell how long the job ran
+    /// ([`crate::sql::privacy::session::release_time`]); when it ended without a schedule.
+    /// Fixed the first time the port sees the job ended (that is when a late job raises
+    /// the analyst's level), whoever asks.
+    fn shown_end(&self, job: &Job, ended_at: u64) -> Instant {
+        *job.shown_end.get_or_init(|| {
+            let ran = Duration::from_millis(ended_at.saturating_sub(job.submitted_ms));
+            let ready = job
+                .submitted
+                .checked_add(ran)
+                .map_or_else(Instant::now, |at| at.min(Instant::now()));
+            match &self.schedule {
+                Some(schedule) => schedule.release_at(job.submitted, ready),
+                None => ready,
+            }
+        })
     }
 
     /// `dp_budget()` of the analyst this cluster charges, read from that analyst's ledger.
@@ -471,32 +499,83 @@ impl ClientPort {
     }
 }
 
-/// A job's status as the client port shows it: the executor of each released partition is
-/// replaced by the job's result capability, which Ballista's client sends back as the host in
-/// its Flight ticket ([`ReleasedPartitions::do_get`] checks it and fetches from the real
-/// executor). Clients learn no executor address either. A job the deadline stopped
-/// ([`stop_at_deadline`]) fails with the deadline's error, naming the limit.
-fn as_the_client_sees_it(result: &mut GetJobStatusResult, job: &Job, cluster: &LockedCluster) {
-    match &mut result.status {
-        Some(JobStatus {
-            status: Some(job_status::Status::Successful(successful)),
-            ..
-        }) => {
+/// A job's status as the client port shows it; `Some(at)` while its end is held until `at`.
+///
+/// - **When it ends.** A job that ended is shown as still running until its end is released
+///   on the analyst's schedule ([`LockedCluster::shown_end`]), and its end is stamped with that
+///   moment, not the scheduler's: neither the status nor a fetch of its partitions
+///   ([`ReleasedPartitions::do_get`]) tells how long it ran. A running job's status names no
+///   scheduler, so a held one looks the same. A job the analyst cancelled before its end was
+///   shown is shown cancelled ("Cancelled", Ballista's text), whether or not it had finished.
+/// - **Where its results are.** The executor of each released partition is replaced by the
+///   job's result capability, which Ballista's client sends back as the host in its Flight
+///   ticket ([`ReleasedPartitions::do_get`] checks it and fetches from the real executor).
+///   Clients learn no executor address either.
+/// - **Why it failed.** A job the deadline stopped ([`stop_at_deadline`]) fails with the
+///   deadline's error, naming the limit.
+fn as_the_client_sees_it(
+    result: &mut GetJobStatusResult,
+    job: &Job,
+    cluster: &LockedCluster,
+) -> Option<Instant> {
+    let status = result.status.as_mut()?.status.as_mut()?;
+    let (queued_at, started_at, ended_at) = match status {
+        job_status::Status::Successful(s) => (s.queued_at, s.started_at, s.ended_at),
+        job_status::Status::Failed(f) => (f.queued_at, f.started_at, f.ended_at),
+        job_status::Status::Running(running) => {
+            running.scheduler.clear();
+            return None;
+        }
+        job_status::Status::Queued(_) => return None,
+    };
+    let shown = cluster.shown_end(job, ended_at);
+    if Instant::now() < shown {
+        *status = job_status::Status::Running(RunningJob {
+            queued_at,
+            started_at,
+            scheduler: String::new(),
+        });
+        return Some(shown);
+    }
+    if job.cancelled_before(shown) {
+        *status = job_status::Status::Failed(FailedJob {
+            error: CANCELLED.to_string(),
+            queued_at,
+            started_at,
+            ended_at,
+        });
+    }
+    let stamp = |at: &mut u64| {
+        if cluster.schedule.is_some() {
+            let held = shown.saturating_duration_since(job.submitted).as_millis();
+            *at = job
+                .submitted_ms
+                .saturating_add(u64::try_from(held).unwrap_or(u64::MAX));
+        }
+    };
+    match status {
+        job_status::Status::Successful(successful) => {
+            stamp(&mut successful.ended_at);
             for location in &mut successful.partition_location {
                 if let Some(executor) = &mut location.executor_meta {
                     executor.host = job.result.clone();
                 }
             }
         }
-        Some(JobStatus {
-            status: Some(job_status::Status::Failed(failed)),
-            ..
-        }) if job.stopped_at_deadline() => {
-            failed.error = deadline_error(cluster.deadline()).to_string();
+        job_status::Status::Failed(failed) => {
+            stamp(&mut failed.ended_at);
+            if job.stopped_at_deadline() {
+                failed.error = deadline_error(cluster.deadline()).to_string();
+            }
         }
         _ => {}
     }
+    None
 }
+
+/// The error of a job cancelled before its end, as Ballista's scheduler words it
+/// (ballista-scheduler 55 `query_stage_scheduler.rs`, `JobCancel`).
+const CANCELLED: &str = "Cancelled";
 
 /// Stops the job `job_id` at the owner's `[limits] query_timeout_seconds` from its submission,
 /// if it is still queued or running then: the scheduler cancels it (and its running tasks on
@@ -701,7 +780,7 @@ impl SchedulerGrpc for ClientPort {
                             }
                             _ => return Some((Err(door::not_found(&job_id)), (None, previous))),
                         };
-                        as_the_client_sees_it(&mut update, &job, &cluster);
+                        let held = as_the_client_sees_it(&mut update, &job, &cluster);
                         let ended = matches!(
                             update.status.as_ref().and_then(|s| s.status.as_ref()),
                             Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
@@ -710,7 +789,11 @@ impl SchedulerGrpc for ClientPort {
                             let next = (Some(job_id).filter(|_| !ended), update.status.clone());
                             return Some((Ok(update), next));
                         }
-                        tokio::time::sleep(STATUS_POLL).await;
+                        // An ended job held by the schedule changes next at its release.
+                        match held {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => tokio::time::sleep(STATUS_POLL).await,
+                        }
                     }
                 }
             },
@@ -727,11 +810,18 @@ impl SchedulerGrpc for ClientPort {
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
         let caller = self.caller(&request).await?;
+        // The release schedule counts from here: the scheduler's planning of the job is part
+        // of what it hides (a login's checks are not).
+        let received = Instant::now();
         logical_plans_only(request.get_ref())?;
         queries_only(request.get_ref())?;
         let response = SchedulerGrpc::execute_query(&self.scheduler, request).await?;
         if let Some(execute_query_result::Result::Success(success)) = &response.get_ref().result {
-            if self.cluster.door.submitted(&success.job_id, &caller)? {
+            if self
+                .cluster
+                .door
+                .submitted(&success.job_id, &caller, received)?
+            {
                 stop_at_deadline(&self.scheduler, &self.cluster, &success.job_id);
             }
         }
@@ -797,7 +887,8 @@ impl SchedulerGrpc for ClientPort {
         request: Request<CancelJobParams>,
     ) -> std::result::Result<Response<CancelJobResult>, Status> {
         self.caller(&request).await?;
-        self.own_job(&request.get_ref().job_id)?;
+        let job = self.own_job(&request.get_ref().job_id)?;
+        job.cancel_requested();
         SchedulerGrpc::cancel_job(&self.scheduler, request).await
     }
 
@@ -822,10 +913,13 @@ struct ReleasedPartitions {
 
 impl ReleasedPartitions {
     /// The executor (host and port) holding the partition `action` fetches, if it is a final
-    /// partition of a job that finished successfully.
+    /// partition of `job`, which finished successfully and whose end is shown
+    /// ([`as_the_client_sees_it`]): a fetch does not tell that a job has ended before its
+    /// status does.
     async fn released(
         &self,
         action: &BallistaAction,
+        job: &Job,
     ) -> std::result::Result<Option<(String, u16)>, Status> {
         let BallistaAction::FetchPartition {
             job_id,
@@ -841,13 +935,17 @@ impl ReleasedPartitions {
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         let Some(JobStatus {
-            status: Some(job_status::Status::Successful(job)),
+            status: Some(job_status::Status::Successful(finished)),
             ..
         }) = status
         else {
             return Ok(None);
         };
-        Ok(job.partition_location.iter().find_map(|location| {
+        let shown = self.cluster.shown_end(job, finished.ended_at);
+        if Instant::now() < shown || job.cancelled_before(shown) {
+            return Ok(None);
+        }
+        Ok(finished.partition_location.iter().find_map(|location| {
             let id = location.partition_id.as_ref()?;
             let executor = location.executor_meta.as_ref()?;
             (id.job_id == job_id.to_string()
@@ -910,8 +1008,8 @@ impl FlightService for ReleasedPartitions {
     ) -> std::result::Result<Response<Self::DoGetStream>, Status> {
         let action = ballista_core::serde::decode_protobuf(&request.get_ref().ticket)
             .map_err(|e| Status::invalid_argument(format!("invalid ticket: {e}")))?;
-        self.authorised(&request, &action).await?;
-        let Some((host, port)) = self.released(&action).await? else {
+        let job = self.authorised(&request, &action).await?;
+        let Some((host, port)) = self.released(&action, &job).await? else {
             return Err(Status::permission_denied(
                 "a locked cluster serves only the final partitions of finished jobs (what a \
                  query released); intermediate partitions hold exact partial aggregates",

@@ -103,7 +103,7 @@ impl Owner {
 
     /// The release schedule of the analyst spending `ledger`, made at its first session;
     /// `None` when `[limits] release_quantum_ms` is 0.
-    fn release_schedule(&self, ledger: &str) -> Option<Arc<ReleaseSchedule>> {
+    pub(crate) fn release_schedule(&self, ledger: &str) -> Option<Arc<ReleaseSchedule>> {
         let limits = &self.config.limits;
         let mut schedules = self.schedules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(schedule) = schedules.get(ledger) {
