@@ -701,6 +701,17 @@ async fn one_charge_buys_one_release() -> Result<()> {
     let df = ctx.sql("SELECT dp_count(x, 1.0) FROM t").await?;
     let bound = state.optimize(df.logical_plan())?;
     assert_eq!(spent(&ctx).await?, 1.0, "charged once, when bound");
+    // EXPLAIN prints a physical plan of it and never runs it (Ballista's static planner then
+    // plans the explained query once more for its stages): that takes no release.
+    let explained = datafusion::logical_expr::LogicalPlanBuilder::from(bound.clone())
+        .explain(false, false)?
+        .build()?;
+    let text = datafusion::physical_plan::collect(
+        state.create_physical_plan(&explained).await?,
+        ctx.task_ctx(),
+    )
+    .await?;
+    assert!(!text.is_empty(), "EXPLAIN printed the plan");
     let physical = state.create_physical_plan(&bound).await?;
     datafusion::physical_plan::collect(physical.clone(), ctx.task_ctx()).await?;
     let again = datafusion::physical_plan::collect(physical, ctx.task_ctx()).await;

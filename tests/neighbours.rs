@@ -1420,3 +1420,203 @@ fn fuzz_noise() {
         }
     }
 }
+
+/// Issue 41's "no statement stops the process" on a locked cluster of real processes: every
+/// program of the regression corpus and the open findings, sent by `dpsql --scheduler` as an
+/// analyst (`df://analyst@...`) to a `dp-scheduler --owner-config` with two `dp-executor`
+/// processes over the add pair's tables (the extreme person present, Parquet). The corpus is
+/// where each program that aborted or overflowed a process is kept; on a cluster the scheduler
+/// plans and checks them and the executors run them. After each program the scheduler and
+/// both executors must still run, and at the end a DP query is answered. A client that dies
+/// on a statement (the analyst's own process) is reported, not a failure.
+#[cfg(feature = "ballista")]
+#[test]
+fn the_corpus_leaves_a_locked_cluster_standing() {
+    use std::process::{Child, Command, Stdio};
+    /// The cluster's processes, killed when the test ends (also on failure).
+    struct Processes(Vec<(&'static str, Child)>);
+    impl Drop for Processes {
+        fn drop(&mut self) {
+            for (_, child) in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let start = |binary: &str, args: &[String], log: &Path| {
+        Command::new(binary)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let _timing = timing_lock();
+    let started = Instant::now();
+    let root = std::env::temp_dir().join(format!("dp-neighbours-{}-cluster", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let people = data::Neighbour::Add.apply(&data::base());
+    let config = data::write_dataset(&people, Layout::Parquet, &root);
+    const PASSWORD: &str = "fuzz-pw";
+    // Corpus programs take under the fuzzer's 10 s a run on one node: one the cluster stops at
+    // a 30 s deadline ran away there.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "name = \"analyst\"\n",
+        &format!("name = \"analyst\"\npassword = \"{PASSWORD}\"\n"),
+    ) + "\n[limits]\nquery_timeout_seconds = 30\n";
+    std::fs::write(&config, text).unwrap();
+    let (internal, clients) = (free_port(), free_port());
+    let mut processes = Processes(vec![(
+        "dp-scheduler",
+        start(
+            env!("CARGO_BIN_EXE_dp-scheduler"),
+            &[
+                "--bind-host".into(),
+                "127.0.0.1".into(),
+                "--bind-port".into(),
+                internal.to_string(),
+                "--owner-config".into(),
+                config.display().to_string(),
+                "--client-port".into(),
+                clients.to_string(),
+            ],
+            &root.join("scheduler.log"),
+        ),
+    )]);
+    for i in 0..2 {
+        let work = root.join(format!("work-{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        processes.0.push((
+            "dp-executor",
+            start(
+                env!("CARGO_BIN_EXE_dp-executor"),
+                &[
+                    "--bind-host".into(),
+                    "127.0.0.1".into(),
+                    "--scheduler-port".into(),
+                    internal.to_string(),
+                    "--scheduler-connect-timeout-seconds".into(),
+                    "30".into(),
+                    "--bind-port".into(),
+                    free_port().to_string(),
+                    "--bind-grpc-port".into(),
+                    free_port().to_string(),
+                    "--work-dir".into(),
+                    work.display().to_string(),
+                ],
+                &root.join(format!("executor-{i}.log")),
+            ),
+        ));
+    }
+    // The analyst's client declares the owner's tables by name (the scheduler reads its own).
+    let url = format!("df://analyst@127.0.0.1:{clients}");
+    let mut client_args: Vec<String> = vec!["--scheduler".into(), url];
+    for table in ["visits", "t", "lookup", "regions", "sink"] {
+        client_args.push("--table".into());
+        client_args.push(format!(
+            "{table}={}",
+            root.join(format!("{table}.parquet")).display()
+        ));
+    }
+    let dpsql = |statements: &[String]| {
+        let mut args = client_args.clone();
+        for statement in statements {
+            args.push("-c".into());
+            args.push(statement.clone());
+        }
+        Command::new(env!("CARGO_BIN_EXE_dpsql"))
+            .args(&args)
+            .env("DP_PASSWORD", PASSWORD)
+            .output()
+            .unwrap()
+    };
+    let final_query = vec!["SELECT dp_count(patient_id, 1.0) FROM visits".to_string()];
+    let waited = Instant::now();
+    while !dpsql(&final_query).status.success() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the cluster did not answer within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let mut dead = Vec::new();
+    let (mut answered, mut refused, mut clients_died) = (0, 0, Vec::new());
+    let mut stopped = Vec::new();
+    let entries: Vec<(usize, Program)> = fuzz::corpus(&fuzz::corpus_path())
+        .into_iter()
+        .chain(fuzz::corpus(fuzz::OPEN))
+        .map(|e| (e.line, e.program))
+        .collect();
+    for (line, program) in &entries {
+        let out = dpsql(&program.statements);
+        match (out.status.success(), out.status.code()) {
+            (true, _) => answered += 1,
+            (false, Some(_)) if String::from_utf8_lossy(&out.stderr).contains("query_timeout") => {
+                stopped.push(format!("line {line}"))
+            }
+            (false, Some(_)) => refused += 1,
+            (false, None) => clients_died.push(format!("line {line}: {:?}", out.status)),
+        }
+        for (name, child) in &mut processes.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                dead.push(format!("{name} exited ({status}) after line {line}"));
+            }
+        }
+        if !dead.is_empty() {
+            break;
+        }
+    }
+    let last = dpsql(&final_query);
+    // The scheduler's peak memory: a job that re-planned itself without end grew it by
+    // gigabytes.
+    let scheduler_peak_kb: u64 =
+        std::fs::read_to_string(format!("/proc/{}/status", processes.0[0].1.id()))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0);
+    let logs: String = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    println!(
+        "locked cluster: {} programs, {answered} answered, {refused} refused, {} stopped at the \
+         deadline, {} clients died ({:?}), scheduler peak {} MiB, {:.0} s",
+        entries.len(),
+        stopped.len(),
+        clients_died.len(),
+        clients_died,
+        scheduler_peak_kb / 1024,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(dead.is_empty(), "{}\n{logs}", dead.join("\n"));
+    assert!(
+        stopped.is_empty(),
+        "programs the cluster stopped at its 30 s deadline: {stopped:?}"
+    );
+    assert!(
+        scheduler_peak_kb < 1 << 20,
+        "the scheduler peaked at {} MiB",
+        scheduler_peak_kb / 1024
+    );
+    assert!(
+        last.status.success(),
+        "the cluster answers after the corpus: {}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    drop(processes);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -67,10 +67,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use url::Url;
 
-/// The session configuration of every node: Ballista's defaults, the `dp.*` options and the
-/// DP-aware codecs.
+/// The session configuration of every node: Ballista's defaults but for adaptive planning, the
+/// `dp.*` options and the DP-aware codecs.
+///
+/// Ballista's adaptive query planner (AQE, on by default in Ballista 55) re-plans the rest of a
+/// job from the sizes of the stages it has run: it replaces a join whose side came out empty
+/// by an empty plan, picks broadcast or partitioned joins and merges partitions by the bytes it
+/// saw. That makes the work of a job depend on the rows, which a locked cluster must not (an
+/// empty side skips the other, as `PublicBuildSide` and the drained joins prevent on one node:
+/// docs/privacy-analysis.md), and over a DP plan it does not end: with one side of a protected
+/// join empty, the bounding above it (`BoundContributionsExec`, which requires its input
+/// partitioned by the unit) got a new shuffle stage over the empty plan at each re-plan,
+/// thousands of stages a second until the deadline, the scheduler's memory growing with
+/// them. So every node plans jobs with Ballista's static planner; a locked cluster's jobs
+/// always do (the setting is not one an analyst may send), a trusted client may turn it on.
 pub fn session_config() -> SessionConfig {
     SessionConfig::new_with_ballista()
+        .with_ballista_adaptive_query_planner(false)
         .with_information_schema(true)
         .with_option_extension(DpOptions::default())
         .with_ballista_logical_extension_codec(Arc::new(DpLogicalCodec::default()))

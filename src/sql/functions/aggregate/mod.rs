@@ -97,6 +97,17 @@ impl ReleaseTicket {
     pub fn take(&self) -> bool {
         !self.0.swap(true, Ordering::SeqCst)
     }
+
+    /// Whether the ticket was taken.
+    pub fn taken(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Puts the ticket back after a physical plan that cannot run was made from its call
+    /// (`EXPLAIN` without `ANALYZE`: [`crate::sql::privacy::exec::release::untaken_tickets`]).
+    pub fn put_back(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 impl PartialEq for ReleaseTicket {

@@ -23,12 +23,13 @@
 //! a freshly decoded copy of its stage; the scheduler runs each partition once (a retried
 //! task after an executor failure draws again: its first result was never delivered).
 
-use crate::sql::functions::aggregate::DpAggregate;
+use crate::sql::functions::aggregate::{DpAggregate, ReleaseTicket};
 use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, plan_err, DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -45,6 +46,37 @@ fn dp_calls(aggregate: &AggregateExec) -> Vec<&DpAggregate> {
         .iter()
         .filter_map(|e| e.fun().inner().downcast_ref::<DpAggregate>())
         .collect()
+}
+
+/// The tickets not yet taken of every bound DP call in `plan` (subqueries included).
+///
+/// `EXPLAIN` without `ANALYZE` makes a physical plan of its query only to print it (DataFusion's
+/// `ExplainExec` keeps the text, never the plan), so the query planner puts these back once it
+/// has: the charge that `EXPLAIN` made still buys at most one release. Ballista's static
+/// planner needs it, as it plans an explained query twice (the physical plan, then its stages
+/// for `distributed_plan`: ballista-scheduler 55 `distributed_explain.rs`).
+pub fn untaken_tickets(plan: &LogicalPlan) -> Result<Vec<ReleaseTicket>> {
+    let mut tickets: Vec<ReleaseTicket> = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::AggregateFunction(f) = e {
+                    if let Some(bound) = f
+                        .func
+                        .inner()
+                        .downcast_ref::<DpAggregate>()
+                        .and_then(|call| call.plan())
+                    {
+                        if !bound.ticket.taken() {
+                            tickets.push(bound.ticket.clone());
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(tickets)
 }
 
 /// The physical optimizer rule (see the module docs). Runs last.

@@ -15,8 +15,10 @@
 //! A locked Ballista cluster's scheduler locks each job's session the same way, so its plans
 //! are checked and made eager on the scheduler, before they reach the executors.
 
+use crate::sql::functions::aggregate::ReleaseTicket;
 use crate::sql::privacy::exec::bound_contributions::BoundingPlanner;
 use crate::sql::privacy::exec::protected_scan::ProtectedTable;
+use crate::sql::privacy::exec::release;
 use crate::sql::privacy::plan::size;
 use crate::sql::privacy::rewrite::bounding::node::BoundContributions;
 use crate::sql::privacy::rewrite::eager;
@@ -122,6 +124,24 @@ fn has_privacy_nodes(plan: &LogicalPlan) -> Result<bool> {
 #[async_trait]
 impl QueryPlanner for DpQueryPlanner {
     async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        // `EXPLAIN` (not `ANALYZE`) prints the physical plan and never runs it: its release
+        // tickets go back (`release::untaken_tickets`).
+        if let LogicalPlan::Explain(_) = logical_plan {
+            let tickets = release::untaken_tickets(logical_plan)?;
+            let planned = self.plan(logical_plan, session).await;
+            tickets.iter().for_each(ReleaseTicket::put_back);
+            return planned;
+        }
+        self.plan(logical_plan, session).await
+    }
+}
+
+impl DpQueryPlanner {
+    async fn plan(
         &self,
         logical_plan: &LogicalPlan,
         session: &dyn Session,
