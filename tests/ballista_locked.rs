@@ -1223,6 +1223,14 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
 /// `owner` (tables, limits) and analyst `team` (password [`PASSWORD`], epsilon budget 10).
 /// Returns the client port's and the internal port's `df://` URLs.
 async fn own_cluster(name: &str, owner: &str) -> (String, String) {
+    locked::start_local_cluster_with_internal(&opened(name, owner).await, 1, 2)
+        .await
+        .unwrap()
+}
+
+/// The locked cluster's owner side, in `dir()/name`: the owner's configuration `owner` (tables,
+/// limits, server) and analyst `team` (password [`PASSWORD`], epsilon budget 10).
+async fn opened(name: &str, owner: &str) -> std::sync::Arc<LockedCluster> {
     let dir = dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("owner.toml");
@@ -1234,10 +1242,7 @@ async fn own_cluster(name: &str, owner: &str) -> (String, String) {
         ),
     )
     .unwrap();
-    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
-        .await
-        .unwrap();
-    locked::start_local_cluster_with_internal(&cluster, 1, 2)
+    LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
         .await
         .unwrap()
 }
@@ -1291,24 +1296,12 @@ async fn a_protected_join_with_an_empty_side_is_answered() {
 /// analyst `team` (password [`PASSWORD`]), and `server` as the `[server]` section's body.
 /// Returns the client port's `http://` URL.
 async fn second_cluster(name: &str, server: &str) -> String {
-    let dir = dir().join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("owner.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [server]\n{server}\n\n\
-             [[analyst]]\nname = \"team\"\npassword = \"{PASSWORD}\"\nepsilon_budget = 1.0\nledger = \"{}\"\n",
-            data("regions.csv"),
-            dir.join("team.ledger").display(),
-        ),
-    )
-    .unwrap();
-    let cluster = LockedCluster::open(OwnerConfig::load(&config).unwrap(), None)
-        .await
-        .unwrap();
-    locked::start_local_cluster(&cluster, 0, 1)
+    let owner = format!(
+        "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+         [server]\n{server}\n",
+        data("regions.csv"),
+    );
+    locked::start_local_cluster(&opened(name, &owner).await, 0, 1)
         .await
         .unwrap()
         .replace("df://", "http://")

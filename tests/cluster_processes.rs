@@ -6,42 +6,12 @@
 
 mod common;
 
+use common::cluster::{free_port, start, start_executors, start_locked_scheduler, Cluster};
+
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Child processes, killed when the test ends (also on failure).
-struct Cluster(Vec<Child>);
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A port nothing listens on now (the OS's choice).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start(binary: &str, args: &[String], log: &Path) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new(binary)
-        .args(args)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{binary}: {e}"))
-}
 
 /// How long one `dpsql` run may take before the test fails: a query that hangs on the cluster
 /// (an executor that dies at task launch leaves the job waiting forever) fails the test
@@ -104,8 +74,6 @@ fn run_limited_with(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Output
     }
 }
 
-/// Starts two `dp-executor` processes of the scheduler on `port` (Ballista's default, push
-/// scheduling); returns their logs.
 /// A `dp-scheduler` process (trusted, push scheduling) on a free loopback port, logging to
 /// `dir/scheduler.log`.
 fn start_scheduler(dir: &Path) -> (Cluster, u16) {
@@ -121,35 +89,6 @@ fn start_scheduler(dir: &Path) -> (Cluster, u16) {
         &dir.join("scheduler.log"),
     );
     (Cluster(vec![scheduler]), port)
-}
-
-fn start_executors(cluster: &mut Cluster, dir: &Path, port: u16) -> Vec<PathBuf> {
-    let logs: Vec<PathBuf> = (0..2)
-        .map(|i| dir.join(format!("executor-{i}.log")))
-        .collect();
-    for (i, log) in logs.iter().enumerate() {
-        let work = dir.join(format!("work-{i}"));
-        std::fs::create_dir_all(&work).unwrap();
-        cluster.0.push(start(
-            env!("CARGO_BIN_EXE_dp-executor"),
-            &[
-                "--bind-host".into(),
-                "127.0.0.1".into(),
-                "--scheduler-port".into(),
-                port.to_string(),
-                "--scheduler-connect-timeout-seconds".into(),
-                "30".into(),
-                "--bind-port".into(),
-                free_port().to_string(),
-                "--bind-grpc-port".into(),
-                free_port().to_string(),
-                "--work-dir".into(),
-                work.display().to_string(),
-            ],
-            log,
-        ));
-    }
-    logs
 }
 
 /// Runs `dpsql args` until it succeeds (the servers take a moment to start and register) or
@@ -336,21 +275,7 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
     let (config, ledger) = owner_config(&dir, "owner", Some("alice-pw"));
     let password = [("DP_PASSWORD", "alice-pw")];
-    let (internal, clients) = (free_port(), free_port());
-    let mut cluster = Cluster(vec![start(
-        env!("CARGO_BIN_EXE_dp-scheduler"),
-        &[
-            "--bind-host".into(),
-            "127.0.0.1".into(),
-            "--bind-port".into(),
-            internal.to_string(),
-            "--owner-config".into(),
-            config.display().to_string(),
-            "--client-port".into(),
-            clients.to_string(),
-        ],
-        &dir.join("scheduler.log"),
-    )]);
+    let (mut cluster, internal, clients) = start_locked_scheduler(&dir, &config);
     // Ballista's default (push) scheduling, with the owner's table of public keys.
     let logs = start_executors(&mut cluster, &dir, internal);
     let visits = format!("visits={}", data.join("visits.csv").display());
@@ -588,21 +513,7 @@ fn a_locked_scheduler_stops_a_job_at_the_owners_deadline() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = owner_config_with_deadline(&dir, "owner", "alice-pw");
     let password = [("DP_PASSWORD", "alice-pw")];
-    let (internal, clients) = (free_port(), free_port());
-    let mut cluster = Cluster(vec![start(
-        env!("CARGO_BIN_EXE_dp-scheduler"),
-        &[
-            "--bind-host".into(),
-            "127.0.0.1".into(),
-            "--bind-port".into(),
-            internal.to_string(),
-            "--owner-config".into(),
-            config.display().to_string(),
-            "--client-port".into(),
-            clients.to_string(),
-        ],
-        &dir.join("scheduler.log"),
-    )]);
+    let (mut cluster, internal, clients) = start_locked_scheduler(&dir, &config);
     let logs = start_executors(&mut cluster, &dir, internal);
     let executors: Vec<u32> = cluster.0[1..].iter().map(|c| c.id()).collect();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");

@@ -66,6 +66,9 @@
 mod attacks;
 #[path = "common/neighbours/child.rs"]
 mod child;
+#[cfg(feature = "ballista")]
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/neighbours/data.rs"]
 mod data;
 #[path = "common/neighbours/fuzz.rs"]
@@ -1432,32 +1435,8 @@ fn fuzz_noise() {
 #[cfg(feature = "ballista")]
 #[test]
 fn the_corpus_leaves_a_locked_cluster_standing() {
-    use std::process::{Child, Command, Stdio};
-    /// The cluster's processes, killed when the test ends (also on failure).
-    struct Processes(Vec<(&'static str, Child)>);
-    impl Drop for Processes {
-        fn drop(&mut self) {
-            for (_, child) in &mut self.0 {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let start = |binary: &str, args: &[String], log: &Path| {
-        Command::new(binary)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap()
-    };
+    use cluster::{start_executors, start_locked_scheduler};
+    use std::process::Command;
     let _timing = timing_lock();
     let started = Instant::now();
     let root = std::env::temp_dir().join(format!("dp-neighbours-{}-cluster", std::process::id()));
@@ -1472,49 +1451,8 @@ fn the_corpus_leaves_a_locked_cluster_standing() {
         &format!("name = \"analyst\"\npassword = \"{PASSWORD}\"\n"),
     ) + "\n[limits]\nquery_timeout_seconds = 30\n";
     std::fs::write(&config, text).unwrap();
-    let (internal, clients) = (free_port(), free_port());
-    let mut processes = Processes(vec![(
-        "dp-scheduler",
-        start(
-            env!("CARGO_BIN_EXE_dp-scheduler"),
-            &[
-                "--bind-host".into(),
-                "127.0.0.1".into(),
-                "--bind-port".into(),
-                internal.to_string(),
-                "--owner-config".into(),
-                config.display().to_string(),
-                "--client-port".into(),
-                clients.to_string(),
-            ],
-            &root.join("scheduler.log"),
-        ),
-    )]);
-    for i in 0..2 {
-        let work = root.join(format!("work-{i}"));
-        std::fs::create_dir_all(&work).unwrap();
-        processes.0.push((
-            "dp-executor",
-            start(
-                env!("CARGO_BIN_EXE_dp-executor"),
-                &[
-                    "--bind-host".into(),
-                    "127.0.0.1".into(),
-                    "--scheduler-port".into(),
-                    internal.to_string(),
-                    "--scheduler-connect-timeout-seconds".into(),
-                    "30".into(),
-                    "--bind-port".into(),
-                    free_port().to_string(),
-                    "--bind-grpc-port".into(),
-                    free_port().to_string(),
-                    "--work-dir".into(),
-                    work.display().to_string(),
-                ],
-                &root.join(format!("executor-{i}.log")),
-            ),
-        ));
-    }
+    let (mut processes, internal, clients) = start_locked_scheduler(&root, &config);
+    start_executors(&mut processes, &root, internal);
     // The analyst's client declares the owner's tables by name (the scheduler reads its own).
     let url = format!("df://analyst@127.0.0.1:{clients}");
     let mut client_args: Vec<String> = vec!["--scheduler".into(), url];
@@ -1564,8 +1502,9 @@ fn the_corpus_leaves_a_locked_cluster_standing() {
             (false, Some(_)) => refused += 1,
             (false, None) => clients_died.push(format!("line {line}: {:?}", out.status)),
         }
-        for (name, child) in &mut processes.0 {
+        for (i, child) in processes.0.iter_mut().enumerate() {
             if let Ok(Some(status)) = child.try_wait() {
+                let name = ["dp-scheduler", "dp-executor 0", "dp-executor 1"][i];
                 dead.push(format!("{name} exited ({status}) after line {line}"));
             }
         }
@@ -1577,7 +1516,7 @@ fn the_corpus_leaves_a_locked_cluster_standing() {
     // The scheduler's peak memory: a job that re-planned itself without end grew it by
     // gigabytes.
     let scheduler_peak_kb: u64 =
-        std::fs::read_to_string(format!("/proc/{}/status", processes.0[0].1.id()))
+        std::fs::read_to_string(format!("/proc/{}/status", processes.0[0].id()))
             .ok()
             .and_then(|status| {
                 status

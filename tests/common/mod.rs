@@ -6,6 +6,8 @@
 // Each test crate compiles this module and uses part of it.
 #![allow(dead_code)]
 
+#[cfg(feature = "ballista")]
+pub mod cluster;
 #[cfg(feature = "server")]
 pub mod server;
 
