@@ -371,8 +371,59 @@ fn parses(ctx: &SessionContext) -> usize {
     table.parses()
 }
 
-/// A small CSV or NDJSON table is parsed once per version of its files, in the background
-/// after the first query that reads that version (which scans the files): two queries parse
+/// The first query planned over a small public text table parses it and reads the copy (its
+/// exact row count lets a join broadcast it); over a protected one it reads the files, and the
+/// copy is parsed in the background for the queries after it (its parse's time, which grows
+/// with one person's rows, stays out of the query's planning).
+#[tokio::test]
+async fn a_public_text_table_is_parsed_by_the_first_plan_that_reads_it() {
+    let columns = "columns = [\"patient_id BIGINT\", \"region VARCHAR\", \"score BIGINT\"]";
+    for (protection, sql, parsed) in [
+        ("protection = \"public\"", "SELECT count(*) FROM t", true),
+        (
+            "unit = \"patient_id\"",
+            "SELECT dp_count(patient_id, 1.0) FROM t",
+            false,
+        ),
+    ] {
+        let dir = dir_with(&format!("first-plan-{parsed}"), &[("t.csv", CSV)]);
+        let ctx = session(
+            &dir,
+            &format!("location = \"t.csv\"\n{protection}\n{columns}"),
+        )
+        .await;
+        let plan = analyst_sql(&ctx, sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let text = datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(false)
+            .to_string();
+        assert_eq!(
+            text.contains("file_type=csv"),
+            !parsed,
+            "{protection}: the first plan scans the files: {text}"
+        );
+        let provider = ctx.table_provider("t").await.unwrap();
+        let table = provider
+            .downcast_ref::<datafusion_dp::owner::parsed::ParsedFiles>()
+            .unwrap();
+        if parsed {
+            assert_eq!(
+                table.parses(),
+                1,
+                "parsed while the first query was planned"
+            );
+            assert!(!table.parsing());
+        }
+    }
+}
+
+/// A small CSV or NDJSON table is parsed once per version of its files (a protected one in the
+/// background after the first query that reads that version, which scans the files; a public
+/// one by that query's plan: see the test above): two queries parse
 /// it once and read the same rows as a scan of the files (a locked cluster's `open_files`); a
 /// file rewritten is read by the next query; a value that does not parse fails the query
 /// with the same error as the scan of the files, and nothing of it is kept. A hive layout's

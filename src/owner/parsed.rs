@@ -20,13 +20,15 @@
 //! rewrites are seen by the next query, unlike `in_memory = true` (read once at start). A scan
 //! of the copy reads only what it projects, as over Parquet or a table in memory.
 //!
-//! The parse is never a query's work. It used to be done by the first scan planned after the
-//! files changed: its time, which grows with every byte of the table, was spent while that
-//! query was planned (in `dp-server`, in `GetFlightInfo`), before the release schedule's clock
-//! starts (`[limits] release_quantum_ms`), and a neighbouring pair measured 345-366 against
-//! 316-317 ms for that first query under a 300 ms quantum (docs/privacy-analysis.md). Planning
-//! now lists the files only; the query that sees a change reads them in its execution, inside
-//! its deadline and its schedule.
+//! The parse of a protected table is never a query's work. It used to be done by the first scan
+//! planned after the files changed: its time, which grows with every byte of the table, was
+//! spent while that query was planned (in `dp-server`, in `GetFlightInfo`), before the release
+//! schedule's clock starts (`[limits] release_quantum_ms`), and a neighbouring pair measured
+//! 345-366 against 316-317 ms for that first query under a 300 ms quantum
+//! (docs/privacy-analysis.md). Planning now lists the files only; the query that sees a change
+//! reads them in its execution, inside its deadline and its schedule. A table the owner
+//! declared public is still parsed by that first scan ([`ParsedFiles::public`]): its rows are
+//! released exactly anyway, and the copy's row count gives the query a better join.
 //!
 //! A parse that fails (a value that does not parse as its declared type) is not kept: every
 //! query until the files change scans the files as before, so the error is raised when the
@@ -74,6 +76,9 @@ pub struct ParsedFiles {
     copy: Arc<Mutex<Copy>>,
     /// Parses that were kept, since the table was opened.
     parses: Arc<AtomicUsize>,
+    /// A public table is parsed by the first scan planned after its files change, not in the
+    /// background ([`ParsedFiles::public`]).
+    public: bool,
 }
 
 /// The parsed copy, and the parse under way.
@@ -105,6 +110,21 @@ impl ParsedFiles {
             owner,
             copy: Arc::default(),
             parses: Arc::default(),
+            public: false,
+        }
+    }
+
+    /// The same, for a table the owner declared public: the first scan planned after its
+    /// files change parses them and reads the copy. The parse's time is then part of that
+    /// query's planning, outside its schedule, but a public table's rows are released exactly
+    /// anyway, so its size tells nothing. The copy's exact row count lets DataFusion broadcast
+    /// it in a join (a table of public keys joined to the protected rows), where a scan of
+    /// the files, which has none, made that first query partition the protected side by the
+    /// key: 0.70 against 0.49 s over 10M rows (BENCHMARKS.md, session of 2026-11-30).
+    pub fn public(files: Arc<ListingTable>, owner: SessionContext) -> Self {
+        Self {
+            public: true,
+            ..Self::new(files, owner)
         }
     }
 
@@ -145,26 +165,40 @@ impl ParsedFiles {
         Ok((version, bytes))
     }
 
-    /// The copy of the files' current version, if it is kept; otherwise `None`, and a
-    /// background parse of that version is started unless one is under way or the table is too
-    /// large to keep. A version that did not parse is not parsed again: every query then scans
-    /// the files until they change.
+    /// The copy of the files' current version, if it is kept; otherwise, for a public table,
+    /// the copy parsed now (`None` if it does not parse), and for a protected one `None`, and a
+    /// background parse of that version is started unless one is under way. `None` for a table
+    /// too large to keep. A version that did not parse is not parsed again: every query then
+    /// scans the files until they change.
     async fn parsed(&self) -> Result<Option<Arc<MemTable>>> {
         let (version, bytes) = self.version(&self.owner.state()).await?;
         if bytes > PARSED_FILES_MAX_BYTES {
             return Ok(None);
         }
-        let mut copy = lock(&self.copy);
-        if let Some((kept, table)) = &copy.kept {
-            if *kept == version {
-                return Ok(table.clone());
+        {
+            let mut copy = lock(&self.copy);
+            if let Some((kept, table)) = &copy.kept {
+                if *kept == version {
+                    return Ok(table.clone());
+                }
+            }
+            if !self.public {
+                // Started under the lock, so the parse records its copy only after `parsing`
+                // is set.
+                if copy.parsing.as_ref() != Some(&version)
+                    && self.parse_in_background(version.clone())
+                {
+                    copy.parsing = Some(version);
+                }
+                return Ok(None);
             }
         }
-        // Started under the lock, so the parse records its copy only after `parsing` is set.
-        if copy.parsing.as_ref() != Some(&version) && self.parse_in_background(version.clone()) {
-            copy.parsing = Some(version);
+        let table = parse(&self.files, &self.owner).await;
+        if table.is_some() {
+            self.parses.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(None)
+        lock(&self.copy).kept = Some((version, table.clone()));
+        Ok(table)
     }
 
     /// Parses the files as of `version` on a thread of its own (a query's planning thread and
@@ -179,18 +213,7 @@ impl ParsedFiles {
                 .enable_all()
                 .build()
                 .ok()
-                .and_then(|runtime| {
-                    runtime.block_on(async {
-                        let state = owner.state();
-                        let scan = files.scan(&state, None, &[], None).await.ok()?;
-                        let partitions =
-                            datafusion::physical_plan::collect_partitioned(scan, owner.task_ctx())
-                                .await
-                                .ok()?;
-                        MemTable::try_new(files.schema(), partitions).ok()
-                    })
-                })
-                .map(Arc::new);
+                .and_then(|runtime| runtime.block_on(parse(&files, &owner)));
             let mut copy = lock(&copy);
             if copy.parsing.as_ref() == Some(&version) {
                 if table.is_some() {
@@ -205,6 +228,18 @@ impl ParsedFiles {
             .spawn(parse)
             .is_ok()
     }
+}
+
+/// The rows of `files` as the owner's session reads them, or `None` if they do not parse.
+async fn parse(files: &Arc<ListingTable>, owner: &SessionContext) -> Option<Arc<MemTable>> {
+    let state = owner.state();
+    let scan = files.scan(&state, None, &[], None).await.ok()?;
+    let partitions = datafusion::physical_plan::collect_partitioned(scan, owner.task_ctx())
+        .await
+        .ok()?;
+    MemTable::try_new(files.schema(), partitions)
+        .ok()
+        .map(Arc::new)
 }
 
 #[async_trait]

@@ -331,7 +331,11 @@ pub async fn open_table(
     match (table.in_memory, format, reading) {
         (true, ..) => in_memory(ctx, Arc::new(provider)).await,
         (false, "CSV" | "JSON", Reading::ParsedOnce) => {
-            Ok(Arc::new(ParsedFiles::new(Arc::new(provider), ctx.clone())))
+            let (files, owner) = (Arc::new(provider), ctx.clone());
+            Ok(Arc::new(match table.protection {
+                crate::Protection::Public => ParsedFiles::public(files, owner),
+                _ => ParsedFiles::new(files, owner),
+            }))
         }
         _ => Ok(Arc::new(provider)),
     }
