@@ -1194,6 +1194,70 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
         "a cancelled job's partition"
     );
 
+    // A job that failed on its own (a DP call past the analyst's budget, refused when the
+    // scheduler plans the job), cancelled before its failure was shown, is shown cancelled
+    // too, as if it had still been running.
+    let ctx = SessionContext::new_with_state(
+        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
+            .unwrap(),
+    );
+    ctx.register_csv("regions", &data("regions.csv"), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let plan = ctx
+        .state()
+        .create_logical_plan("SELECT dp_count(region, 1000.0) FROM regions")
+        .await
+        .unwrap();
+    let failing = Query::LogicalPlan(
+        LogicalPlanNode::try_from_logical_plan(&plan, &DpLogicalCodec::default())
+            .unwrap()
+            .encode_to_vec(),
+    );
+    let started = std::time::Instant::now();
+    let answer = client
+        .execute_query(with_authorization(submit(failing), Some(&bearer)))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(execute_query_result::Result::Success(success)) = answer.result else {
+        panic!("the failing query was refused: {answer:?}");
+    };
+    loop {
+        match status_at(&mut internal, &success.job_id, None).await {
+            Some(job_status::Status::Failed(failed)) => {
+                assert_ne!(failed.error, "Cancelled");
+                break;
+            }
+            Some(job_status::Status::Successful(_)) => panic!("a call past the budget ran"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    client
+        .cancel_job(with_authorization(
+            tonic::Request::new(CancelJobParams {
+                job_id: success.job_id.clone(),
+            }),
+            Some(&bearer),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < QUANTUM,
+        "the cancellation came too late"
+    );
+    let failed = loop {
+        match status_at(&mut client, &success.job_id, Some(&bearer)).await {
+            Some(job_status::Status::Failed(failed)) => break failed,
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    assert!(
+        started.elapsed() >= QUANTUM,
+        "shown ended before the release"
+    );
+    assert_eq!(failed.error, "Cancelled");
+
     // 3. Push tracking shows the same: its last update, the success, comes at the release.
     let started = std::time::Instant::now();
     let mut updates = client

@@ -506,7 +506,8 @@ impl ClientPort {
 ///   moment, not the scheduler's: neither the status nor a fetch of its partitions
 ///   ([`ReleasedPartitions::do_get`]) tells how long it ran. A running job's status names no
 ///   scheduler, so a held one looks the same. A job the analyst cancelled before its end was
-///   shown is shown cancelled ("Cancelled", Ballista's text), whether or not it had finished.
+///   shown is shown cancelled ("Cancelled", Ballista's text), whether it had finished, failed
+///   or was still running.
 /// - **Where its results are.** The executor of each released partition is replaced by the
 ///   job's result capability, which Ballista's client sends back as the host in its Flight
 ///   ticket ([`ReleasedPartitions::do_get`] checks it and fetches from the real executor).
@@ -537,6 +538,8 @@ fn as_the_client_sees_it(
         });
         return Some(shown);
     }
+    // Whatever the job's end was (success, or an error of its own): a job cancelled before it
+    // ended would show this.
     if job.cancelled_before(shown) {
         *status = job_status::Status::Failed(FailedJob {
             error: CANCELLED.to_string(),
