@@ -406,6 +406,18 @@ async fn a_client_table_is_the_owners_table_or_nothing() {
 
 /// The same unbound query a client sends, for the raw gRPC tests.
 async fn unbound_plan(sql: &str) -> LogicalPlan {
+    let ctx = client_tables().await;
+    ctx.sql("SET dp.public_tables = '*'").await.unwrap();
+    if sql.contains("dp_") {
+        // Bound by this trusted-mode session (its own settings).
+        ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap()
+    } else {
+        ctx.state().create_logical_plan(sql).await.unwrap()
+    }
+}
+
+/// A client's session with `visits` and `regions` read from the bundled files.
+async fn client_tables() -> SessionContext {
     let ctx = SessionContext::new_with_state(
         datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
             .unwrap(),
@@ -416,13 +428,7 @@ async fn unbound_plan(sql: &str) -> LogicalPlan {
     ctx.register_csv("regions", &data("regions.csv"), CsvReadOptions::new())
         .await
         .unwrap();
-    ctx.sql("SET dp.public_tables = '*'").await.unwrap();
-    if sql.contains("dp_") {
-        // Bound by this trusted-mode session (its own settings).
-        ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap()
-    } else {
-        ctx.state().create_logical_plan(sql).await.unwrap()
-    }
+    ctx
 }
 
 /// A job submission as Ballista's client makes it (with its version header), with the
@@ -541,22 +547,7 @@ async fn only_the_released_partitions_are_served() {
         panic!("a public query was refused: {answer:?}");
     };
     let job_id = success.job_id;
-    let locations: Vec<PartitionLocation> = loop {
-        let status = client
-            .get_job_status(authorised(tonic::Request::new(GetJobStatusParams {
-                job_id: job_id.clone(),
-            })))
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .and_then(|s| s.status);
-        match status {
-            Some(job_status::Status::Successful(job)) => break job.partition_location,
-            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
-            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-        }
-    };
+    let locations = finished(&mut client, &job_id).await;
     // A final partition with rows (Ballista's client expects a schema batch from a fetch).
     let final_location = locations
         .iter()
@@ -752,21 +743,13 @@ async fn finished(
     client: &mut SchedulerGrpcClient<tonic::transport::Channel>,
     job_id: &str,
 ) -> Vec<PartitionLocation> {
-    loop {
-        let status = client
-            .get_job_status(authorised(tonic::Request::new(GetJobStatusParams {
-                job_id: job_id.to_string(),
-            })))
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .and_then(|s| s.status);
-        match status {
-            Some(job_status::Status::Successful(job)) => break job.partition_location,
-            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
-            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-        }
+    let bearer = format!("Bearer {}", ports().2);
+    match ended_status(client.clone(), job_id.to_string(), Some(bearer))
+        .await
+        .0
+    {
+        job_status::Status::Successful(job) => job.partition_location,
+        failed => panic!("job failed: {failed:?}"),
     }
 }
 
@@ -1033,30 +1016,11 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     let url = client_url.replace("df://", "http://");
     let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
     let mut client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
-    let mut internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
+    let internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
         .await
         .unwrap();
-    let status_at = |client: &mut SchedulerGrpcClient<tonic::transport::Channel>,
-                     job_id: &str,
-                     value: Option<&str>| {
-        let request = with_authorization(
-            tonic::Request::new(GetJobStatusParams {
-                job_id: job_id.to_string(),
-            }),
-            value,
-        );
-        let mut client = client.clone();
-        async move {
-            client
-                .get_job_status(request)
-                .await
-                .unwrap()
-                .into_inner()
-                .status
-                .and_then(|s| s.status)
-        }
-    };
-    let submit_job = |client: &mut SchedulerGrpcClient<tonic::transport::Channel>| {
+    // Submits `query` as the analyst: its job id, and when (monotonic, and ms since the epoch).
+    let submit_job = |query: Query| {
         let mut client = client.clone();
         let bearer = bearer.clone();
         async move {
@@ -1066,28 +1030,54 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
                 .unwrap()
                 .as_millis() as u64;
             let answer = client
-                .execute_query(with_authorization(
-                    submit(public_query().await),
-                    Some(&bearer),
-                ))
+                .execute_query(with_authorization(submit(query), Some(&bearer)))
                 .await
                 .unwrap()
                 .into_inner();
             let Some(execute_query_result::Result::Success(success)) = answer.result else {
-                panic!("a public query was refused: {answer:?}");
+                panic!("the query was refused: {answer:?}");
             };
             (success.job_id, started, wall)
         }
     };
+    // The job's end as the scheduler has it, and as the client port shows it.
+    let on_scheduler = |job_id: String| ended_status(internal.clone(), job_id, None);
+    let on_port = |job_id: String| ended_status(client.clone(), job_id, Some(bearer.clone()));
+    // Cancels the job (submitted at `started`) before its release and sees it shown
+    // cancelled at the release, as a running job cancelled then would be.
+    let cancelled_at_release = |job_id: String, started: std::time::Instant| {
+        let mut client = client.clone();
+        let bearer = bearer.clone();
+        async move {
+            client
+                .cancel_job(with_authorization(
+                    tonic::Request::new(CancelJobParams {
+                        job_id: job_id.clone(),
+                    }),
+                    Some(&bearer),
+                ))
+                .await
+                .unwrap();
+            assert!(
+                started.elapsed() < QUANTUM,
+                "the cancellation came too late"
+            );
+            let (shown, _) = ended_status(client, job_id, Some(bearer)).await;
+            assert!(
+                started.elapsed() >= QUANTUM,
+                "shown ended before the release"
+            );
+            assert!(
+                matches!(&shown, job_status::Status::Failed(f) if f.error == "Cancelled"),
+                "a job cancelled before its end was shown: {shown:?}"
+            );
+        }
+    };
 
     // 1. A job's success is shown at its release, not when it finished.
-    let (job_id, started, wall) = submit_job(&mut client).await;
-    let finished = loop {
-        match status_at(&mut internal, &job_id, None).await {
-            Some(job_status::Status::Successful(job)) => break job,
-            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
-            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
+    let (job_id, started, wall) = submit_job(public_query().await).await;
+    let job_status::Status::Successful(finished) = on_scheduler(job_id.clone()).await.0 else {
+        panic!("the public query failed");
     };
     let ran = started.elapsed();
     assert!(
@@ -1110,22 +1100,19 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
         Err(tonic::Code::PermissionDenied),
         "a fetch before the job's end is shown"
     );
-    let shown = loop {
-        let status = status_at(&mut client, &job_id, Some(&bearer)).await;
-        match status {
-            Some(job_status::Status::Successful(job)) => break job,
-            Some(job_status::Status::Running(running)) => {
-                assert!(
-                    running.scheduler.is_empty(),
-                    "a running job names its scheduler: {running:?}"
-                );
-            }
-            Some(job_status::Status::Queued(_)) => {}
-            other => panic!("unexpected status {other:?}"),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let (shown, before) = on_port(job_id).await;
     let seen = started.elapsed();
+    let job_status::Status::Successful(shown) = shown else {
+        panic!("shown as {shown:?}");
+    };
+    for status in &before {
+        if let job_status::Status::Running(running) = status {
+            assert!(
+                running.scheduler.is_empty(),
+                "a running job names its scheduler: {running:?}"
+            );
+        }
+    }
     assert!(
         seen >= QUANTUM && seen < QUANTUM * 2,
         "the end was shown after {seen:?}, not at the 2 s release"
@@ -1147,43 +1134,13 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
         "the released partition is served"
     );
 
-    // 2. A job cancelled after it finished, before its end was shown, is shown cancelled at
-    // the release, as a running job cancelled then would be; its partitions are not served.
-    let (job_id, started, _) = submit_job(&mut client).await;
-    let finished = loop {
-        match status_at(&mut internal, &job_id, None).await {
-            Some(job_status::Status::Successful(job)) => break job,
-            Some(job_status::Status::Failed(failed)) => panic!("job failed: {failed:?}"),
-            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
+    // 2. A job cancelled after it finished, before its end was shown, is shown cancelled; its
+    // partitions are not served.
+    let (job_id, started, _) = submit_job(public_query().await).await;
+    let job_status::Status::Successful(finished) = on_scheduler(job_id.clone()).await.0 else {
+        panic!("the public query failed");
     };
-    client
-        .cancel_job(with_authorization(
-            tonic::Request::new(CancelJobParams {
-                job_id: job_id.clone(),
-            }),
-            Some(&bearer),
-        ))
-        .await
-        .unwrap();
-    assert!(
-        started.elapsed() < QUANTUM,
-        "the cancellation came too late"
-    );
-    let failed = loop {
-        match status_at(&mut client, &job_id, Some(&bearer)).await {
-            Some(job_status::Status::Failed(failed)) => break failed,
-            Some(job_status::Status::Successful(_)) => {
-                panic!("a job cancelled before its end was shown is shown successful")
-            }
-            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
-    };
-    assert!(
-        started.elapsed() >= QUANTUM,
-        "shown ended before the release"
-    );
-    assert_eq!(failed.error, "Cancelled");
+    cancelled_at_release(job_id, started).await;
     let location = &finished.partition_location[0];
     let host = location.executor_meta.as_ref().unwrap().host.clone();
     assert_eq!(
@@ -1196,15 +1153,10 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
 
     // A job that failed on its own (a DP call past the analyst's budget, refused when the
     // scheduler plans the job), cancelled before its failure was shown, is shown cancelled
-    // too, as if it had still been running.
-    let ctx = SessionContext::new_with_state(
-        datafusion_dp::distributed::session_state(datafusion_dp::distributed::session_config())
-            .unwrap(),
-    );
-    ctx.register_csv("regions", &data("regions.csv"), CsvReadOptions::new())
+    // too.
+    // Planned without binding, as the locked cluster's clients send DP calls.
+    let plan = client_tables()
         .await
-        .unwrap();
-    let plan = ctx
         .state()
         .create_logical_plan("SELECT dp_count(region, 1000.0) FROM regions")
         .await
@@ -1214,49 +1166,13 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
             .unwrap()
             .encode_to_vec(),
     );
-    let started = std::time::Instant::now();
-    let answer = client
-        .execute_query(with_authorization(submit(failing), Some(&bearer)))
-        .await
-        .unwrap()
-        .into_inner();
-    let Some(execute_query_result::Result::Success(success)) = answer.result else {
-        panic!("the failing query was refused: {answer:?}");
-    };
-    loop {
-        match status_at(&mut internal, &success.job_id, None).await {
-            Some(job_status::Status::Failed(failed)) => {
-                assert_ne!(failed.error, "Cancelled");
-                break;
-            }
-            Some(job_status::Status::Successful(_)) => panic!("a call past the budget ran"),
-            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
-    }
-    client
-        .cancel_job(with_authorization(
-            tonic::Request::new(CancelJobParams {
-                job_id: success.job_id.clone(),
-            }),
-            Some(&bearer),
-        ))
-        .await
-        .unwrap();
+    let (job_id, started, _) = submit_job(failing).await;
+    let failed = on_scheduler(job_id.clone()).await.0;
     assert!(
-        started.elapsed() < QUANTUM,
-        "the cancellation came too late"
+        matches!(&failed, job_status::Status::Failed(f) if f.error != "Cancelled"),
+        "a call past the budget: {failed:?}"
     );
-    let failed = loop {
-        match status_at(&mut client, &success.job_id, Some(&bearer)).await {
-            Some(job_status::Status::Failed(failed)) => break failed,
-            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
-    };
-    assert!(
-        started.elapsed() >= QUANTUM,
-        "shown ended before the release"
-    );
-    assert_eq!(failed.error, "Cancelled");
+    cancelled_at_release(job_id, started).await;
 
     // 3. Push tracking shows the same: its last update, the success, comes at the release.
     let started = std::time::Instant::now();
@@ -1281,6 +1197,39 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
         seen >= QUANTUM && seen < QUANTUM * 2,
         "push: the end was shown after {seen:?}"
     );
+}
+
+/// The status job `job_id` ends with (succeeded or failed) on the scheduler `client` talks to,
+/// asked with `authorization` set to `value`, polled every 20 ms; and every status before it.
+async fn ended_status(
+    mut client: SchedulerGrpcClient<tonic::transport::Channel>,
+    job_id: String,
+    value: Option<String>,
+) -> (job_status::Status, Vec<job_status::Status>) {
+    let mut before = Vec::new();
+    loop {
+        let request = with_authorization(
+            tonic::Request::new(GetJobStatusParams {
+                job_id: job_id.clone(),
+            }),
+            value.as_deref(),
+        );
+        let status = client
+            .get_job_status(request)
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .and_then(|s| s.status);
+        match status {
+            Some(ended @ (job_status::Status::Successful(_) | job_status::Status::Failed(_))) => {
+                return (ended, before)
+            }
+            Some(other) => before.push(other),
+            None => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// A locked cluster of its own with one executor, in `dir()/name`: the owner's configuration

@@ -66,9 +66,7 @@
 mod attacks;
 #[path = "common/neighbours/child.rs"]
 mod child;
-#[cfg(feature = "ballista")]
-#[path = "common/cluster.rs"]
-mod cluster;
+mod common;
 #[path = "common/neighbours/data.rs"]
 mod data;
 #[path = "common/neighbours/fuzz.rs"]
@@ -1435,7 +1433,7 @@ fn fuzz_noise() {
 #[cfg(feature = "ballista")]
 #[test]
 fn the_corpus_leaves_a_locked_cluster_standing() {
-    use cluster::{start_executors, start_locked_scheduler};
+    use common::cluster::{start_executors, start_locked_scheduler};
     use std::process::Command;
     let _timing = timing_lock();
     let started = Instant::now();
@@ -1515,16 +1513,7 @@ fn the_corpus_leaves_a_locked_cluster_standing() {
     let last = dpsql(&final_query);
     // The scheduler's peak memory: a job that re-planned itself without end grew it by
     // gigabytes.
-    let scheduler_peak_kb: u64 =
-        std::fs::read_to_string(format!("/proc/{}/status", processes.0[0].id()))
-            .ok()
-            .and_then(|status| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .unwrap_or(0);
+    let scheduler_peak_kb = common::status_bytes_of(processes.0[0].id(), "VmHWM:") / 1024;
     let logs: String = std::fs::read_dir(&root)
         .unwrap()
         .flatten()

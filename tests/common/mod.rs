@@ -253,6 +253,17 @@ pub fn cpu_seconds_of(pid: u32) -> f64 {
     ticks as f64 / clock_ticks_per_second()
 }
 
+/// A field of process `pid`'s `/proc/PID/status` given in kB (`VmHWM:`, `VmRSS:`), in bytes;
+/// 0 if unknown.
+pub fn status_bytes_of(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// The unit of `/proc/PID/stat`'s times (`getconf CLK_TCK`; 100 on Linux when unknown).
 fn clock_ticks_per_second() -> f64 {
     Command::new("getconf")

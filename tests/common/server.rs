@@ -102,13 +102,7 @@ impl Server {
 
     /// A field of the server's `/proc/PID/status` given in kB, in bytes (0 if unknown).
     fn status_bytes(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024)
+        super::status_bytes_of(self.child.id(), field)
     }
 
     /// The CPU time the server's process has used so far (user and system, all threads; from
