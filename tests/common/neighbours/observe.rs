@@ -102,7 +102,7 @@ async fn collect(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
     analyst_sql(ctx, sql).await?.collect().await
 }
 
-fn is_query(sql: &str) -> bool {
+pub fn is_query(sql: &str) -> bool {
     let lower = sql.trim_start().to_ascii_lowercase();
     ["select", "with", "values", "("]
         .iter()
