@@ -697,10 +697,9 @@ impl Bounder {
     fn into_prioritised(self, batch_size: usize) -> Result<Vec<RecordBatch>> {
         let rows = self.kept_rows();
         let priorities: Vec<u64> = self.samples().map(|x| x.priority).collect();
-        let held: Vec<&RecordBatch> = self.held.iter().collect();
         let mut out = vec![];
         for (chunk, priority) in rows.chunks(batch_size).zip(priorities.chunks(batch_size)) {
-            let batch = interleave_record_batch(&held, chunk)?;
+            let batch = interleave_held(&self.held, chunk)?;
             out.push(with_priority(&batch, UInt64Array::from(priority.to_vec()))?);
         }
         Ok(out)
@@ -742,10 +741,9 @@ impl Bounder {
     fn compact(&mut self) -> Result<()> {
         const CHUNK: usize = 8192;
         let rows = self.kept_rows();
-        let held: Vec<&RecordBatch> = self.held.iter().collect();
         let mut fresh = Vec::with_capacity(rows.len().div_ceil(CHUNK));
         for chunk in rows.chunks(CHUNK) {
-            fresh.push(interleave_record_batch(&held, chunk)?);
+            fresh.push(interleave_held(&self.held, chunk)?);
         }
         let mut next = 0u64;
         for list in &self.unit_slots {
@@ -779,13 +777,34 @@ impl Bounder {
         let columns: Vec<usize> = (0..width).collect();
         chunks.into_iter().map(move |chunk| {
             let _ = &reservation;
-            let held: Vec<&RecordBatch> = held.iter().collect();
             if held.is_empty() {
                 return Ok(RecordBatch::new_empty(Arc::clone(&schema)).project(&columns)?);
             }
-            Ok(interleave_record_batch(&held, &chunk)?.project(&columns)?)
+            Ok(interleave_held(&held, &chunk)?.project(&columns)?)
         })
     }
+}
+
+/// The rows at `rows` ((batch, row) in `held`), in that order, as one batch. Arrow's
+/// `interleave` converts every batch it is given (`to_data` of each column) on each call, so
+/// it is given only the batches that `rows` reads: a partition holds thousands of batches
+/// at 100M rows, and handing all of them to the call for each chunk of output made the
+/// copies quadratic (10.1 s for 100M rows against 2.1 s for 30M, issue 43's scaling).
+fn interleave_held(held: &[RecordBatch], rows: &[(usize, usize)]) -> Result<RecordBatch> {
+    let mut read: Vec<&RecordBatch> = Vec::new();
+    // Each held batch's index in `read`, once it is read (a look-up per row, no hashing).
+    let mut local = vec![usize::MAX; held.len()];
+    let remapped: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|&(batch, row)| {
+            if local[batch] == usize::MAX {
+                local[batch] = read.len();
+                read.push(&held[batch]);
+            }
+            (local[batch], row)
+        })
+        .collect();
+    Ok(interleave_record_batch(&read, &remapped)?)
 }
 
 /// Where a row's priority (its place in its group's sample) comes from.
