@@ -569,11 +569,57 @@ fn as_the_client_sees_it(
             stamp(&mut failed.ended_at);
             if job.stopped_at_deadline() {
                 failed.error = deadline_error(cluster.deadline()).to_string();
+            } else if let Some(readable) = readable_planning_failure(&failed.error) {
+                failed.error = readable;
             }
         }
         _ => {}
     }
     None
+}
+
+/// A job refused at planning as the analyst reads it. Ballista's scheduler states the
+/// failure as `Error planning job {id}: {e:?}` (ballista-scheduler 55
+/// `query_stage_scheduler.rs`): the error's `Debug` form, its variants named and its quotes
+/// escaped (`DataFusionError(Context("datafusion_dp", Plan("join of protected relations
+/// ('visits', 'visits'): ...")))`), where a locked session shows the message. This keeps the
+/// head and the message, the last string of the `Debug` form, unescaped; `None` for any
+/// other failure, or a form it cannot read (then shown as it is).
+fn readable_planning_failure(error: &str) -> Option<String> {
+    let (head, debug) = error.split_once(": ")?;
+    if !head.starts_with("Error planning job ") {
+        return None;
+    }
+    let mut last = None;
+    let mut chars = debug.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut text = String::new();
+        loop {
+            match chars.next()? {
+                '"' => break,
+                '\\' => match chars.next()? {
+                    'n' => text.push('\n'),
+                    't' => text.push('\t'),
+                    'r' => text.push('\r'),
+                    '0' => text.push('\0'),
+                    'u' => {
+                        if chars.next()? != '{' {
+                            return None;
+                        }
+                        let hex: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                        text.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                    }
+                    escaped => text.push(escaped),
+                },
+                other => text.push(other),
+            }
+        }
+        last = Some(text);
+    }
+    Some(format!("{head}: {}", last?))
 }
 
 /// The error of a job cancelled before its end, as Ballista's scheduler words it
@@ -1128,5 +1174,45 @@ impl FlightService for ReleasedPartitions {
         _: Request<Empty>,
     ) -> std::result::Result<Response<Self::ListActionsStream>, Status> {
         unimplemented("list_actions")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable_planning_failure;
+
+    #[test]
+    fn a_planning_failure_reads_as_its_message() {
+        // As the scheduler of the neighbour test's cluster stated it.
+        let stated =
+            "Error planning job 038HAWNKYE000: DataFusionError(Context(\"datafusion_dp\", \
+                      Plan(\"join of protected relations ('visits', 'visits'): allowed only on \
+                      equality of their unit columns\")))";
+        assert_eq!(
+            readable_planning_failure(stated).as_deref(),
+            Some(
+                "Error planning job 038HAWNKYE000: join of protected relations ('visits', \
+                 'visits'): allowed only on equality of their unit columns"
+            )
+        );
+        // Escapes are undone: quotes, backslashes, new lines, unicode.
+        let stated = r#"Error planning job 1: DataFusionError(Plan("a \"b\" \\ c\nd \u{e9}"))"#;
+        assert_eq!(
+            readable_planning_failure(stated).as_deref(),
+            Some("Error planning job 1: a \"b\" \\ c\nd \u{e9}")
+        );
+    }
+
+    #[test]
+    fn other_failures_and_unreadable_forms_are_left_as_they_are() {
+        for stated in [
+            "Task failed due to runtime execution error",
+            "Cancelled",
+            "Error planning job 1: DataFusionError(NotImplemented)",
+            "Error planning job 1: DataFusionError(Plan(\"unterminated",
+            "Error planning job 1: DataFusionError(Plan(\"bad \\u{zz}\"))",
+        ] {
+            assert_eq!(readable_planning_failure(stated), None, "{stated}");
+        }
     }
 }
