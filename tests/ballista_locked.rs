@@ -1017,7 +1017,7 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     .await;
     let url = client_url.replace("df://", "http://");
     let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
-    let mut client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
+    let client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
     let internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
         .await
         .unwrap();
@@ -1179,6 +1179,7 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     // 3. Push tracking shows the same: its last update, the success, comes at the release.
     let started = std::time::Instant::now();
     let mut updates = client
+        .clone()
         .execute_query_push(with_authorization(
             submit(public_query().await),
             Some(&bearer),
@@ -1198,6 +1199,27 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     assert!(
         seen >= QUANTUM && seen < QUANTUM * 2,
         "push: the end was shown after {seen:?}"
+    );
+    // 4. A push client that goes away before its job's end is shown (its status stream dropped
+    // after the first update) never cancels the job itself: the port does, and the job's end
+    // is shown cancelled. Ballista's client cannot cancel a job whose submission was in
+    // flight when it stopped (it has no id yet); without this the job ran to its end.
+    let mut updates = client
+        .clone()
+        .execute_query_push(with_authorization(
+            submit(public_query().await),
+            Some(&bearer),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = updates.message().await.unwrap().expect("a first update");
+    let job_id = first.status.expect("a status").job_id;
+    drop(updates);
+    let (shown, _) = on_port(job_id.clone()).await;
+    assert!(
+        matches!(&shown, job_status::Status::Failed(f) if f.error == "Cancelled"),
+        "a job whose push client went away: {shown:?}"
     );
 }
 

@@ -10,8 +10,11 @@
 //! plan cancels the job (the scheduler's `CancelJob`, which cancels its running tasks on the
 //! executors) when the stream is dropped before its end.
 //!
-//! A job whose submission was still in flight when its stream was dropped has no id yet and is
-//! not cancelled; it runs to its end as before.
+//! A job whose submission was still in flight when its stream was dropped has no id yet, so
+//! the client cannot cancel it. A locked cluster's client port cancels it itself when the
+//! push client's status stream is dropped before the job's end was shown on it
+//! (`locked::CancelUnlessShown`); on a trusted cluster, or under pull tracking, it runs to its
+//! end as before.
 
 use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use ballista_core::execution_plans::DistributedQueryExec;

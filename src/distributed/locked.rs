@@ -622,6 +622,41 @@ fn readable_planning_failure(error: &str) -> Option<String> {
     Some(format!("{head}: {}", last?))
 }
 
+/// Cancels a push client's job when the client's status stream is dropped before the job's
+/// end was shown on it: the client went away (Ctrl-C, a query stopped by its caller, a lost
+/// connection), possibly while its submission was still in flight, when Ballista's client has
+/// no job id to cancel ([`super::job_cancel`]). The job is recorded as cancelled by its
+/// analyst, so its end is shown cancelled whatever it was ([`as_the_client_sees_it`]), and the
+/// scheduler cancels it and its running tasks.
+struct CancelUnlessShown {
+    scheduler: Scheduler,
+    cluster: Arc<LockedCluster>,
+    job_id: String,
+    /// Set when the stream yields the job's end.
+    shown: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for CancelUnlessShown {
+    fn drop(&mut self) {
+        if self.shown.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let Some(job) = self.cluster.door.job(&self.job_id) else {
+            return;
+        };
+        job.cancel_requested();
+        // Dropped by the server's connection task, on its runtime.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (scheduler, job_id) = (self.scheduler.clone(), self.job_id.clone());
+        runtime.spawn(async move {
+            let cancel = Request::new(CancelJobParams { job_id });
+            let _ = SchedulerGrpc::cancel_job(&scheduler, cancel).await;
+        });
+    }
+}
+
 /// The error of a job cancelled before its end, as Ballista's scheduler words it
 /// (ballista-scheduler 55 `query_stage_scheduler.rs`, `JobCancel`).
 const CANCELLED: &str = "Cancelled";
@@ -799,6 +834,13 @@ impl SchedulerGrpc for ClientPort {
             None => return Err(Status::internal("the job was not submitted")),
         };
         let (scheduler, cluster) = (self.scheduler.clone(), Arc::clone(&self.cluster));
+        let gone = CancelUnlessShown {
+            scheduler: scheduler.clone(),
+            cluster: Arc::clone(&cluster),
+            job_id: job_id.clone(),
+            shown: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        };
+        let shown = Arc::clone(&gone.shown);
         // Each change of the job's status, polled as Ballista's pull client polls, until it
         // succeeds or fails (the scheduler shows a job's status once it has queued it).
         let submitted = std::time::Instant::now();
@@ -806,6 +848,7 @@ impl SchedulerGrpc for ClientPort {
             (Some(job_id), None::<JobStatus>),
             move |(job_id, previous)| {
                 let (scheduler, cluster) = (scheduler.clone(), Arc::clone(&cluster));
+                let shown = Arc::clone(&shown);
                 async move {
                     let job_id = job_id?;
                     loop {
@@ -835,6 +878,9 @@ impl SchedulerGrpc for ClientPort {
                             Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
                         );
                         if update.status != previous || ended {
+                            if ended {
+                                shown.store(true, std::sync::atomic::Ordering::SeqCst);
+                            }
                             let next = (Some(job_id).filter(|_| !ended), update.status.clone());
                             return Some((Ok(update), next));
                         }
@@ -847,6 +893,11 @@ impl SchedulerGrpc for ClientPort {
                 }
             },
         );
+        // The guard lives as long as the stream: dropped with it when the client goes away.
+        let updates = futures::StreamExt::map(updates, move |update| {
+            let _ = &gone;
+            update
+        });
         Ok(Response::from_parts(
             metadata,
             Box::pin(updates) as Self::ExecuteQueryPushStream,
