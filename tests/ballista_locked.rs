@@ -1176,17 +1176,24 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     );
     cancelled_at_release(job_id, started).await;
 
+    // Submits the public query as the analyst with push tracking: the job's status stream.
+    let push_public_query = || {
+        let mut client = client.clone();
+        let bearer = bearer.clone();
+        async move {
+            client
+                .execute_query_push(with_authorization(
+                    submit(public_query().await),
+                    Some(&bearer),
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
     // 3. Push tracking shows the same: its last update, the success, comes at the release.
     let started = std::time::Instant::now();
-    let mut updates = client
-        .clone()
-        .execute_query_push(with_authorization(
-            submit(public_query().await),
-            Some(&bearer),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut updates = push_public_query().await;
     let mut last = None;
     while let Some(update) = updates.message().await.unwrap() {
         last = update.status.and_then(|s| s.status);
@@ -1204,15 +1211,7 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     // after the first update) never cancels the job itself: the port does, and the job's end
     // is shown cancelled. Ballista's client cannot cancel a job whose submission was in
     // flight when it stopped (it has no id yet); without this the job ran to its end.
-    let mut updates = client
-        .clone()
-        .execute_query_push(with_authorization(
-            submit(public_query().await),
-            Some(&bearer),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut updates = push_public_query().await;
     let first = updates.message().await.unwrap().expect("a first update");
     let job_id = first.status.expect("a status").job_id;
     drop(updates);
