@@ -381,6 +381,20 @@ struct Report {
     checked: usize,
 }
 
+/// `DP_FUZZ_LINES=25,31`: the corpus lines chosen to run (none: all).
+fn corpus_lines() -> Vec<usize> {
+    std::env::var("DP_FUZZ_LINES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// `DP_FUZZ_VERBOSE=1`: the fuzz tests print every program and difference.
+fn verbose() -> bool {
+    std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1")
+}
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -1024,11 +1038,7 @@ fn fuzz_regressions_hold() {
     let _timing = timing_lock();
     let start = Instant::now();
     // DP_FUZZ_LINES=25,31: only the programs on those lines of the corpus.
-    let lines: Vec<usize> = std::env::var("DP_FUZZ_LINES")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
+    let lines = corpus_lines();
     let entries: Vec<fuzz::CorpusEntry> = fuzz::corpus(&fuzz::corpus_path())
         .into_iter()
         .filter(|e| lines.is_empty() || lines.contains(&e.line))
@@ -1166,7 +1176,7 @@ fn fuzz_neighbours_for_a_bounded_time() {
     let mut runs = 0usize;
     // DP_FUZZ_VERBOSE=1: every program with its time and outcome, and an example of each
     // kind of error.
-    let verbose = std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1");
+    let verbose = verbose();
     // DP_FUZZ_STRICT=1: a time or memory flag fails the run too.
     let strict = std::env::var("DP_FUZZ_STRICT").is_ok_and(|v| v == "1");
     let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -1475,11 +1485,7 @@ fn neighbouring_locked_clusters_look_alike() {
     let mut d = LockedCluster::start(&root.join("base"), &base, 30);
     let mut p = LockedCluster::start(&root.join("add"), &Neighbour::Add.apply(&base), 30);
     // DP_FUZZ_LINES=25,31: only the corpus programs on those lines (of either file).
-    let lines: Vec<usize> = std::env::var("DP_FUZZ_LINES")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
+    let lines = corpus_lines();
     let mut programs: Vec<(String, Program)> = fuzz::corpus(&fuzz::corpus_path())
         .into_iter()
         .map(|e| (format!("line {}", e.line), e.program))
@@ -1527,7 +1533,7 @@ fn neighbouring_locked_clusters_look_alike() {
         index += 1;
         let ((od, out), (op, _)) = both(&mut d, &mut p, program);
         runs.push(label.clone());
-        if std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1") {
+        if verbose() {
             println!("{label}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
         match (out.status.success(), out.status.code()) {
@@ -1541,7 +1547,7 @@ fn neighbouring_locked_clusters_look_alike() {
             (false, None) => clients_died.push(format!("{label}: {:?}", out.status)),
         }
         let first = differences(std::slice::from_ref(&od), std::slice::from_ref(&op));
-        if std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1") {
+        if verbose() {
             for diff in &first {
                 println!(
                     "{label}: after one run, [{}] {:?}",
@@ -1569,13 +1575,7 @@ fn neighbouring_locked_clusters_look_alike() {
             for diff in differences(&ds, &ps) {
                 let show = |t: &str| {
                     t.chars()
-                        .take(
-                            if std::env::var("DP_FUZZ_VERBOSE").is_ok_and(|v| v == "1") {
-                                usize::MAX
-                            } else {
-                                1500
-                            },
-                        )
+                        .take(if verbose() { usize::MAX } else { 1500 })
                         .collect::<String>()
                 };
                 differ.push(format!(
