@@ -1222,6 +1222,76 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_cluster_cancels_a_job_whose_pull_client_went_away() {
+    // A pull client asks for its job's status every 50 ms until it sees the end; one that stops
+    // asking has gone away (Ctrl-C, possibly while its submission was in flight, when it has no
+    // job id to cancel). The port cancels such a job after 5 s unasked for (`STATUS_LEASE`),
+    // as the analyst's own cancellation. The owner's release quantum of 8 s holds both jobs'
+    // ends past that: job A, never asked for again, is shown cancelled at its release; job B,
+    // submitted with it and asked for throughout, is shown successful. Without the watch both
+    // were shown successful.
+    const QUANTUM: std::time::Duration = std::time::Duration::from_secs(8);
+    const LEASE: std::time::Duration = std::time::Duration::from_secs(5);
+    let (client_url, internal_url) = own_cluster(
+        "lease",
+        &format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [limits]\nrelease_quantum_ms = {}\n",
+            data("regions.csv"),
+            QUANTUM.as_millis(),
+        ),
+    )
+    .await;
+    let url = client_url.replace("df://", "http://");
+    let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
+    let client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
+    let internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut job_ids = Vec::new();
+    for _ in 0..2 {
+        let answer = client
+            .clone()
+            .execute_query(with_authorization(
+                submit(public_query().await),
+                Some(&bearer),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let Some(execute_query_result::Result::Success(success)) = answer.result else {
+            panic!("the query was refused: {answer:?}");
+        };
+        job_ids.push(success.job_id);
+    }
+    let (unwatched, watched) = (job_ids[0].clone(), job_ids[1].clone());
+    // B, asked for every 20 ms, is shown successful at its release.
+    let (shown, _) = ended_status(client.clone(), watched, Some(bearer.clone())).await;
+    assert!(
+        matches!(shown, job_status::Status::Successful(_)),
+        "a job whose client kept asking: {shown:?}"
+    );
+    let seen = started.elapsed();
+    assert!(
+        seen >= QUANTUM && seen > LEASE * 3 / 2,
+        "B's end came after {seen:?}: too early for A's lease to have run out"
+    );
+    // A ended on the scheduler and was not stopped there (it had ended); its end, not yet
+    // shown to its client, is shown cancelled.
+    let (on_scheduler, _) = ended_status(internal, unwatched.clone(), None).await;
+    assert!(
+        matches!(on_scheduler, job_status::Status::Successful(_)),
+        "A on the scheduler: {on_scheduler:?}"
+    );
+    let (shown, _) = ended_status(client, unwatched, Some(bearer)).await;
+    assert!(
+        matches!(&shown, job_status::Status::Failed(f) if f.error == "Cancelled"),
+        "a job whose pull client went away: {shown:?}"
+    );
+}
+
 /// The status job `job_id` ends with (succeeded or failed) on the scheduler `client` talks to,
 /// asked with `authorization` set to `value`, polled every 20 ms; and every status before it.
 async fn ended_status(

@@ -13,7 +13,7 @@ use crate::owner::auth::{self, LoginGate};
 use crate::owner::{AnalystConfig, Owner};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tonic::metadata::MetadataMap;
@@ -33,7 +33,8 @@ struct Token {
 /// partitions (random, 256 bits), valid as long as the credentials that submitted it; when it
 /// was submitted, and when its end is shown to its analyst (the analyst's release schedule,
 /// [`super::locked`]); whether the analyst cancelled it, and whether the owner's deadline
-/// stopped it.
+/// stopped it; when its client last asked for its status, and whether its end has reached the
+/// client.
 #[derive(Clone)]
 pub(crate) struct Job {
     pub result: String,
@@ -47,6 +48,10 @@ pub(crate) struct Job {
     /// When the analyst first asked the port to cancel it.
     cancelled: Arc<OnceLock<Instant>>,
     stopped_at_deadline: Arc<AtomicBool>,
+    /// When its status was last asked for through the port, in milliseconds after `submitted`.
+    last_asked_ms: Arc<AtomicU64>,
+    /// Whether the port has shown its end (success or failure) to its client.
+    end_delivered: Arc<AtomicBool>,
 }
 
 impl Job {
@@ -70,6 +75,28 @@ impl Job {
     /// be, so the answer to a cancellation does not tell whether the job had ended.
     pub fn cancelled_before(&self, shown_end: Instant) -> bool {
         self.cancelled.get().is_some_and(|&at| at < shown_end)
+    }
+
+    /// Records that its client asked for its status now.
+    pub fn asked(&self) {
+        let ms = u64::try_from(self.submitted.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_asked_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// How long since its client last asked for its status (or since its submission).
+    pub fn unasked_for(&self) -> Duration {
+        let asked = Duration::from_millis(self.last_asked_ms.load(Ordering::SeqCst));
+        self.submitted.elapsed().saturating_sub(asked)
+    }
+
+    /// Records that the port showed its end to its client.
+    pub fn deliver_end(&self) {
+        self.end_delivered.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the port has shown its end to its client.
+    pub fn end_delivered(&self) -> bool {
+        self.end_delivered.load(Ordering::SeqCst)
     }
 }
 
@@ -284,6 +311,8 @@ impl Door {
                 shown_end: Arc::default(),
                 cancelled: Arc::default(),
                 stopped_at_deadline: Arc::default(),
+                last_asked_ms: Arc::default(),
+                end_delivered: Arc::default(),
             },
         );
         Ok(true)

@@ -11,10 +11,11 @@
 //! executors) when the stream is dropped before its end.
 //!
 //! A job whose submission was still in flight when its stream was dropped has no id yet, so
-//! the client cannot cancel it. A locked cluster's client port cancels it itself when the
-//! push client's status stream is dropped before the job's end was shown on it
-//! (`locked::CancelUnlessShown`); on a trusted cluster, or under pull tracking, it runs to its
-//! end as before.
+//! the client cannot cancel it. A locked cluster's client port cancels it itself: when a push
+//! client's status stream is dropped before the job's end was shown on it
+//! (`locked::CancelUnlessShown`), and when a pull client has not asked for the job's status for
+//! `locked::STATUS_LEASE` before its end was shown (`locked::cancel_when_unwatched`). On a
+//! trusted cluster it runs to its end as before.
 
 use crate::sql::privacy::exec::pass_through::{pass_through_plan, PassThrough};
 use ballista_core::execution_plans::DistributedQueryExec;

@@ -489,6 +489,36 @@ impl ClientPort {
         Ok(caller)
     }
 
+    /// Submits the job of `request` as the analyst, after the port's checks: its deadline is
+    /// set ([`stop_at_deadline`]), and a job tracked by pull is watched for its client going
+    /// away ([`cancel_when_unwatched`]; a push client's stream does that itself).
+    async fn submit(
+        &self,
+        request: Request<ExecuteQueryParams>,
+        tracking: Tracking,
+    ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
+        let caller = self.caller(&request).await?;
+        // The release schedule counts from here: the scheduler's planning of the job is part
+        // of what it hides (a login's checks are not).
+        let received = Instant::now();
+        logical_plans_only(request.get_ref())?;
+        queries_only(request.get_ref())?;
+        let response = SchedulerGrpc::execute_query(&self.scheduler, request).await?;
+        if let Some(execute_query_result::Result::Success(success)) = &response.get_ref().result {
+            if self
+                .cluster
+                .door
+                .submitted(&success.job_id, &caller, received)?
+            {
+                stop_at_deadline(&self.scheduler, &self.cluster, &success.job_id);
+                if tracking == Tracking::Pull {
+                    cancel_when_unwatched(&self.scheduler, &self.cluster, &success.job_id);
+                }
+            }
+        }
+        Ok(response)
+    }
+
     /// The job `job_id` if it was submitted through this port, answered as not found
     /// otherwise (whether or not the scheduler has it).
     fn own_job(&self, job_id: &str) -> std::result::Result<Job, Status> {
@@ -622,28 +652,42 @@ fn readable_planning_failure(error: &str) -> Option<String> {
     Some(format!("{head}: {}", last?))
 }
 
+/// How a client follows its job: by asking for its status (Ballista's `execute_query`, then
+/// `get_job_status`), or by a stream of its changes (`execute_query_push`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tracking {
+    Pull,
+    Push,
+}
+
+/// Whether `status` shows its job ended (succeeded or failed).
+fn ended(status: &GetJobStatusResult) -> bool {
+    matches!(
+        status.status.as_ref().and_then(|s| s.status.as_ref()),
+        Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
+    )
+}
+
 /// Cancels a push client's job when the client's status stream is dropped before the job's
-/// end was shown on it: the client went away (Ctrl-C, a query stopped by its caller, a lost
-/// connection), possibly while its submission was still in flight, when Ballista's client has
-/// no job id to cancel ([`super::job_cancel`]). The job is recorded as cancelled by its
+/// end was shown to the client: the client went away (Ctrl-C, a query stopped by its caller, a
+/// lost connection), possibly while its submission was still in flight, when Ballista's client
+/// has no job id to cancel ([`super::job_cancel`]). The job is recorded as cancelled by its
 /// analyst, so its end is shown cancelled whatever it was ([`as_the_client_sees_it`]), and the
 /// scheduler cancels it and its running tasks.
 struct CancelUnlessShown {
     scheduler: Scheduler,
     cluster: Arc<LockedCluster>,
     job_id: String,
-    /// Set when the stream yields the job's end.
-    shown: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for CancelUnlessShown {
     fn drop(&mut self) {
-        if self.shown.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
         let Some(job) = self.cluster.door.job(&self.job_id) else {
             return;
         };
+        if job.end_delivered() {
+            return;
+        }
         job.cancel_requested();
         // Dropped by the server's connection task, on its runtime.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -655,6 +699,59 @@ impl Drop for CancelUnlessShown {
             let _ = SchedulerGrpc::cancel_job(&scheduler, cancel).await;
         });
     }
+}
+
+/// How long a job tracked by pull may go without its client asking for its status, before its
+/// end was shown, until the port takes the client to have gone away and cancels the job
+/// ([`cancel_when_unwatched`]). Ballista's client asks every 50 ms (ballista-core 55
+/// `distributed_query.rs`), so this is a hundred missed polls.
+pub(crate) const STATUS_LEASE: Duration = Duration::from_secs(5);
+
+/// Cancels the job `job_id`, tracked by pull, once its client has not asked for its status for
+/// [`STATUS_LEASE`] and its end has not been shown to it: the client went away, possibly while
+/// its submission was still in flight, when Ballista's client has no job id to cancel
+/// ([`super::job_cancel`]); without this the job ran to its deadline. It is the cancellation
+/// the analyst could have sent at that moment: recorded as theirs, so the end is shown
+/// cancelled by the same rule ([`as_the_client_sees_it`]), whether the job had ended or not,
+/// and the scheduler stops the job if it is still queued or running. The watch ends when the
+/// end is shown, at the owner's deadline ([`stop_at_deadline`] takes over), or when the job's
+/// credentials end. The lease counts from now, when the client is answered with the job's id
+/// (the scheduler's planning of the job may take longer than the lease).
+fn cancel_when_unwatched(scheduler: &Scheduler, cluster: &Arc<LockedCluster>, job_id: &str) {
+    if let Some(job) = cluster.door.job(job_id) {
+        job.asked();
+    }
+    let (scheduler, cluster, id) = (scheduler.clone(), Arc::clone(cluster), JobId::new(job_id));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(STATUS_LEASE / 10).await;
+            let Some(job) = cluster.door.job(id.as_str()) else {
+                return;
+            };
+            if job.end_delivered() || job.submitted.elapsed() >= cluster.deadline() {
+                return;
+            }
+            if job.unasked_for() < STATUS_LEASE {
+                continue;
+            }
+            job.cancel_requested();
+            // A job that ended is not cancelled on the scheduler, which would drop its
+            // partitions (ballista-scheduler 55 `clean_up_failed_job`).
+            let running = matches!(
+                scheduler.state.task_manager.get_job_status(&id).await,
+                Ok(Some(JobStatus {
+                    status: Some(job_status::Status::Queued(_) | job_status::Status::Running(_)),
+                    ..
+                }))
+            );
+            if running {
+                if let Err(e) = scheduler.cancel_job(id.clone()).await {
+                    eprintln!("dp-scheduler: could not cancel unwatched job {id}: {e}");
+                }
+            }
+            return;
+        }
+    });
 }
 
 /// The error of a job cancelled before its end, as Ballista's scheduler words it
@@ -822,7 +919,7 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
-        let submitted = self.execute_query(request).await?;
+        let submitted = self.submit(request, Tracking::Push).await?;
         let (metadata, submitted, extensions) = submitted.into_parts();
         let job_id = match submitted.result {
             Some(execute_query_result::Result::Success(success)) => success.job_id,
@@ -838,9 +935,7 @@ impl SchedulerGrpc for ClientPort {
             scheduler: scheduler.clone(),
             cluster: Arc::clone(&cluster),
             job_id: job_id.clone(),
-            shown: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
-        let shown = Arc::clone(&gone.shown);
         // Each change of the job's status, polled as Ballista's pull client polls, until it
         // succeeds or fails (the scheduler shows a job's status once it has queued it).
         let submitted = std::time::Instant::now();
@@ -848,7 +943,6 @@ impl SchedulerGrpc for ClientPort {
             (Some(job_id), None::<JobStatus>),
             move |(job_id, previous)| {
                 let (scheduler, cluster) = (scheduler.clone(), Arc::clone(&cluster));
-                let shown = Arc::clone(&shown);
                 async move {
                     let job_id = job_id?;
                     loop {
@@ -873,13 +967,10 @@ impl SchedulerGrpc for ClientPort {
                             _ => return Some((Err(door::not_found(&job_id)), (None, previous))),
                         };
                         let held = as_the_client_sees_it(&mut update, &job, &cluster);
-                        let ended = matches!(
-                            update.status.as_ref().and_then(|s| s.status.as_ref()),
-                            Some(job_status::Status::Successful(_) | job_status::Status::Failed(_))
-                        );
+                        let ended = ended(&update);
                         if update.status != previous || ended {
                             if ended {
-                                shown.store(true, std::sync::atomic::Ordering::SeqCst);
+                                job.deliver_end();
                             }
                             let next = (Some(job_id).filter(|_| !ended), update.status.clone());
                             return Some((Ok(update), next));
@@ -909,23 +1000,7 @@ impl SchedulerGrpc for ClientPort {
         &self,
         request: Request<ExecuteQueryParams>,
     ) -> std::result::Result<Response<ExecuteQueryResult>, Status> {
-        let caller = self.caller(&request).await?;
-        // The release schedule counts from here: the scheduler's planning of the job is part
-        // of what it hides (a login's checks are not).
-        let received = Instant::now();
-        logical_plans_only(request.get_ref())?;
-        queries_only(request.get_ref())?;
-        let response = SchedulerGrpc::execute_query(&self.scheduler, request).await?;
-        if let Some(execute_query_result::Result::Success(success)) = &response.get_ref().result {
-            if self
-                .cluster
-                .door
-                .submitted(&success.job_id, &caller, received)?
-            {
-                stop_at_deadline(&self.scheduler, &self.cluster, &success.job_id);
-            }
-        }
-        Ok(response)
+        self.submit(request, Tracking::Pull).await
     }
 
     async fn get_job_status(
@@ -967,8 +1042,12 @@ impl SchedulerGrpc for ClientPort {
             }));
         }
         let job = self.own_job(&request.get_ref().job_id)?;
+        job.asked();
         let mut response = SchedulerGrpc::get_job_status(&self.scheduler, request).await?;
         as_the_client_sees_it(response.get_mut(), &job, &self.cluster);
+        if ended(response.get_ref()) {
+            job.deliver_end();
+        }
         Ok(response)
     }
 
