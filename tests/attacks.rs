@@ -1173,8 +1173,7 @@ async fn releases_come_out_in_an_order_fixed_by_their_values() -> Result<()> {
 /// ranges (file sizes), which change with one person's rows (issue 27).
 #[tokio::test]
 async fn explain_names_no_file() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("dp-explain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = common::scratch("explain");
     let path = dir.join("people.csv");
     std::fs::write(&path, "id,x\n1,1\n2,2\n3,3\n")?;
     let ctx = SessionContext::new();

@@ -44,9 +44,7 @@ fn cluster() -> &'static str {
 async fn data() -> &'static Path {
     static DIR: OnceCell<PathBuf> = OnceCell::const_new();
     DIR.get_or_init(|| async {
-        let dir =
-            std::env::temp_dir().join(format!("datafusion-dp-ballista-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::scratch("ballista");
         let ctx = SessionContext::new();
         for file in 0..FILES {
             let sql = format!(

@@ -4,6 +4,8 @@
 //! that analyst's credentials.
 #![cfg(feature = "ballista")]
 
+mod common;
+
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{HandshakeRequest, Ticket};
 use ballista_core::serde::protobuf::execute_query_params::Query;
@@ -36,15 +38,7 @@ fn data(file: &str) -> String {
 }
 
 fn dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!(
-            "datafusion-dp-locked-cluster-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
+    common::scratch_dir()
 }
 
 fn ledger() -> PathBuf {

@@ -2,6 +2,8 @@
 //! in the ledger across sessions and a killed process, a damaged ledger is refused, and
 //! EXPLAIN / failed / cancelled / re-planned queries cost what the docs say.
 
+mod common;
+
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
 use datafusion::catalog::streaming::StreamingTable;
@@ -366,7 +368,7 @@ async fn explain_failed_repeated_and_replanned_queries() {
     // A query that fails while executing stays charged: a value of the file that does not
     // parse as its column's type (an expression cannot fail in a DP query: `x / (x - x)` is
     // NULL, tests/attacks.rs). The error's text, which names the value, is withheld.
-    let bad = std::env::temp_dir().join(format!("dp-budget-bad-{}.csv", std::process::id()));
+    let bad = common::scratch_dir().join("bad.csv");
     std::fs::write(&bad, "x\n1\nnot-a-number\n").unwrap();
     let table = format!(
         "CREATE EXTERNAL TABLE bad (x INT) STORED AS CSV LOCATION '{}' \
@@ -1232,9 +1234,7 @@ async fn ledgers_of_the_first_format_still_load_and_count() {
 #[tokio::test]
 async fn a_zcdp_analyst_in_the_owner_configuration() {
     use datafusion_dp::owner::{Owner, OwnerConfig};
-    let dir = std::env::temp_dir().join(format!("dp-budget-owner-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("owner");
     let visits = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
     let text = format!(
         "[[table]]\nname = \"visits\"\nlocation = \"{visits}\"\nunit = \"patient_id\"\n\

@@ -4,6 +4,8 @@
 //! plot of the result's interval column that parses as SVG with one marker per group, or a
 //! one-line error naming `--plot` when there is nothing to draw.
 
+mod common;
+
 use quick_xml::events::Event;
 use std::io::Read;
 use std::path::PathBuf;
@@ -115,10 +117,7 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("dpsql-plot-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
+        Self(common::scratch(name))
     }
 }
 

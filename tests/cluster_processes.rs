@@ -138,8 +138,7 @@ fn tasks_run(logs: &[PathBuf]) -> usize {
 
 #[test]
 fn a_scheduler_and_two_executor_processes_run_dpsql_queries() {
-    let dir = std::env::temp_dir().join(format!("datafusion-dp-cluster-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("cluster");
     let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let visits = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/visits.csv");
@@ -199,8 +198,7 @@ fn push_scheduling_runs_a_query_grouped_by_a_public_keys_table() {
     // partition, which DataFusion's SortExec::reset_state (run at task launch) asserts
     // against in debug builds (src/distributed/unread_sort.rs). Must run, and give one node's
     // result.
-    let dir = std::env::temp_dir().join(format!("datafusion-dp-push-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("push");
     let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
@@ -270,8 +268,7 @@ fn a_locked_scheduler_process_charges_the_owners_ledger() {
     // docs/distributed.md's locked cluster: `dp-scheduler --owner-config`, executors on its internal
     // port, `dpsql --scheduler df://alice@...` (password in DP_PASSWORD) on its client port with
     // a budget it sets itself (ignored).
-    let dir = std::env::temp_dir().join(format!("datafusion-dp-locked-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("locked");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
     let (config, ledger) = owner_config(&dir, "owner", Some("alice-pw"));
     let password = [("DP_PASSWORD", "alice-pw")];
@@ -408,9 +405,7 @@ fn dp_server_runs_analysts_queries_on_a_trusted_cluster() {
     use arrow::array::AsArray;
     use arrow::datatypes::Float64Type;
     use common::server::{login, query, Server};
-    let dir = std::env::temp_dir().join(format!("datafusion-dp-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("serve");
     let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
@@ -506,11 +501,7 @@ fn a_locked_scheduler_stops_a_job_at_the_owners_deadline() {
     // `[limits] query_timeout_seconds` on a locked cluster: its scheduler cancels a job still
     // running at the deadline, with its tasks on the executors, and the analyst's error names
     // the limit. Before, the job ran on to its end whatever the owner's limit said.
-    let dir = std::env::temp_dir().join(format!(
-        "datafusion-dp-locked-deadline-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("locked-deadline");
     let config = owner_config_with_deadline(&dir, "owner", "alice-pw");
     let password = [("DP_PASSWORD", "alice-pw")];
     let (mut cluster, internal, clients) = start_locked_scheduler(&dir, &config);
@@ -555,12 +546,7 @@ fn dp_server_stops_a_cluster_query_at_the_owners_deadline() {
     // stream dropped for any reason (`CancelFlightInfo`, a client gone) left its job running
     // on the executors to its end.
     use common::server::{login, query, Server};
-    let dir = std::env::temp_dir().join(format!(
-        "datafusion-dp-serve-deadline-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("serve-deadline");
     let (mut cluster, scheduler_port) = start_scheduler(&dir);
     let logs = start_executors(&mut cluster, &dir, scheduler_port);
     let executors: Vec<u32> = cluster.0[1..].iter().map(|c| c.id()).collect();

@@ -10,10 +10,7 @@ mod common;
 const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
 
 fn test_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dpsql-locked-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(name)
 }
 
 /// `data/visits.csv` protected by `patient_id`, and analysts `(name, epsilon_budget)`.

@@ -186,8 +186,7 @@ async fn columns(data: &Dataset, ledger: &Path) -> Result<Vec<(String, String, S
 /// Writes and opens every (layout, neighbour) pair; `config` may rewrite an owner's
 /// configuration (the mutation test declares a protected table public).
 async fn world(tag: &str, layouts: &[Layout], config: fn(String) -> String) -> Result<World> {
-    let root = std::env::temp_dir().join(format!("dp-neighbours-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = common::scratch(&format!("neighbours-{tag}"));
     let ledger: Arc<Path> = Arc::from(root.join("session.ledger").as_path());
     let base = data::base();
     let mut pairs = Vec::new();
@@ -799,8 +798,7 @@ async fn answered_attacks_stay_within_their_bound() {
 #[tokio::test]
 #[ignore]
 async fn timing_and_memory_with_and_without_one_person() {
-    let root = std::env::temp_dir().join(format!("dp-neighbours-{}-timing", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = common::scratch("neighbours-timing");
     let base = data::base();
     let configs = [
         data::write_dataset(&base, Layout::Parquet, &root.join("base")),
@@ -1477,8 +1475,7 @@ fn neighbouring_locked_clusters_look_alike() {
     use on_cluster::LockedCluster;
     let _timing = timing_lock();
     let started = Instant::now();
-    let root = std::env::temp_dir().join(format!("dp-neighbours-{}-cluster", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = common::scratch("neighbours-cluster");
     let base = data::base();
     // Corpus programs take under the fuzzer's 10 s a run on one node: one the cluster stops at
     // a 30 s deadline ran away there.

@@ -90,8 +90,7 @@ async fn dp_query_over_partitioned_parquet_on_s3() {
 
     // The owner's configuration serves the same layout: Parquet's own schema (every file has
     // the same), the hive partition column declared with its type.
-    let dir = std::env::temp_dir().join(format!("dp-s3-owner-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("s3-owner");
     let owner = |partitions: &str| {
         let text = format!(
             "[[table]]\nname = \"visits\"\nlocation = \"s3://dp-test/visits/\"\n\

@@ -6,6 +6,8 @@
 //! NDJSON table without declared columns, a hive layout without declared partition columns and
 //! Parquet files whose schemas differ are refused at start.
 
+mod common;
+
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
 use datafusion_dp::owner::{analyst_sql, Owner, OwnerConfig};
@@ -14,8 +16,7 @@ use std::process::{Command, Stdio};
 
 /// A fresh directory for one test, with `files` (relative path, contents) written into it.
 fn dir_with(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dp-schemas-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::scratch(name);
     for (path, text) in files {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -23,10 +23,7 @@ const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
 
 /// A fresh directory for one test.
 fn test_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dp-server-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(name)
 }
 
 /// An owner configuration over `data/visits.csv` (protected, unit `patient_id`) and a public

@@ -75,10 +75,7 @@ const MAX_MESSAGE_BYTES: u64 = 4 << 20;
 const GET_TABLES_TASKS: usize = 4;
 
 fn test_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dp-server-hostile-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(name)
 }
 
 /// `data/visits.csv` protected by `patient_id`; the honest analysts and the attacker's

@@ -26,10 +26,7 @@ const VISITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/visits.csv");
 const DP_QUERY: &str = "SELECT dp_count(outcome, 0.1) AS n FROM visits";
 
 fn test_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dp-server-limits-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(name)
 }
 
 /// `data/visits.csv` protected by `patient_id`; analysts `alice` (password `pw`, plaintext)

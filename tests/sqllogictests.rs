@@ -8,6 +8,8 @@
 //! upstream files are never rewritten); `SLT_FILTER=name` runs (or rewrites) only the files
 //! whose path contains `name`.
 
+mod common;
+
 use datafusion_dp::slt::{run_file, run_records, update_file, DpColumnType, DpSltOptions};
 use sha2::{Digest, Sha256};
 use sqllogictest::Record;
@@ -245,8 +247,7 @@ fn names(sql: &str, table: &str) -> bool {
 /// each failure and exits with status 1 on any.
 #[test]
 fn dpsql_runs_suites_with_the_driver_s_options() {
-    let dir = std::env::temp_dir().join(format!("dp-slt-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("slt-cli");
     let file = dir.join("plain.slt");
     std::fs::write(
         &file,

@@ -122,6 +122,40 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
+/// This test process's scratch directory, `<target>/tmp/scratch/<pid>` (Cargo's
+/// `CARGO_TARGET_TMPDIR`, inside the target directory, not the machine's temporary directory).
+/// The first call removes the directories of test processes that have ended, so files of a
+/// failed test stay until the next test binary runs, and the runs do not pile up.
+pub fn scratch_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("scratch");
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for entry in entries.flatten() {
+                let ended = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+                if ended {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = root.join(std::process::id().to_string());
+        std::fs::create_dir_all(&dir).expect("the test's scratch directory");
+        dir
+    })
+}
+
+/// An empty directory `name` in this test process's [`scratch_dir`].
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = scratch_dir().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
 /// Reports that `tool`, which a test needs, is missing: under `CI=true` the test fails, naming
 /// the command that installs it; elsewhere it prints a SKIPPED line (the caller then returns).
 pub fn missing_tool(tool: &str, install: &str) {
