@@ -1464,7 +1464,10 @@ fn both(
 ///   was), the schedulers stay under 1 GiB, and at the end both answer a DP query;
 /// - **neighbours**: what the analyst sees (exit status, error text, the answer with
 ///   released numbers masked, `EXPLAIN`) by the D1 == D2 rule, a difference after one run a
-///   side confirmed over three runs and then nine; and the two ledgers, read before every run.
+///   side confirmed over three runs and then nine; and the two ledgers, read before every run;
+/// - **time**, with `DP_FUZZ_CLUSTER_REPEATS=8`: each corpus program that many more times a
+///   side, the clusters' CPU time and the analyst's wall time compared by the fuzzer's rule,
+///   flags reported (not run by default: minutes).
 ///
 /// A client that dies on a statement (the analyst's own process) is reported, not a failure.
 /// `DP_FUZZ_LINES=18,33`: only those lines of the corpus files; `DP_FUZZ_VERBOSE=1`: each
@@ -1624,6 +1627,49 @@ fn neighbouring_locked_clusters_look_alike() {
         peaks_kib[1] / 1024,
         started.elapsed().as_secs_f64()
     );
+    // Time, with DP_FUZZ_CLUSTER_REPEATS=R (off by default: R runs a side of each corpus
+    // program take minutes): each corpus program R more times on each cluster, one side after
+    // the other (which goes first alternates), and the clusters' CPU time and the analyst's
+    // wall time compared by the fuzzer's rule (`fuzz::cost_flags`: beyond 1.2x, both sides'
+    // spreads and the floors, the middle halves apart, 7 pairs in 8 the same way). Reported,
+    // as the fuzzer reports time; memory is not compared (long-lived processes).
+    let repeats = env_usize("DP_FUZZ_CLUSTER_REPEATS", 0);
+    if repeats > 0 && dead.is_empty() {
+        let timed = Instant::now();
+        let mut flagged = Vec::new();
+        for (label, program) in programs.iter().take(corpus) {
+            let mut sample = fuzz::Sample {
+                d: vec![],
+                p: vec![],
+            };
+            for i in 0..repeats {
+                let (on_d, on_p) = if i % 2 == 0 {
+                    let on_d = d.observe_cost(program);
+                    (on_d, p.observe_cost(program))
+                } else {
+                    let on_p = p.observe_cost(program);
+                    (d.observe_cost(program), on_p)
+                };
+                sample.d.push(child::Run::Answered(on_d.0, on_d.1));
+                sample.p.push(child::Run::Answered(on_p.0, on_p.1));
+            }
+            for c in fuzz::cost_flags(&sample, std::time::Duration::from_secs(30)) {
+                if c.flagged {
+                    flagged.push(format!("{label}: {}", c.show()));
+                } else if verbose() {
+                    println!("{label}: {}", c.show());
+                }
+            }
+        }
+        println!(
+            "neighbouring locked clusters, time: {corpus} programs, {repeats} runs a side each, \
+             {} flagged in {:.0} s{}{}",
+            flagged.len(),
+            timed.elapsed().as_secs_f64(),
+            if flagged.is_empty() { "" } else { ":\n" },
+            flagged.join("\n")
+        );
+    }
     assert!(
         dead.is_empty(),
         "{}\n{}{}",

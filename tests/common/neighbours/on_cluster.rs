@@ -3,6 +3,7 @@
 //! side's Parquet tables, the analyst's `dpsql --scheduler` a process per run. What the
 //! analyst sees of a run is an [`Observation`] for the D1 == D2 rule ([`super::observe`]).
 
+use super::child::Cost;
 use super::data::{self, Layout};
 use super::observe::{releases, tokens, Observation, Program};
 use crate::common::cluster::{start_executors, start_locked_scheduler, Cluster};
@@ -86,6 +87,32 @@ impl LockedCluster {
             .env("DP_PASSWORD", PASSWORD)
             .output()
             .unwrap()
+    }
+
+    /// The CPU time the cluster's processes have used so far (the scheduler's and both
+    /// executors', every thread, `/proc/PID/stat`: in clock ticks of 10 ms each), µs.
+    pub fn cpu_us(&self) -> u64 {
+        let seconds: f64 = self
+            .processes
+            .0
+            .iter()
+            .map(|child| crate::common::cpu_seconds_of(child.id()))
+            .sum();
+        (seconds * 1e6) as u64
+    }
+
+    /// [`Self::observe`], with what the run cost: the cluster's CPU time and the analyst's
+    /// wall time (the whole `dpsql --scheduler` process). Memory is not measured: the
+    /// processes live across programs, and their high-water marks cannot be reset.
+    pub fn observe_cost(&mut self, program: &Program) -> (Observation, Cost) {
+        let (cpu, started) = (self.cpu_us(), Instant::now());
+        let (observation, _) = self.observe(program);
+        let cost = Cost {
+            cpu_us: self.cpu_us().saturating_sub(cpu),
+            wall_us: started.elapsed().as_micros() as u64,
+            peak_kib: None,
+        };
+        (observation, cost)
     }
 
     /// Runs `program` as the analyst would, with `EXPLAIN` of its last statement when that is
