@@ -999,22 +999,12 @@ async fn a_locked_cluster_shows_a_jobs_end_on_the_analysts_schedule() {
     // the moment an analyst sees says nothing of how long the job ran. Without the schedule
     // the job's success showed as soon as it finished.
     const QUANTUM: std::time::Duration = std::time::Duration::from_secs(2);
-    let (client_url, internal_url) = own_cluster(
-        "scheduled",
-        &format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [limits]\nrelease_quantum_ms = {}\n",
-            data("regions.csv"),
-            QUANTUM.as_millis(),
-        ),
-    )
-    .await;
-    let url = client_url.replace("df://", "http://");
-    let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
-    let client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
-    let internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
-        .await
-        .unwrap();
+    let Scheduled {
+        url,
+        bearer,
+        client,
+        internal,
+    } = scheduled_cluster("scheduled", QUANTUM).await;
     // Submits `query` as the analyst: its job id, and when (monotonic, and ms since the epoch).
     let submit_job = |query: Query| {
         let mut client = client.clone();
@@ -1227,22 +1217,12 @@ async fn a_locked_cluster_cancels_a_job_whose_pull_client_went_away() {
     // were shown successful.
     const QUANTUM: std::time::Duration = std::time::Duration::from_secs(8);
     const LEASE: std::time::Duration = std::time::Duration::from_secs(5);
-    let (client_url, internal_url) = own_cluster(
-        "lease",
-        &format!(
-            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
-             [limits]\nrelease_quantum_ms = {}\n",
-            data("regions.csv"),
-            QUANTUM.as_millis(),
-        ),
-    )
-    .await;
-    let url = client_url.replace("df://", "http://");
-    let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
-    let client = SchedulerGrpcClient::connect(url.clone()).await.unwrap();
-    let internal = SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
-        .await
-        .unwrap();
+    let Scheduled {
+        bearer,
+        client,
+        internal,
+        ..
+    } = scheduled_cluster("lease", QUANTUM).await;
     let started = std::time::Instant::now();
     let mut job_ids = Vec::new();
     for _ in 0..2 {
@@ -1284,6 +1264,41 @@ async fn a_locked_cluster_cancels_a_job_whose_pull_client_went_away() {
         matches!(&shown, job_status::Status::Failed(f) if f.error == "Cancelled"),
         "a job whose pull client went away: {shown:?}"
     );
+}
+
+/// A locked cluster of its own whose owner declares `regions` public and sets the release
+/// quantum `quantum`, with the analyst logged in on its client port.
+struct Scheduled {
+    /// The client port, `http://`.
+    url: String,
+    /// The analyst's `authorization` value.
+    bearer: String,
+    client: SchedulerGrpcClient<tonic::transport::Channel>,
+    /// A client of the internal port (the scheduler's own view of each job).
+    internal: SchedulerGrpcClient<tonic::transport::Channel>,
+}
+
+async fn scheduled_cluster(name: &str, quantum: std::time::Duration) -> Scheduled {
+    let (client_url, internal_url) = own_cluster(
+        name,
+        &format!(
+            "[[table]]\nname = \"regions\"\nlocation = \"{}\"\nprotection = \"public\"\n\n\
+             [limits]\nrelease_quantum_ms = {}\n",
+            data("regions.csv"),
+            quantum.as_millis(),
+        ),
+    )
+    .await;
+    let url = client_url.replace("df://", "http://");
+    let bearer = format!("Bearer {}", log_in(&url, "team", PASSWORD).await.unwrap());
+    Scheduled {
+        client: SchedulerGrpcClient::connect(url.clone()).await.unwrap(),
+        internal: SchedulerGrpcClient::connect(internal_url.replace("df://", "http://"))
+            .await
+            .unwrap(),
+        url,
+        bearer,
+    }
 }
 
 /// The status job `job_id` ends with (succeeded or failed) on the scheduler `client` talks to,
