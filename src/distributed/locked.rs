@@ -701,6 +701,17 @@ impl Drop for CancelUnlessShown {
     }
 }
 
+/// Whether the scheduler has job `id` still queued or running (not ended, and known).
+async fn queued_or_running(scheduler: &Scheduler, id: &JobId) -> bool {
+    matches!(
+        scheduler.state.task_manager.get_job_status(id).await,
+        Ok(Some(JobStatus {
+            status: Some(job_status::Status::Queued(_) | job_status::Status::Running(_)),
+            ..
+        }))
+    )
+}
+
 /// How long a job tracked by pull may go without its client asking for its status, before its
 /// end was shown, until the port takes the client to have gone away and cancels the job
 /// ([`cancel_when_unwatched`]). Ballista's client asks every 50 ms (ballista-core 55
@@ -737,14 +748,7 @@ fn cancel_when_unwatched(scheduler: &Scheduler, cluster: &Arc<LockedCluster>, jo
             job.cancel_requested();
             // A job that ended is not cancelled on the scheduler, which would drop its
             // partitions (ballista-scheduler 55 `clean_up_failed_job`).
-            let running = matches!(
-                scheduler.state.task_manager.get_job_status(&id).await,
-                Ok(Some(JobStatus {
-                    status: Some(job_status::Status::Queued(_) | job_status::Status::Running(_)),
-                    ..
-                }))
-            );
-            if running {
+            if queued_or_running(&scheduler, &id).await {
                 if let Err(e) = scheduler.cancel_job(id.clone()).await {
                     eprintln!("dp-scheduler: could not cancel unwatched job {id}: {e}");
                 }
@@ -767,14 +771,7 @@ fn stop_at_deadline(scheduler: &Scheduler, cluster: &Arc<LockedCluster>, job_id:
     let (scheduler, cluster, id) = (scheduler.clone(), Arc::clone(cluster), JobId::new(job_id));
     tokio::spawn(async move {
         tokio::time::sleep(cluster.deadline()).await;
-        let running = matches!(
-            scheduler.state.task_manager.get_job_status(&id).await,
-            Ok(Some(JobStatus {
-                status: Some(job_status::Status::Queued(_) | job_status::Status::Running(_)),
-                ..
-            }))
-        );
-        if !running {
+        if !queued_or_running(&scheduler, &id).await {
             return;
         }
         // Stopped whether or not the credentials that submitted it still hold.

@@ -779,11 +779,9 @@ impl Bounder {
         let columns: Vec<usize> = (0..width).collect();
         let mut local = vec![];
         let batch_size = batch_size.max(1);
+        // Every kept row is in a held batch: with none held there is no chunk.
         (0..rows.len()).step_by(batch_size).map(move |start| {
             let _ = &reservation;
-            if held.is_empty() {
-                return Ok(RecordBatch::new_empty(Arc::clone(&schema)).project(&columns)?);
-            }
             let chunk = &rows[start..rows.len().min(start + batch_size)];
             Ok(interleave_held(&held, chunk, &mut local)?.project(&columns)?)
         })
