@@ -20,8 +20,12 @@
 //! stop logged-in analysts, only new logins from that address.
 //!
 //! ```text
-//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB] [--in-memory] [--release-quantum-ms 0]
+//! cargo run --release --features server --example serve_load -- [--connections 64] [--analysts 8] [--seconds 20] [--hostile] [--memory-limit 1GiB] [--in-memory] [--release-quantum-ms 0] [--ledger-charges 0]
 //! ```
+//!
+//! `--ledger-charges N` starts each analyst's ledger with N charges already in it (of
+//! [`PRIOR_EPSILON`] each, not counted in the check of the totals): the server as it runs after
+//! long use, when each charge appends to a long ledger.
 //!
 //! `--in-memory` declares the table `in_memory = true` (read once, served from memory); by
 //! default the CSV file is parsed once and kept (src/owner/parsed.rs).
@@ -49,6 +53,9 @@ const QUERIES: [(&str, f64); 2] = [
         0.02,
     ),
 ];
+
+/// The epsilon of each charge `--ledger-charges` writes before the run.
+const PRIOR_EPSILON: f64 = 1e-6;
 
 /// Clients flooding the server with bad logins at once, in the hostile phase.
 const LOGIN_FLOODERS: usize = 8;
@@ -265,6 +272,35 @@ async fn login_flood(url: String, deadline: Instant) -> Tally {
     seen
 }
 
+/// A ledger of `n` charges of [`PRIOR_EPSILON`] each, written through the crate's own append
+/// (so it verifies) in a RAM-backed directory where one is (each append is synced), for
+/// `--ledger-charges`.
+fn write_prior_charges(n: u64) -> std::path::PathBuf {
+    use datafusion_dp::sql::accounting::{amount, budget::BudgetMeasure, ledger};
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("dp-serve-load-prior-{}.ledger", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let epsilon_units = amount::charge_units(PRIOR_EPSILON, amount::EPSILON_DIGITS).unwrap();
+    for _ in 0..n {
+        ledger::append_with(&path, BudgetMeasure::EpsilonDelta, |_, _| {
+            Ok(ledger::NewCharge {
+                unix_ms: 0,
+                epsilon_units,
+                delta_units: 0,
+                rho_units: None,
+                query: "SELECT dp_count(outcome, 0.000001) AS n FROM visits".into(),
+            })
+        })
+        .unwrap();
+    }
+    path
+}
+
 fn ledger_total(path: &Path) -> (usize, f64) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let epsilons: Vec<f64> = text
@@ -454,6 +490,7 @@ async fn main() {
     let mut in_memory = false;
     let mut memory_limit = "1GiB".to_string();
     let mut release_quantum_ms = 0u64;
+    let mut prior_charges = 0u64;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--hostile" {
@@ -471,6 +508,7 @@ async fn main() {
             "--seconds" => seconds = value.parse::<u64>().unwrap().min(300),
             "--memory-limit" => memory_limit = value,
             "--release-quantum-ms" => release_quantum_ms = value.parse().unwrap(),
+            "--ledger-charges" => prior_charges = value.parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -502,6 +540,15 @@ async fn main() {
         "[limits]\nmemory_limit = {memory_limit_bytes}\nquery_timeout_seconds = {QUERY_TIMEOUT_SECONDS}\n\
          release_quantum_ms = {release_quantum_ms}\n"
     ));
+    if prior_charges > 0 {
+        let template = write_prior_charges(prior_charges);
+        for phase in phases {
+            for name in names(phase) {
+                std::fs::copy(&template, dir.join(format!("{name}.ledger"))).unwrap();
+            }
+        }
+        let _ = std::fs::remove_file(&template);
+    }
     let config = OwnerConfig::parse(&config, &dir, "serve_load").unwrap();
     let owner = Owner::open(config).await.unwrap();
 
@@ -608,6 +655,10 @@ async fn main() {
             let answered_cost: f64 = own.clone().map(|o| o.spent + o.charged_failures.1).sum();
             let answered_count: usize = own.map(|o| o.latencies.len() + o.charged_failures.0).sum();
             let (lines, total) = ledger_total(&dir.join(format!("{name}.ledger")));
+            let (lines, total) = (
+                lines - prior_charges as usize,
+                total - prior_charges as f64 * PRIOR_EPSILON,
+            );
             let matches = lines == answered_count && (total - answered_cost).abs() < 1e-9;
             all_match &= matches;
             outln!(

@@ -534,7 +534,93 @@ impl Status {
 /// The privacy accountant of one session: its charges, behind one lock (see the module docs).
 #[derive(Debug, Default)]
 pub struct Accountant {
-    charges: Mutex<Vec<SessionCharge>>,
+    charges: Mutex<SessionCharges>,
+}
+
+/// A session's charges: each one, for `dp_budget()`'s history, and what charging reads of them
+/// kept as they are made, so that a charge takes the same time after ten charges or ten
+/// million: their sums by the ledger they were written to (`None`: none; a session names few
+/// ledgers), and the last charge written to each ledger.
+#[derive(Debug, Default)]
+struct SessionCharges {
+    each: Vec<SessionCharge>,
+    /// The exact sum of the charges written to each ledger (by identity), or to none; `None`
+    /// past the largest amount the accountant counts.
+    sums: Vec<(Option<PathBuf>, Option<Units>)>,
+    /// The last charge written to each ledger.
+    last_written: Vec<LedgerRecord>,
+}
+
+impl SessionCharges {
+    fn push(&mut self, charge: SessionCharge) {
+        let identity = charge.ledger.as_ref().map(|r| r.identity.clone());
+        let at = match self.sums.iter().position(|(i, _)| *i == identity) {
+            Some(at) => at,
+            None => {
+                self.sums.push((identity, Some(Units::default())));
+                self.sums.len() - 1
+            }
+        };
+        let sum = &mut self.sums[at].1;
+        *sum = sum.and_then(|s| s.plus(charge.units, "spent").ok());
+        if let Some(record) = &charge.ledger {
+            match self
+                .last_written
+                .iter_mut()
+                .find(|r| r.identity == record.identity)
+            {
+                Some(last) => *last = record.clone(),
+                None => self.last_written.push(record.clone()),
+            }
+        }
+        self.each.push(charge);
+    }
+
+    /// What the session spent outside the ledger `identity` (everything without one).
+    fn outside(&self, identity: Option<&Path>) -> Result<Units> {
+        self.sums
+            .iter()
+            .filter(|(i, _)| identity.is_none() || i.as_deref() != identity)
+            .try_fold(Units::default(), |total, (_, sum)| {
+                let sum = sum.ok_or_else(|| {
+                    plan_datafusion_err!(
+                        "dp budget: the spent amount is above the largest amount the accountant counts; refusing"
+                    )
+                })?;
+                total.plus(sum, "spent")
+            })
+    }
+
+    /// Refuses a ledger that lost a charge this session wrote to it (truncated, replaced,
+    /// reset), `holds(seq, hash)` telling whether the ledger holds a charge. Each line's hash
+    /// is chained over every line before it (`crate::sql::accounting::ledger`), so a ledger
+    /// that holds the session's last charge holds every earlier one; only when it does not are
+    /// the others looked at, to name the first one lost.
+    fn check_kept(
+        &self,
+        identity: &Path,
+        path: &Path,
+        holds: impl Fn(u64, &str) -> bool,
+    ) -> Result<()> {
+        let Some(last) = self.last_written.iter().find(|r| r.identity == identity) else {
+            return Ok(());
+        };
+        if holds(last.seq, &last.hash) {
+            return Ok(());
+        }
+        let lost = self
+            .each
+            .iter()
+            .filter_map(|c| c.ledger.as_ref())
+            .filter(|r| r.identity == identity)
+            .find(|r| !holds(r.seq, &r.hash))
+            .unwrap_or(last);
+        plan_err!(
+            "dp.ledger '{}' no longer holds charge #{} that this session wrote (the file was truncated, replaced or reset); refusing to charge or report",
+            path.display(),
+            lost.seq
+        )
+    }
 }
 
 thread_local! {
@@ -551,60 +637,24 @@ pub fn charges_on_this_thread() -> u64 {
     CHARGES_ON_THIS_THREAD.with(|c| c.get())
 }
 
-/// Refuses a ledger that lost a charge this session wrote to it (truncated, replaced, reset).
-fn check_session_charges_kept(
-    charges: &[SessionCharge],
-    entries: &[ledger::Entry],
-    identity: &Path,
-    path: &Path,
-) -> Result<()> {
-    for record in charges
-        .iter()
-        .filter_map(|c| c.ledger.as_ref())
-        .filter(|r| r.identity == identity)
-    {
-        let kept = usize::try_from(record.seq - 1)
-            .ok()
-            .and_then(|i| entries.get(i))
-            .is_some_and(|e| e.hash == record.hash);
-        if !kept {
-            return plan_err!(
-                "dp.ledger '{}' no longer holds charge #{} that this session wrote (the file was truncated, replaced or reset); refusing to charge or report",
-                path.display(),
-                record.seq
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The amounts of a ledger entry.
-fn entry_units(entry: &ledger::Entry) -> Units {
-    Units {
-        epsilon: entry.epsilon_units,
-        delta: entry.delta_units,
-        rho: entry.rho_units,
-    }
-}
-
-/// Spent amounts in units: the ledger's entries plus this session's charges not in it, summed
+/// Spent amounts in units: the ledger's totals plus this session's charges not in it, summed
 /// exactly (an error past `u128` in ε or δ, never a wrap).
 fn spent(
-    charges: &[SessionCharge],
-    entries: &[ledger::Entry],
+    charges: &SessionCharges,
+    ledger: ledger::Totals,
     identity: Option<&Path>,
 ) -> Result<Units> {
-    let amounts = entries.iter().map(entry_units).chain(
-        charges
-            .iter()
-            .filter(|c| {
-                identity.is_none() || c.ledger.as_ref().map(|r| r.identity.as_path()) != identity
-            })
-            .map(|c| c.units),
-    );
-    amounts
-        .into_iter()
-        .try_fold(Units::default(), |total, units| total.plus(units, "spent"))
+    let past = |what: &str| {
+        plan_datafusion_err!(
+            "dp budget: the {what} spent is above the largest amount the accountant counts; refusing"
+        )
+    };
+    let in_ledger = Units {
+        epsilon: ledger.epsilon_units.ok_or_else(|| past("epsilon"))?,
+        delta: ledger.delta_units.ok_or_else(|| past("delta"))?,
+        rho: ledger.rho_units,
+    };
+    in_ledger.plus(charges.outside(identity)?, "spent")
 }
 
 impl Accountant {
@@ -612,7 +662,7 @@ impl Accountant {
         Self::default()
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Vec<SessionCharge>>> {
+    fn lock(&self) -> Result<MutexGuard<'_, SessionCharges>> {
         self.charges.lock().map_err(|_| {
             plan_datafusion_err!(
                 "dp budget: the accountant's lock is poisoned (a thread panicked while charging); refusing"
@@ -635,9 +685,9 @@ impl Accountant {
         if let Some(path) = options.ledger.as_deref() {
             let path = Path::new(path);
             let mut identity = PathBuf::new();
-            let entry = ledger::append_with(path, budget.measure, |entries, id| {
-                check_session_charges_kept(&charges, entries, id, path)?;
-                budget.check(&cost, &spent(&charges, entries, Some(id))?)?;
+            let entry = ledger::append_with(path, budget.measure, |ledger, id| {
+                charges.check_kept(id, path, |seq, hash| ledger.holds(seq, hash))?;
+                budget.check(&cost, &spent(&charges, ledger.totals(), Some(id))?)?;
                 identity = id.to_path_buf();
                 Ok(ledger::NewCharge {
                     unix_ms: unix_ms(),
@@ -656,7 +706,7 @@ impl Accountant {
                 },
             ));
         } else {
-            budget.check(&cost, &spent(&charges, &[], None)?)?;
+            budget.check(&cost, &spent(&charges, ledger::Totals::default(), None)?)?;
         }
         let (time, ledger) = match record {
             Some((time, record)) => (time, Some(record)),
@@ -682,12 +732,17 @@ impl Accountant {
                 let path = Path::new(path);
                 let entries = ledger::read_in(path, budget.measure)?;
                 let identity = ledger::identity(path);
-                check_session_charges_kept(&charges, &entries, &identity, path)?;
+                charges.check_kept(&identity, path, |seq, hash| {
+                    usize::try_from(seq.wrapping_sub(1))
+                        .ok()
+                        .and_then(|i| entries.get(i))
+                        .is_some_and(|e| e.hash == hash)
+                })?;
                 (entries, Some(identity))
             }
             None => (Vec::new(), None),
         };
-        let spent_units = spent(&charges, &entries, identity.as_deref())?;
+        let spent_units = spent(&charges, ledger::Totals::of(&entries), identity.as_deref())?;
         let mut history: Vec<HistoryEntry> = entries
             .iter()
             .map(|e| HistoryEntry {
@@ -700,6 +755,7 @@ impl Accountant {
             .collect();
         history.extend(
             charges
+                .each
                 .iter()
                 .filter(|c| {
                     identity.is_none()

@@ -27,12 +27,19 @@
 //! Every access holds an OS file lock (`flock` on Unix, `LockFileEx` on Windows; std's
 //! `File::lock`) for the whole read-verify-(check)-append sequence, so several processes can
 //! share one ledger, and a process's threads first take a lock of their own per file (they
-//! queue there, not on the OS lock). The file is read in full under the lock every time
-//! (another process may have charged since) and verified: the bytes verified last time (kept
-//! per file, by device and inode) are compared byte for byte with the file's beginning, and
-//! only the lines after them are parsed and checked, chained on the last verified hash; a file
-//! that does not begin with them (edited, truncated, replaced) is parsed again from the start.
-//! So every read checks exactly what a full parse would, at the cost of a read and a compare.
+//! queue there, not on the OS lock). Under the lock a charge reads what was appended since this
+//! process last verified the file (another process may have charged since): the process keeps,
+//! per file (by device and inode), the length it verified, its last line, each charge's hash
+//! and the totals. When the file still holds that last line where it was, only the bytes after
+//! it are read, parsed and checked, chained on the last verified hash; a shorter file, or
+//! another line there (an edit that moved it, a truncation, a rewrite), is read and verified
+//! again from the start. So a charge costs the same on a ledger of ten lines or ten million
+//! (the first charge of a process reads the whole file), and the process keeps 8 bytes per
+//! charge, not the file. What this gives up: an edit of an earlier line that leaves every byte
+//! offset as it was (a digit for a digit) is not seen by a process that verified the line
+//! before; that process counts the line as it verified it, so it never counts less than was
+//! charged, and every full read ([`read`], `dp_budget()`, the first charge of each process)
+//! refuses the broken chain.
 //! Anything that does not verify — a bad hash, a line without its newline (a truncated file),
 //! an unparsable field, a wrong header — is an error that names the file and the line: the
 //! ledger is never repaired or reset automatically. Removing whole lines from the end cannot
@@ -270,48 +277,27 @@ fn format_line(
 fn parse(path: &Path, text: &str) -> Result<(Option<Format>, Vec<Entry>)> {
     let mut entries = Vec::new();
     let mut format = None;
-    parse_more(path, text, &mut format, &mut entries)?;
+    let mut previous = String::new();
+    parse_lines(path, text, &mut format, 0, &mut previous, |e| {
+        entries.push(e)
+    })?;
     Ok((format, entries))
 }
 
-/// Parses and verifies `text`, the lines of a ledger that follow the verified `entries` of a
-/// file of `format` (`None`: `text` is the whole file, header included, which sets it), and
-/// appends them to `entries`: each line is checked exactly as if the whole file were parsed.
-/// On an error `entries` and `format` are left as they were.
-fn parse_more(
-    path: &Path,
-    text: &str,
-    format: &mut Option<Format>,
-    entries: &mut Vec<Entry>,
-) -> Result<()> {
-    let verified = entries.len();
-    let known = *format;
-    let result = parse_lines(path, text, format, entries);
-    if result.is_err() {
-        entries.truncate(verified);
-        *format = known;
-    }
-    result
-}
-
-/// [`parse_more`] without the undoing: lines verified before an error stay in `entries`.
+/// Parses and verifies `text`, the lines of a ledger that follow its first `verified` entries
+/// in a file of `format` (`None`: `text` is the whole file, header included, which sets it),
+/// chained after the hash `previous` (updated line by line), and gives each entry to `each`:
+/// each line is checked exactly as if the whole file were parsed.
 fn parse_lines(
     path: &Path,
     text: &str,
     format: &mut Option<Format>,
-    entries: &mut Vec<Entry>,
+    verified: usize,
+    previous: &mut String,
+    mut each: impl FnMut(Entry),
 ) -> Result<()> {
     // Line index 0 is the header; entry k (1-based) is at index k.
-    let first_index = if format.is_none() {
-        0
-    } else {
-        entries.len() + 1
-    };
-    let mut previous = match (entries.last(), *format) {
-        (Some(last), _) => last.hash.clone(),
-        (None, Some(format)) => format.chain_start(),
-        (None, None) => String::new(),
-    };
+    let first_index = if format.is_none() { 0 } else { verified + 1 };
     for (offset, raw) in text.split_inclusive('\n').enumerate() {
         let index = first_index + offset;
         let number = index + 1;
@@ -331,15 +317,15 @@ fn parse_lines(
                 ));
             };
             *format = Some(found);
-            previous = found.chain_start();
+            *previous = found.chain_start();
             continue;
         }
         let Some(line_format) = *format else {
             return Err(corrupt(path, number, "a charge before the header"));
         };
-        let entry = parse_line(path, line_format, number, index, line, &previous)?;
+        let entry = parse_line(path, line_format, number, index, line, previous)?;
         previous.clone_from(&entry.hash);
-        entries.push(entry);
+        each(entry);
     }
     Ok(())
 }
@@ -427,52 +413,175 @@ fn utf8<'a>(path: &Path, bytes: &'a [u8], first_line: usize) -> Result<&'a str> 
     })
 }
 
-/// The verified contents of one ledger file as this process last read them: its bytes, its
-/// format (`None` while it is empty) and their entries. Used only while holding the file's OS
-/// lock.
+/// What the charges of a ledger add up to, exactly, in units ([`amount`]): `None` in ε or δ
+/// when the sum passes `u128` (the accountant then refuses to charge), in ρ also when some
+/// charge has no ρ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub epsilon_units: Option<u128>,
+    pub delta_units: Option<u128>,
+    pub rho_units: Option<u128>,
+}
+
+impl Default for Totals {
+    /// No charge.
+    fn default() -> Self {
+        Self {
+            epsilon_units: Some(0),
+            delta_units: Some(0),
+            rho_units: Some(0),
+        }
+    }
+}
+
+impl Totals {
+    fn add(&mut self, entry: &Entry) {
+        let plus = |a: Option<u128>, b: Option<u128>| a.zip(b).and_then(|(a, b)| a.checked_add(b));
+        self.epsilon_units = plus(self.epsilon_units, Some(entry.epsilon_units));
+        self.delta_units = plus(self.delta_units, Some(entry.delta_units));
+        self.rho_units = plus(self.rho_units, entry.rho_units);
+    }
+
+    /// The totals of `entries`.
+    pub fn of(entries: &[Entry]) -> Self {
+        let mut totals = Self::default();
+        entries.iter().for_each(|e| totals.add(e));
+        totals
+    }
+}
+
+/// The chain hash of a verified line (16 hex digits, [`chain_hash`]) as a number: what this
+/// process keeps of each verified charge.
+fn hash_number(hash: &str) -> u64 {
+    u64::from_str_radix(hash, 16).unwrap_or(0)
+}
+
+/// What this process has verified of one ledger file (by device and inode, [`shared`]), kept
+/// between charges so that a charge reads only what was appended since the last one (module
+/// docs): the length verified, the last verified line, the format (`None` while the file is
+/// empty), each verified charge's hash (8 bytes a charge) and the charges' totals. Used only
+/// while holding the file's OS lock.
 #[derive(Default)]
 struct Verified {
-    bytes: Vec<u8>,
+    /// Bytes verified from the file's start (0: nothing; the file is read from its start).
+    len: u64,
+    /// The last verified line with its newline (the header while there is no charge).
+    last_line: Vec<u8>,
     format: Option<Format>,
-    entries: Vec<Entry>,
+    /// The hash of each verified charge, in order ([`hash_number`]).
+    hashes: Vec<u64>,
+    /// The last verified hash as written (the chain's start while there is no charge).
+    previous: String,
+    totals: Totals,
+}
+
+/// What a charge's decision sees of a ledger ([`append_with`]): every charge in it, verified.
+pub struct Ledger<'a> {
+    verified: &'a Verified,
+}
+
+impl Ledger<'_> {
+    /// How many charges the ledger holds.
+    pub fn len(&self) -> u64 {
+        self.verified.hashes.len() as u64
+    }
+
+    /// Whether the ledger holds no charge.
+    pub fn is_empty(&self) -> bool {
+        self.verified.hashes.is_empty()
+    }
+
+    /// What its charges add up to.
+    pub fn totals(&self) -> Totals {
+        self.verified.totals
+    }
+
+    /// Whether charge `seq` (1-based) is in the ledger with hash `hash`.
+    pub fn holds(&self, seq: u64, hash: &str) -> bool {
+        usize::try_from(seq.wrapping_sub(1))
+            .ok()
+            .and_then(|i| self.verified.hashes.get(i))
+            .is_some_and(|&h| h == hash_number(hash) && hash.len() == 16)
+    }
 }
 
 impl Verified {
-    /// Reads the whole file (under its lock) and brings `self` up to date with it, verifying
-    /// exactly what a full parse would: when the file still begins with the bytes verified
-    /// before (compared byte for byte), only the lines after them are parsed and checked, each
-    /// chained on the last verified hash; anything else (an edit, a truncation, another file)
-    /// is parsed again from the start.
-    fn refresh(&mut self, path: &Path, mut file: &File) -> Result<()> {
-        let mut bytes = Vec::with_capacity(self.bytes.len() + 4096);
-        file.read_to_end(&mut bytes)
-            .map_err(|e| io_error(path, "read", e))?;
-        if !self.bytes.is_empty() && bytes.starts_with(&self.bytes) {
-            let tail = &bytes[self.bytes.len()..];
-            if tail.is_empty() {
+    /// Brings `self` up to date with the file (under its lock). When the file is at least as
+    /// long as what was verified and still holds the last verified line where it was, only the
+    /// bytes after it are read, parsed and checked, each line chained on the last verified
+    /// hash; otherwise (a shorter file, or a different line there: an edit that moved it, a
+    /// truncation, a rewrite) the whole file is read and verified again from its start.
+    fn refresh(&mut self, path: &Path, file: &File) -> Result<()> {
+        let file_len = file
+            .metadata()
+            .map_err(|e| io_error(path, "read", e))?
+            .len();
+        if self.len > 0 && file_len >= self.len {
+            let start = self.len - self.last_line.len() as u64;
+            let bytes = read_from(path, file, start, file_len)?;
+            if bytes.starts_with(&self.last_line) {
+                let tail = &bytes[self.last_line.len()..];
+                if !tail.is_empty() {
+                    let first_line = self.hashes.len() + 2;
+                    self.extend(path, utf8(path, tail, first_line)?)?;
+                }
                 return Ok(());
             }
-            // The verified bytes end with a newline, so the tail is text on its own.
-            let first_line = self.entries.len() + 2;
-            parse_more(
-                path,
-                utf8(path, tail, first_line)?,
-                &mut self.format,
-                &mut self.entries,
-            )?;
-            self.bytes = bytes;
-            return Ok(());
         }
         // Start again: nothing of the old contents is trusted.
         *self = Verified::default();
-        let (format, entries) = parse(path, utf8(path, &bytes, 1)?)?;
-        *self = Verified {
-            bytes,
-            format,
-            entries,
-        };
+        let bytes = read_from(path, file, 0, file_len)?;
+        let mut fresh = Verified::default();
+        fresh.extend(path, utf8(path, &bytes, 1)?)?;
+        *self = fresh;
         Ok(())
     }
+
+    /// Verifies `text`, the file's bytes after what `self` verified, and counts its lines in;
+    /// on an error `self` is left as it was.
+    fn extend(&mut self, path: &Path, text: &str) -> Result<()> {
+        let mut format = self.format;
+        let mut previous = self.previous.clone();
+        let (verified, mut totals) = (self.hashes.len(), self.totals);
+        parse_lines(path, text, &mut format, verified, &mut previous, |e| {
+            self.hashes.push(hash_number(&e.hash));
+            totals.add(&e);
+        })
+        .inspect_err(|_| self.hashes.truncate(verified))?;
+        self.format = format;
+        self.previous = previous;
+        self.totals = totals;
+        self.len += text.len() as u64;
+        // A text that was parsed ends with a newline (a partial line is refused): its last
+        // line runs from the newline before that one.
+        if let Some(body) = text.strip_suffix('\n') {
+            let last = body.rfind('\n').map_or(text, |at| &text[at + 1..]);
+            self.last_line = last.as_bytes().to_vec();
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of `file` from `start` to `end`.
+fn read_from(path: &Path, file: &File, start: u64, end: u64) -> Result<Vec<u8>> {
+    use std::io::{Seek, SeekFrom};
+    let mut reader = file;
+    reader
+        .seek(SeekFrom::Start(start))
+        .map_err(|e| io_error(path, "read", e))?;
+    let mut bytes = Vec::with_capacity(end.saturating_sub(start) as usize);
+    reader
+        .take(end.saturating_sub(start))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, "read", e))?;
+    if (bytes.len() as u64) < end.saturating_sub(start) {
+        return Err(io_error(
+            path,
+            "read",
+            std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Whether every charge written to a file by this process has been synced to disk, and the
@@ -491,10 +600,9 @@ struct SyncState {
     failed: Option<String>,
 }
 
-/// What this process keeps of one ledger file (one device and inode), for its lifetime: the
-/// verified contents (about twice the file's size in memory) and the sync state. The lock of
-/// the verified contents serialises this process's threads before they contend for the OS
-/// lock.
+/// What this process keeps of one ledger file (one device and inode), for its lifetime: what
+/// it verified of it ([`Verified`]: 8 bytes per charge) and the sync state. The lock of the
+/// verified contents serialises this process's threads before they contend for the OS lock.
 #[derive(Default)]
 struct Shared {
     verified: Mutex<Verified>,
@@ -586,22 +694,22 @@ fn sync_failed(path: &Path, error: &str) -> DataFusionError {
     )
 }
 
-/// Reads and verifies the ledger under a shared lock, whatever its measure: the measure it
-/// counts in (`None` for a missing or empty file, an empty ledger) and its entries.
+/// Reads and verifies the whole ledger under a shared lock, whatever its measure: the measure
+/// it counts in (`None` for a missing or empty file, an empty ledger) and its entries.
 pub fn read_with_measure(path: &Path) -> Result<(Option<BudgetMeasure>, Vec<Entry>)> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
         Err(e) => return Err(io_error(path, "open", e)),
     };
-    let shared = shared(&file);
-    let mut verified = lock_verified(&shared);
     file.lock_shared().map_err(|e| io_error(path, "lock", e))?;
-    verified.refresh(path, &file)?;
-    Ok((
-        verified.format.map(Format::measure),
-        verified.entries.clone(),
-    ))
+    let len = file
+        .metadata()
+        .map_err(|e| io_error(path, "read", e))?
+        .len();
+    let bytes = read_from(path, &file, 0, len)?;
+    let (format, entries) = parse(path, utf8(path, &bytes, 1)?)?;
+    Ok((format.map(Format::measure), entries))
 }
 
 /// Reads and verifies the ledger's entries, whatever its measure; a missing file is an empty
@@ -628,7 +736,7 @@ pub fn read_in(path: &Path, measure: BudgetMeasure) -> Result<Vec<Entry>> {
 pub fn append_with(
     path: &Path,
     measure: BudgetMeasure,
-    decide: impl FnOnce(&[Entry], &Path) -> Result<NewCharge>,
+    decide: impl FnOnce(&Ledger<'_>, &Path) -> Result<NewCharge>,
 ) -> Result<Entry> {
     let mut file = OpenOptions::new()
         .read(true)
@@ -651,18 +759,23 @@ pub fn append_with(
         None => Format::V2(measure),
     };
     let identity = identity(path);
-    let charge = decide(&verified.entries, &identity)?;
+    let charge = decide(
+        &Ledger {
+            verified: &verified,
+        },
+        &identity,
+    )?;
     if format == Format::V2(BudgetMeasure::Zcdp) && charge.rho_units.is_none() {
         return Err(plan_datafusion_err!(
             "dp.ledger '{}' counts in zCDP, but the charge has no rho; refusing",
             path.display()
         ));
     }
-    // The whole file was read under the lock: this is its length.
-    let original_len = verified.bytes.len() as u64;
-    let seq = verified.entries.len() as u64 + 1;
-    let previous = match verified.entries.last() {
-        Some(last) => last.hash.clone(),
+    // The file was verified to its end under the lock: this is its length.
+    let original_len = verified.len;
+    let seq = verified.hashes.len() as u64 + 1;
+    let previous = match verified.format {
+        Some(_) => verified.previous.clone(),
         None => format.chain_start(),
     };
     let pid = std::process::id();
@@ -705,9 +818,12 @@ pub fn append_with(
         query: charge.query.chars().take(MAX_QUERY_CHARS).collect(),
         hash,
     };
-    verified.bytes.extend_from_slice(text.as_bytes());
+    verified.len += text.len() as u64;
+    verified.last_line = format!("{line}\n").into_bytes();
     verified.format = Some(format);
-    verified.entries.push(entry.clone());
+    verified.hashes.push(hash_number(&entry.hash));
+    verified.previous.clone_from(&entry.hash);
+    verified.totals.add(&entry);
     if original_len == 0 {
         sync_parent_dir(path);
         return Ok(entry);
@@ -953,8 +1069,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(refused.contains("measure 'epsilon_delta'"), "{refused}");
-        let entry = append_with(&path, ED, |entries, _| {
-            assert_eq!(entries.len(), 2);
+        let entry = append_with(&path, ED, |ledger, _| {
+            assert_eq!(ledger.len(), 2);
             Ok(charge_rho(2.0, 0.0, 2.0, "new"))
         })
         .unwrap();
@@ -1042,8 +1158,8 @@ mod tests {
     /// Charges `epsilon` (in units) if the ledger's total plus it stays within `budget`
     /// units, as the accountant does; `Ok(None)` when it does not fit.
     fn charge_within(path: &Path, units: u128, budget: u128) -> Result<Option<Entry>> {
-        let result = append_with(path, ED, |entries, _| {
-            let spent: u128 = entries.iter().map(|e| e.epsilon_units).sum();
+        let result = append_with(path, ED, |ledger, _| {
+            let spent = ledger.totals().epsilon_units.unwrap();
             if spent + units > budget {
                 return Err(plan_datafusion_err!("over budget"));
             }
@@ -1185,7 +1301,31 @@ mod tests {
         let entries = read(&path).unwrap();
         assert_eq!(entries.len(), 4);
         assert_eq!(entries[3].pid, 9);
-        // A torn line appended after a verified read is refused.
+        // A charge reads only that line past what it verified, and counts it.
+        let spent_before = |path: &Path| {
+            let mut seen = None;
+            append_with(path, ED, |ledger, _| {
+                seen = Some((ledger.len(), ledger.totals().epsilon_units));
+                Err(plan_datafusion_err!("only looking"))
+            })
+            .unwrap_err();
+            seen.unwrap()
+        };
+        assert_eq!(spent_before(&path), (4, Some(5 * unit)));
+        // A torn line appended after a verified read is refused, by a full read and by a
+        // charge reading the tail.
+        std::fs::write(&path, format!("{text}{line}\n{}", &line[..10])).unwrap();
+        for err in [
+            read(&path).unwrap_err().to_string(),
+            charge_within(&path, unit, u128::MAX)
+                .unwrap_err()
+                .to_string(),
+        ] {
+            assert!(
+                err.contains("at line 6: the last line is incomplete"),
+                "{err}"
+            );
+        }
         std::fs::write(&path, format!("{text}{}", &line[..10])).unwrap();
         let err = read(&path).unwrap_err().to_string();
         assert!(
@@ -1205,6 +1345,37 @@ mod tests {
         charge_within(&other, unit, u128::MAX).unwrap().unwrap();
         std::fs::rename(&other, &path).unwrap();
         assert_eq!(read(&path).unwrap().len(), 1);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn an_edit_that_moves_no_byte_is_counted_as_verified_and_refused_by_full_reads() {
+        // What charging by the tail gives up (module docs): a digit changed for a digit in a
+        // line this process verified. The process keeps counting the line as it verified it
+        // (never less than was charged), and a full read refuses the broken chain.
+        let path = temp_ledger("same-length");
+        let unit = 1_000_000_000_000u128;
+        for _ in 0..3 {
+            charge_within(&path, 2 * unit, u128::MAX).unwrap().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let edited = text.replacen("\t2\t0\tnone\tq\t", "\t1\t0\tnone\tq\t", 1);
+        assert_ne!(edited, text);
+        assert_eq!(edited.len(), text.len());
+        std::fs::write(&path, &edited).unwrap();
+        let err = read(&path).unwrap_err().to_string();
+        assert!(err.contains("line 2: checksum mismatch"), "{err}");
+        let entry = charge_within(&path, 2 * unit, 8 * unit).unwrap().unwrap();
+        assert_eq!(entry.seq, 4);
+        // The edited line is still counted at 2: a fifth charge of 2 would pass 8.
+        assert!(charge_within(&path, 2 * unit, 8 * unit).unwrap().is_none());
+        // An edit that moves the last verified line is seen at once.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\tq\t", "\tqq\t", 1)).unwrap();
+        let err = charge_within(&path, unit, u128::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2: checksum mismatch"), "{err}");
         let _ = std::fs::remove_file(&path);
     }
 }
