@@ -1465,9 +1465,9 @@ fn both(
 /// - **neighbours**: what the analyst sees (exit status, error text, the answer with
 ///   released numbers masked, `EXPLAIN`) by the D1 == D2 rule, a difference after one run a
 ///   side confirmed over three runs and then nine; and the two ledgers, read before every run;
-/// - **time**, with `DP_FUZZ_CLUSTER_REPEATS=8`: each corpus program that many more times a
-///   side, the clusters' CPU time and the analyst's wall time compared by the fuzzer's rule,
-///   flags reported (not run by default: minutes).
+/// - **time and memory**, with `DP_FUZZ_CLUSTER_REPEATS=8`: each corpus program that many
+///   more times a side, the clusters' CPU time, the analyst's wall time and the clusters' peak
+///   memory compared by the fuzzer's rule, flags reported (not run by default: minutes).
 ///
 /// A client that dies on a statement (the analyst's own process) is reported, not a failure.
 /// `DP_FUZZ_LINES=18,33`: only those lines of the corpus files; `DP_FUZZ_VERBOSE=1`: each
@@ -1631,8 +1631,9 @@ fn neighbouring_locked_clusters_look_alike() {
     // program take minutes): each corpus program R more times on each cluster, one side after
     // the other (which goes first alternates), and the clusters' CPU time and the analyst's
     // wall time compared by the fuzzer's rule (`fuzz::cost_flags`: beyond 1.2x, both sides'
-    // spreads and the floors, the middle halves apart, 7 pairs in 8 the same way). Reported,
-    // as the fuzzer reports time; memory is not compared (long-lived processes).
+    // spreads and the floors, the middle halves apart, 7 pairs in 8 the same way), and so is
+    // the clusters' peak memory (`LockedCluster::observe_cost`). Reported, as the fuzzer
+    // reports time and memory.
     let repeats = env_usize("DP_FUZZ_CLUSTER_REPEATS", 0);
     if repeats > 0 && dead.is_empty() {
         let timed = Instant::now();
@@ -1662,7 +1663,7 @@ fn neighbouring_locked_clusters_look_alike() {
             }
         }
         println!(
-            "neighbouring locked clusters, time: {corpus} programs, {repeats} runs a side each, \
+            "neighbouring locked clusters, time and memory: {corpus} programs, {repeats} runs a side each, \
              {} flagged in {:.0} s{}{}",
             flagged.len(),
             timed.elapsed().as_secs_f64(),

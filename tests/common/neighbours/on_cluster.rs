@@ -101,16 +101,37 @@ impl LockedCluster {
         (seconds * 1e6) as u64
     }
 
-    /// [`Self::observe`], with what the run cost: the cluster's CPU time and the analyst's
-    /// wall time (the whole `dpsql --scheduler` process). Memory is not measured: the
-    /// processes live across programs, and their high-water marks cannot be reset.
+    /// [`Self::observe`], with what the run cost: the cluster's CPU time, the analyst's wall
+    /// time (the whole `dpsql --scheduler` process), and the cluster's peak memory: over the
+    /// scheduler and both executors, each one's peak resident size during the run above its
+    /// resident size before it (its `VmHWM` reset through `/proc/PID/clear_refs`, as the
+    /// fuzzer's worker resets its own). Freed memory a process's allocator keeps from earlier
+    /// programs is in the size before, so a run shows only the growth beyond it; `None` where
+    /// a high-water mark cannot be reset.
     pub fn observe_cost(&mut self, program: &Program) -> (Observation, Cost) {
+        let pids: Vec<u32> = self.processes.0.iter().map(|c| c.id()).collect();
+        let before: Vec<u64> = pids
+            .iter()
+            .map(|&pid| crate::common::status_bytes_of(pid, "VmRSS:"))
+            .collect();
+        let reset = pids
+            .iter()
+            .all(|pid| std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok());
         let (cpu, started) = (self.cpu_us(), Instant::now());
         let (observation, _) = self.observe(program);
+        let wall_us = started.elapsed().as_micros() as u64;
+        // The budget's readings are those of the compared runs: a timed run's is not kept.
+        self.readings.pop();
+        let cpu_us = self.cpu_us().saturating_sub(cpu);
+        let grown: u64 = pids
+            .iter()
+            .zip(&before)
+            .map(|(&pid, &rss)| crate::common::status_bytes_of(pid, "VmHWM:").saturating_sub(rss))
+            .sum();
         let cost = Cost {
-            cpu_us: self.cpu_us().saturating_sub(cpu),
-            wall_us: started.elapsed().as_micros() as u64,
-            peak_kib: None,
+            cpu_us,
+            wall_us,
+            peak_kib: reset.then_some(grown / 1024),
         };
         (observation, cost)
     }
