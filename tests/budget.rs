@@ -312,6 +312,29 @@ async fn corrupt_ledgers_are_refused() {
 }
 
 #[tokio::test]
+async fn a_charge_keeps_what_a_ledger_line_keeps_of_its_description() {
+    // A charge's description is built from the analyst's own expressions: the session keeps
+    // (for `dp_budget()`) at most the 500 characters a ledger line keeps, however long the
+    // statement.
+    let ctx = session().await;
+    let long = format!("'{}'", "a".repeat(5000));
+    run(
+        &ctx,
+        &format!("SELECT dp_count(CASE WHEN x > 0 THEN {long} END, 1.0) FROM t"),
+    )
+    .await
+    .unwrap();
+    let rows = budget_rows(&ctx).await;
+    let query = rows
+        .iter()
+        .find(|r| r.0 == "charge")
+        .and_then(|r| r.3.clone())
+        .unwrap();
+    assert!(query.starts_with("dp_count(CASE WHEN"), "{query}");
+    assert_eq!(query.chars().count(), 500);
+}
+
+#[tokio::test]
 async fn a_reset_ledger_is_refused_by_the_session_that_wrote_it() {
     let ledger = TempFile::new("reset");
     let ctx = session().await;

@@ -552,7 +552,9 @@ struct SessionCharges {
 }
 
 impl SessionCharges {
-    fn push(&mut self, charge: SessionCharge) {
+    /// Counts `charge` in; keeps it for the history unless it was written to a ledger and
+    /// `keep_written` is false.
+    fn push(&mut self, charge: SessionCharge, keep_written: bool) {
         let identity = charge.ledger.as_ref().map(|r| r.identity.clone());
         let at = match self.sums.iter().position(|(i, _)| *i == identity) {
             Some(at) => at,
@@ -573,7 +575,9 @@ impl SessionCharges {
                 None => self.last_written.push(record.clone()),
             }
         }
-        self.each.push(charge);
+        if keep_written || charge.ledger.is_none() {
+            self.each.push(charge);
+        }
     }
 
     /// What the session spent outside the ledger `identity` (everything without one).
@@ -679,7 +683,12 @@ impl Accountant {
             return Ok(cost);
         }
         let budget = Budget::from_options(options)?;
-        let query = describe(plan);
+        // As much of the description as a ledger line keeps: it is built from the analyst's
+        // own expressions, and the session keeps it for `dp_budget()`.
+        let query: String = describe(plan)
+            .chars()
+            .take(ledger::MAX_QUERY_CHARS)
+            .collect();
         let mut charges = self.lock()?;
         let mut record = None;
         if let Some(path) = options.ledger.as_deref() {
@@ -712,12 +721,17 @@ impl Accountant {
             Some((time, record)) => (time, Some(record)),
             None => (unix_ms(), None),
         };
-        charges.push(SessionCharge {
-            unix_ms: time,
-            units: cost.units,
-            query,
-            ledger,
-        });
+        // A locked session's ledger is the owner's and cannot change: its history is the
+        // ledger's, so a charge written there is counted (in its sums) but not kept.
+        charges.push(
+            SessionCharge {
+                unix_ms: time,
+                units: cost.units,
+                query,
+                ledger,
+            },
+            !options.locked,
+        );
         CHARGES_ON_THIS_THREAD.with(|c| c.set(c.get() + 1));
         Ok(cost)
     }
@@ -896,6 +910,56 @@ impl TableFunctionImpl for DpBudgetFunction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_counts_the_charges_it_does_not_keep() {
+        // A locked session does not keep the charges written to its ledger (the ledger's
+        // lines are their history), but counts them, and checks the last one is still there.
+        let mut charges = SessionCharges::default();
+        let units = Units {
+            epsilon: 5,
+            delta: 0,
+            rho: Some(1),
+        };
+        let charge = |seq: Option<u64>| SessionCharge {
+            unix_ms: 0,
+            units,
+            query: "q".into(),
+            ledger: seq.map(|seq| LedgerRecord {
+                identity: PathBuf::from("/l"),
+                seq,
+                hash: format!("{seq:016x}"),
+            }),
+        };
+        for seq in [Some(1), Some(2), None] {
+            charges.push(charge(seq), false);
+        }
+        assert_eq!(charges.each.len(), 1);
+        assert_eq!(charges.outside(None).unwrap().epsilon, 15);
+        assert_eq!(charges.outside(None).unwrap().rho, Some(3));
+        assert_eq!(charges.outside(Some(Path::new("/l"))).unwrap().epsilon, 5);
+        let check = |holds: fn(u64, &str) -> bool| {
+            charges.check_kept(Path::new("/l"), Path::new("l"), holds)
+        };
+        assert!(check(|seq, hash| seq == 2 && hash == "0000000000000002").is_ok());
+        let err = check(|_, _| false).unwrap_err().to_string();
+        assert!(err.contains("no longer holds charge #2"), "{err}");
+        // Kept, the first one lost is named.
+        let mut kept = SessionCharges::default();
+        for seq in [Some(1), Some(2)] {
+            kept.push(charge(seq), true);
+        }
+        let err = kept
+            .check_kept(Path::new("/l"), Path::new("l"), |seq, _| seq == 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("charge #2"), "{err}");
+        let err = kept
+            .check_kept(Path::new("/l"), Path::new("l"), |_, _| false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("charge #1"), "{err}");
+    }
 
     fn cost(epsilon: f64, delta: f64) -> Cost {
         Cost {

@@ -146,7 +146,7 @@ fn other_measure(path: &Path, ledger: BudgetMeasure, budget: BudgetMeasure) -> D
 }
 
 /// Longest query description kept in a line (characters), so lines stay short.
-const MAX_QUERY_CHARS: usize = 500;
+pub const MAX_QUERY_CHARS: usize = 500;
 
 /// One verified charge in a ledger.
 #[derive(Debug, Clone, PartialEq)]
