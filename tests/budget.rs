@@ -335,6 +335,53 @@ async fn a_charge_keeps_what_a_ledger_line_keeps_of_its_description() {
 }
 
 #[tokio::test]
+async fn dp_budget_shows_the_latest_charges_of_a_long_ledger_and_counts_them_all() {
+    // A ledger of more charges than `dp_budget()` shows (other processes' charges, written
+    // through the crate's own append): its history is the latest HISTORY_CHARGES of them, in
+    // time order, and `spent` counts every one.
+    use datafusion_dp::sql::accounting::{
+        amount, budget::HISTORY_CHARGES, ledger, measure::BudgetMeasure,
+    };
+    let path = common::scratch("long-ledger").join("long.ledger");
+    let total = HISTORY_CHARGES + 50;
+    for i in 0..total {
+        ledger::append_with(&path, BudgetMeasure::EpsilonDelta, |_, _| {
+            Ok(ledger::NewCharge {
+                unix_ms: 1_700_000_000_000 + i as i64,
+                epsilon_units: amount::charge_units(0.001, amount::EPSILON_DIGITS).unwrap(),
+                delta_units: 0,
+                rho_units: None,
+                query: format!("charge {i}"),
+            })
+        })
+        .unwrap();
+    }
+    let ctx = session().await;
+    run(&ctx, &format!("SET dp.ledger = '{}'", path.display()))
+        .await
+        .unwrap();
+    run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await.unwrap();
+    let rows = budget_rows(&ctx).await;
+    let charges: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.0 == "charge")
+        .map(|r| r.3.as_deref().unwrap())
+        .collect();
+    assert_eq!(charges.len(), HISTORY_CHARGES);
+    assert_eq!(charges[0], "charge 51");
+    assert_eq!(
+        charges[HISTORY_CHARGES - 2],
+        format!("charge {}", total - 1)
+    );
+    assert!(charges[HISTORY_CHARGES - 1].starts_with("dp_count("));
+    let (epsilon, _, _) = spent(&ctx).await;
+    assert!(
+        (epsilon - (total as f64 * 0.001 + 1.0)).abs() < 1e-9,
+        "{epsilon}"
+    );
+}
+
+#[tokio::test]
 async fn a_reset_ledger_is_refused_by_the_session_that_wrote_it() {
     let ledger = TempFile::new("reset");
     let ctx = session().await;

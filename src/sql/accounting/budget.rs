@@ -531,6 +531,11 @@ impl Status {
     }
 }
 
+/// The charges `dp_budget()` shows: the latest this many, of the ledger and of the session's
+/// charges not in it (its `spent` row counts them all). An analyst who sends many cheap queries
+/// makes a long ledger; showing it whole would take memory in proportion.
+pub const HISTORY_CHARGES: usize = 10_000;
+
 /// The privacy accountant of one session: its charges, behind one lock (see the module docs).
 #[derive(Debug, Default)]
 pub struct Accountant {
@@ -578,6 +583,16 @@ impl SessionCharges {
         if keep_written || charge.ledger.is_none() {
             self.each.push(charge);
         }
+    }
+
+    /// The charges this session wrote to the ledger `identity`, as far as it keeps them (the
+    /// last one always).
+    fn written_to<'a>(&'a self, identity: &'a Path) -> impl Iterator<Item = &'a LedgerRecord> {
+        self.each
+            .iter()
+            .filter_map(|c| c.ledger.as_ref())
+            .chain(&self.last_written)
+            .filter(move |r| r.identity == identity)
     }
 
     /// What the session spent outside the ledger `identity` (everything without one).
@@ -741,30 +756,50 @@ impl Accountant {
     pub fn status(&self, options: &DpOptions) -> Result<Status> {
         let budget = Budget::from_options(options)?;
         let charges = self.lock()?;
-        let (entries, identity) = match options.ledger.as_deref() {
+        // The ledger read as a stream: its totals, the hashes at the seqs this session wrote,
+        // and its last `HISTORY_CHARGES` charges, so that the memory this takes is bounded
+        // whatever the ledger's length.
+        let (totals, recent, identity) = match options.ledger.as_deref() {
             Some(path) => {
                 let path = Path::new(path);
-                let entries = ledger::read_in(path, budget.measure)?;
                 let identity = ledger::identity(path);
-                charges.check_kept(&identity, path, |seq, hash| {
-                    usize::try_from(seq.wrapping_sub(1))
-                        .ok()
-                        .and_then(|i| entries.get(i))
-                        .is_some_and(|e| e.hash == hash)
+                let wanted: std::collections::HashSet<u64> =
+                    charges.written_to(&identity).map(|r| r.seq).collect();
+                let mut held = std::collections::HashMap::new();
+                let mut totals = ledger::Totals::default();
+                let mut recent = std::collections::VecDeque::new();
+                let measure = ledger::for_each_entry(path, |e| {
+                    totals.add(&e);
+                    if wanted.contains(&e.seq) {
+                        held.insert(e.seq, e.hash.clone());
+                    }
+                    if recent.len() == HISTORY_CHARGES {
+                        recent.pop_front();
+                    }
+                    recent.push_back(e);
                 })?;
-                (entries, Some(identity))
+                match measure {
+                    Some(found) if found != budget.measure => {
+                        return Err(ledger::other_measure(path, found, budget.measure))
+                    }
+                    _ => {}
+                }
+                charges.check_kept(&identity, path, |seq, hash| {
+                    held.get(&seq).is_some_and(|h| h == hash)
+                })?;
+                (totals, recent, Some(identity))
             }
-            None => (Vec::new(), None),
+            None => (ledger::Totals::default(), Default::default(), None),
         };
-        let spent_units = spent(&charges, ledger::Totals::of(&entries), identity.as_deref())?;
-        let mut history: Vec<HistoryEntry> = entries
-            .iter()
+        let spent_units = spent(&charges, totals, identity.as_deref())?;
+        let mut history: Vec<HistoryEntry> = recent
+            .into_iter()
             .map(|e| HistoryEntry {
                 unix_ms: e.unix_ms,
                 epsilon: e.epsilon,
                 delta: e.delta,
                 rho: e.rho,
-                query: e.query.clone(),
+                query: e.query,
             })
             .collect();
         history.extend(
@@ -784,6 +819,8 @@ impl Accountant {
                 }),
         );
         history.sort_by_key(|h| h.unix_ms);
+        let shown = history.len().saturating_sub(HISTORY_CHARGES);
+        history.drain(..shown);
         Ok(Status {
             budget,
             epsilon_spent: amount::units_to_f64(spent_units.epsilon, EPSILON_DIGITS),
@@ -796,7 +833,7 @@ impl Accountant {
 }
 
 /// `dp_budget()`: one row each for `budget`, `spent` and `remaining`, then one `charge` row per
-/// charge in time order (docs/sql-reference.md). A snapshot taken when the query is planned.
+/// charge in time order, the latest [`HISTORY_CHARGES`] (docs/sql-reference.md). A snapshot taken when the query is planned.
 #[derive(Debug)]
 pub struct DpBudgetFunction {
     accountant: Arc<Accountant>,

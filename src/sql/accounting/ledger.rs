@@ -33,9 +33,10 @@
 //! and the totals. When the file still holds that last line where it was, only the bytes after
 //! it are read, parsed and checked, chained on the last verified hash; a shorter file, or
 //! another line there (an edit that moved it, a truncation, a rewrite), is read and verified
-//! again from the start. So a charge costs the same on a ledger of ten lines or ten million
+//! again from the start. So what a charge reads does not grow with the ledger
 //! (the first charge of a process reads the whole file), and the process keeps 8 bytes per
-//! charge, not the file. What this gives up: an edit of an earlier line that leaves every byte
+//! charge, not the file. Every read goes a piece of whole lines at a time ([`PIECE_BYTES`]), so
+//! reading a long ledger, in full or not, takes memory bounded by the piece. What this gives up: an edit of an earlier line that leaves every byte
 //! offset as it was (a digit for a digit) is not seen by a process that verified the line
 //! before; that process counts the line as it verified it, so it never counts less than was
 //! charged, and every full read ([`read`], `dp_budget()`, the first charge of each process)
@@ -138,7 +139,11 @@ impl Format {
 }
 
 /// The refusal of a ledger kept in another measure than the session's budget.
-fn other_measure(path: &Path, ledger: BudgetMeasure, budget: BudgetMeasure) -> DataFusionError {
+pub(crate) fn other_measure(
+    path: &Path,
+    ledger: BudgetMeasure,
+    budget: BudgetMeasure,
+) -> DataFusionError {
     plan_datafusion_err!(
         "dp.ledger '{}' counts charges in the budget measure '{ledger}' (its header), but this budget is in '{budget}' (dp.budget_measure): a ledger belongs to one budget measure, and its charges are not counted in another; give this budget a ledger file of its own",
         path.display()
@@ -274,6 +279,7 @@ fn format_line(
 
 /// Parses and verifies a whole ledger file's text: its format (`None` for an empty file) and
 /// entries.
+#[cfg(test)]
 fn parse(path: &Path, text: &str) -> Result<(Option<Format>, Vec<Entry>)> {
     let mut entries = Vec::new();
     let mut format = None;
@@ -435,7 +441,8 @@ impl Default for Totals {
 }
 
 impl Totals {
-    fn add(&mut self, entry: &Entry) {
+    /// Counts `entry` in.
+    pub fn add(&mut self, entry: &Entry) {
         let plus = |a: Option<u128>, b: Option<u128>| a.zip(b).and_then(|(a, b)| a.checked_add(b));
         self.epsilon_units = plus(self.epsilon_units, Some(entry.epsilon_units));
         self.delta_units = plus(self.delta_units, Some(entry.delta_units));
@@ -518,21 +525,23 @@ impl Verified {
             .len();
         if self.len > 0 && file_len >= self.len {
             let start = self.len - self.last_line.len() as u64;
-            let bytes = read_from(path, file, start, file_len)?;
-            if bytes.starts_with(&self.last_line) {
-                let tail = &bytes[self.last_line.len()..];
-                if !tail.is_empty() {
+            if read_from(path, file, start, self.len)? == self.last_line {
+                return read_lines(path, file, self.len, file_len, |piece| {
                     let first_line = self.hashes.len() + 2;
-                    self.extend(path, utf8(path, tail, first_line)?)?;
-                }
-                return Ok(());
+                    self.extend(path, utf8(path, piece, first_line)?)
+                });
             }
         }
         // Start again: nothing of the old contents is trusted.
         *self = Verified::default();
-        let bytes = read_from(path, file, 0, file_len)?;
         let mut fresh = Verified::default();
-        fresh.extend(path, utf8(path, &bytes, 1)?)?;
+        read_lines(path, file, 0, file_len, |piece| {
+            let first_line = match fresh.format {
+                None => 1,
+                Some(_) => fresh.hashes.len() + 2,
+            };
+            fresh.extend(path, utf8(path, piece, first_line)?)
+        })?;
         *self = fresh;
         Ok(())
     }
@@ -559,6 +568,44 @@ impl Verified {
             self.last_line = last.as_bytes().to_vec();
         }
         Ok(())
+    }
+}
+
+/// How much of a ledger is read at once: whole lines, about this many bytes (a line holds at
+/// most [`MAX_QUERY_CHARS`] of its query), so reading a ledger takes memory bounded by this,
+/// not by the file. The unit tests read in pieces of a line or two, so that every one of them
+/// crosses pieces.
+const PIECE_BYTES: usize = if cfg!(test) { 64 } else { 1 << 20 };
+
+/// Gives `piece` the bytes of `file` from `start` to `end` in pieces of whole lines of about
+/// [`PIECE_BYTES`] (the last one as it is: a line without its newline is a truncated file,
+/// which the parser refuses).
+fn read_lines(
+    path: &Path,
+    file: &File,
+    start: u64,
+    end: u64,
+    mut piece: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    let mut reader = file;
+    reader
+        .seek(SeekFrom::Start(start))
+        .map_err(|e| io_error(path, "read", e))?;
+    let mut reader = BufReader::with_capacity(PIECE_BYTES, reader.take(end.saturating_sub(start)));
+    let mut bytes = Vec::with_capacity(PIECE_BYTES);
+    loop {
+        let n = reader
+            .read_until(b'\n', &mut bytes)
+            .map_err(|e| io_error(path, "read", e))?;
+        let at_end = n == 0 || !bytes.ends_with(b"\n");
+        if !bytes.is_empty() && (at_end || bytes.len() >= PIECE_BYTES) {
+            piece(&bytes)?;
+            bytes.clear();
+        }
+        if at_end {
+            return Ok(());
+        }
     }
 }
 
@@ -694,12 +741,14 @@ fn sync_failed(path: &Path, error: &str) -> DataFusionError {
     )
 }
 
-/// Reads and verifies the whole ledger under a shared lock, whatever its measure: the measure
-/// it counts in (`None` for a missing or empty file, an empty ledger) and its entries.
-pub fn read_with_measure(path: &Path) -> Result<(Option<BudgetMeasure>, Vec<Entry>)> {
+/// Reads and verifies the whole ledger under a shared lock, whatever its measure, a piece of
+/// whole lines at a time ([`PIECE_BYTES`]: memory bounded by the piece, not the file), giving
+/// each entry to `each` in order: the measure it counts in (`None` for a missing or empty
+/// file, an empty ledger).
+pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option<BudgetMeasure>> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(path, "open", e)),
     };
     file.lock_shared().map_err(|e| io_error(path, "lock", e))?;
@@ -707,9 +756,33 @@ pub fn read_with_measure(path: &Path) -> Result<(Option<BudgetMeasure>, Vec<Entr
         .metadata()
         .map_err(|e| io_error(path, "read", e))?
         .len();
-    let bytes = read_from(path, &file, 0, len)?;
-    let (format, entries) = parse(path, utf8(path, &bytes, 1)?)?;
-    Ok((format.map(Format::measure), entries))
+    let (mut format, mut previous, mut count) = (None, String::new(), 0);
+    read_lines(path, &file, 0, len, |piece| {
+        let first_line = match format {
+            None => 1,
+            Some(_) => count + 2,
+        };
+        parse_lines(
+            path,
+            utf8(path, piece, first_line)?,
+            &mut format,
+            count,
+            &mut previous,
+            |e| {
+                count += 1;
+                each(e)
+            },
+        )
+    })?;
+    Ok(format.map(Format::measure))
+}
+
+/// Reads and verifies the whole ledger under a shared lock, whatever its measure: the measure
+/// it counts in (`None` for a missing or empty file, an empty ledger) and its entries.
+pub fn read_with_measure(path: &Path) -> Result<(Option<BudgetMeasure>, Vec<Entry>)> {
+    let mut entries = Vec::new();
+    let measure = for_each_entry(path, |e| entries.push(e))?;
+    Ok((measure, entries))
 }
 
 /// Reads and verifies the ledger's entries, whatever its measure; a missing file is an empty
