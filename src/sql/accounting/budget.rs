@@ -778,12 +778,7 @@ impl Accountant {
                     }
                     recent.push_back(e);
                 })?;
-                match measure {
-                    Some(found) if found != budget.measure => {
-                        return Err(ledger::other_measure(path, found, budget.measure))
-                    }
-                    _ => {}
-                }
+                ledger::check_measure(path, measure, budget.measure)?;
                 charges.check_kept(&identity, path, |seq, hash| {
                     held.get(&seq).is_some_and(|h| h == hash)
                 })?;

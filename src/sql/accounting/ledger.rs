@@ -139,11 +139,7 @@ impl Format {
 }
 
 /// The refusal of a ledger kept in another measure than the session's budget.
-pub(crate) fn other_measure(
-    path: &Path,
-    ledger: BudgetMeasure,
-    budget: BudgetMeasure,
-) -> DataFusionError {
+fn other_measure(path: &Path, ledger: BudgetMeasure, budget: BudgetMeasure) -> DataFusionError {
     plan_datafusion_err!(
         "dp.ledger '{}' counts charges in the budget measure '{ledger}' (its header), but this budget is in '{budget}' (dp.budget_measure): a ledger belongs to one budget measure, and its charges are not counted in another; give this budget a ledger file of its own",
         path.display()
@@ -448,13 +444,6 @@ impl Totals {
         self.delta_units = plus(self.delta_units, Some(entry.delta_units));
         self.rho_units = plus(self.rho_units, entry.rho_units);
     }
-
-    /// The totals of `entries`.
-    pub fn of(entries: &[Entry]) -> Self {
-        let mut totals = Self::default();
-        entries.iter().for_each(|e| totals.add(e));
-        totals
-    }
 }
 
 /// The chain hash of a verified line (16 hex digits, [`chain_hash`]) as a number: what this
@@ -527,7 +516,7 @@ impl Verified {
             let start = self.len - self.last_line.len() as u64;
             if read_from(path, file, start, self.len)? == self.last_line {
                 return read_lines(path, file, self.len, file_len, |piece| {
-                    let first_line = self.hashes.len() + 2;
+                    let first_line = first_line(self.format, self.hashes.len());
                     self.extend(path, utf8(path, piece, first_line)?)
                 });
             }
@@ -536,10 +525,7 @@ impl Verified {
         *self = Verified::default();
         let mut fresh = Verified::default();
         read_lines(path, file, 0, file_len, |piece| {
-            let first_line = match fresh.format {
-                None => 1,
-                Some(_) => fresh.hashes.len() + 2,
-            };
+            let first_line = first_line(fresh.format, fresh.hashes.len());
             fresh.extend(path, utf8(path, piece, first_line)?)
         })?;
         *self = fresh;
@@ -606,6 +592,15 @@ fn read_lines(
         if at_end {
             return Ok(());
         }
+    }
+}
+
+/// The line number, in the file, of the first line after `verified` charges of a ledger of
+/// `format` (`None`: nothing read yet, the header is next).
+fn first_line(format: Option<Format>, verified: usize) -> usize {
+    match format {
+        None => 1,
+        Some(_) => verified + 2,
     }
 }
 
@@ -758,10 +753,7 @@ pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option
         .len();
     let (mut format, mut previous, mut count) = (None, String::new(), 0);
     read_lines(path, &file, 0, len, |piece| {
-        let first_line = match format {
-            None => 1,
-            Some(_) => count + 2,
-        };
+        let first_line = first_line(format, count);
         parse_lines(
             path,
             utf8(path, piece, first_line)?,
@@ -793,9 +785,21 @@ pub fn read(path: &Path) -> Result<Vec<Entry>> {
 
 /// [`read`] for a budget in `measure`: refused when the ledger counts in another.
 pub fn read_in(path: &Path, measure: BudgetMeasure) -> Result<Vec<Entry>> {
-    match read_with_measure(path)? {
-        (Some(ledger), _) if ledger != measure => Err(other_measure(path, ledger, measure)),
-        (_, entries) => Ok(entries),
+    let (found, entries) = read_with_measure(path)?;
+    check_measure(path, found, measure)?;
+    Ok(entries)
+}
+
+/// Refuses a ledger found counting in another measure than a budget's `measure` (an empty
+/// ledger, `None`, counts in any).
+pub(crate) fn check_measure(
+    path: &Path,
+    found: Option<BudgetMeasure>,
+    measure: BudgetMeasure,
+) -> Result<()> {
+    match found {
+        Some(ledger) if ledger != measure => Err(other_measure(path, ledger, measure)),
+        _ => Ok(()),
     }
 }
 
