@@ -578,8 +578,10 @@ fn read_lines(
     reader
         .seek(SeekFrom::Start(start))
         .map_err(|e| io_error(path, "read", e))?;
-    let mut reader = BufReader::with_capacity(PIECE_BYTES, reader.take(end.saturating_sub(start)));
-    let mut bytes = Vec::with_capacity(PIECE_BYTES);
+    // A charge's read is usually a line or two: buffers no larger than what is to be read.
+    let size = PIECE_BYTES.min(usize::try_from(end.saturating_sub(start)).unwrap_or(PIECE_BYTES));
+    let mut reader = BufReader::with_capacity(size.max(1), reader.take(end.saturating_sub(start)));
+    let mut bytes = Vec::with_capacity(size);
     loop {
         let n = reader
             .read_until(b'\n', &mut bytes)
