@@ -542,13 +542,18 @@ pub struct Accountant {
     charges: Mutex<SessionCharges>,
 }
 
-/// A session's charges: each one, for `dp_budget()`'s history, and what charging reads of them
-/// kept as they are made, so that a charge takes the same time after ten charges or ten
+/// A session's charges: the latest [`HISTORY_CHARGES`] of them, for `dp_budget()`'s history
+/// (which shows no more), and what charging reads of them kept as they are made, so that a
+/// charge takes the same time and the session the same memory after ten charges or ten
 /// million: their sums by the ledger they were written to (`None`: none; a session names few
 /// ledgers), and the last charge written to each ledger.
 #[derive(Debug, Default)]
 struct SessionCharges {
-    each: Vec<SessionCharge>,
+    /// In time order. A charge dropped from the front has [`HISTORY_CHARGES`] later ones
+    /// before it in the history whatever ledger is read with it (each later one is shown, or
+    /// is in that ledger, whose latest charges are as late), so the history is the same as if
+    /// every charge were kept.
+    each: std::collections::VecDeque<SessionCharge>,
     /// The exact sum of the charges written to each ledger (by identity), or to none; `None`
     /// past the largest amount the accountant counts.
     sums: Vec<(Option<PathBuf>, Option<Units>)>,
@@ -581,12 +586,15 @@ impl SessionCharges {
             }
         }
         if keep_written || charge.ledger.is_none() {
-            self.each.push(charge);
+            if self.each.len() == HISTORY_CHARGES {
+                self.each.pop_front();
+            }
+            self.each.push_back(charge);
         }
     }
 
     /// The charges this session wrote to the ledger `identity`, as far as it keeps them (the
-    /// last one always).
+    /// latest [`HISTORY_CHARGES`], and the last one always).
     fn written_to<'a>(&'a self, identity: &'a Path) -> impl Iterator<Item = &'a LedgerRecord> {
         self.each
             .iter()
@@ -614,7 +622,7 @@ impl SessionCharges {
     /// reset), `holds(seq, hash)` telling whether the ledger holds a charge. Each line's hash
     /// is chained over every line before it (`crate::sql::accounting::ledger`), so a ledger
     /// that holds the session's last charge holds every earlier one; only when it does not are
-    /// the others looked at, to name the first one lost.
+    /// the others kept looked at, to name the first one lost among them.
     fn check_kept(
         &self,
         identity: &Path,
@@ -991,6 +999,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("charge #1"), "{err}");
+        // However many charges a session makes, it keeps the latest HISTORY_CHARGES and counts
+        // them all.
+        let mut long = SessionCharges::default();
+        for seq in 1..=HISTORY_CHARGES as u64 + 3 {
+            long.push(charge(Some(seq)), true);
+            long.push(charge(None), true);
+        }
+        assert_eq!(long.each.len(), HISTORY_CHARGES);
+        assert!(long.each.back().unwrap().ledger.is_none());
+        let total = 10 * (HISTORY_CHARGES as u128 + 3);
+        assert_eq!(long.outside(None).unwrap().epsilon, total);
+        assert_eq!(
+            long.outside(Some(Path::new("/l"))).unwrap().epsilon,
+            total / 2
+        );
+        let err = long
+            .check_kept(Path::new("/l"), Path::new("l"), |seq, _| seq < 7_000)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("charge #7000"), "{err}");
     }
 
     fn cost(epsilon: f64, delta: f64) -> Cost {
