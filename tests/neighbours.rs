@@ -692,6 +692,48 @@ fn the_rule_compares_what_is_fixed_within_each_side() {
     assert!(compare("a", &["same", "same"], &["same", "same"]).is_none());
 }
 
+/// The cluster control's attribution: a flag of D' against both clusters over D, the same
+/// way, is the person's; a flag against one of them, or between D and the control, is the
+/// clusters'.
+#[test]
+fn the_control_tells_the_clusters_from_the_person() {
+    use fuzz::{attribute, Attributed, Comparison};
+    let c = |d: f64, p: f64, flagged: bool| {
+        vec![Comparison {
+            metric: "peak memory",
+            unit: "MiB",
+            d,
+            p,
+            ratio: d.max(p) / d.min(p),
+            spread_d: 1.1,
+            spread_p: 1.1,
+            flagged,
+        }]
+    };
+    let to = |dp: Vec<Comparison>, cp: Vec<Comparison>, dc: Vec<Comparison>| {
+        attribute(&dp, &cp, &dc)[0].to
+    };
+    // D' costlier than D and than the control: the person.
+    assert_eq!(
+        to(c(2.0, 40.0, true), c(2.1, 40.0, true), c(2.0, 2.1, false)),
+        Attributed::Person
+    );
+    // D costlier than D' and than the control (open line 42 on 2026-11-30): the clusters.
+    assert_eq!(
+        to(c(14.0, 4.1, true), c(4.0, 4.1, false), c(14.0, 4.0, true)),
+        Attributed::Clusters
+    );
+    // D' against the two the opposite ways: the clusters.
+    assert_eq!(
+        to(c(2.0, 8.0, true), c(16.0, 8.0, true), c(2.0, 16.0, true)),
+        Attributed::Clusters
+    );
+    assert_eq!(
+        to(c(2.0, 2.1, false), c(2.0, 2.1, false), c(2.0, 2.0, false)),
+        Attributed::None
+    );
+}
+
 /// The row-order contract's check.
 #[test]
 fn the_order_check_sees_rows_out_of_order() {
@@ -1467,7 +1509,9 @@ fn both(
 ///   side confirmed over three runs and then nine; and the two ledgers, read before every run;
 /// - **time and memory**, with `DP_FUZZ_CLUSTER_REPEATS=8`: each corpus program that many
 ///   more times a side, the clusters' CPU time, the analyst's wall time and the clusters' peak
-///   memory compared by the fuzzer's rule, flags reported (not run by default: minutes).
+///   memory compared by the fuzzer's rule, flags reported (not run by default: minutes), each
+///   attributed to the person or to the clusters by a third cluster over D, the control, run
+///   like the other two (`fuzz::attribute`).
 ///
 /// A client that dies on a statement (the analyst's own process) is reported, not a failure.
 /// `DP_FUZZ_LINES=18,33`: only those lines of the corpus files; `DP_FUZZ_VERBOSE=1`: each
@@ -1484,6 +1528,11 @@ fn neighbouring_locked_clusters_look_alike() {
     // a 30 s deadline ran away there.
     let mut d = LockedCluster::start(&root.join("base"), &base, 30);
     let mut p = LockedCluster::start(&root.join("add"), &Neighbour::Add.apply(&base), 30);
+    let repeats = env_usize("DP_FUZZ_CLUSTER_REPEATS", 0);
+    // The control for time and memory: a third cluster over D, started and run like the other
+    // two, so a difference between two clusters' processes can be told from one the person
+    // makes (only when they are compared: it is three more processes).
+    let mut control = (repeats > 0).then(|| LockedCluster::start(&root.join("control"), &base, 30));
     // DP_FUZZ_LINES=25,31: only the corpus programs on those lines (of either file).
     let lines = corpus_lines();
     let mut programs: Vec<(String, Program)> = fuzz::corpus(&fuzz::corpus_path())
@@ -1533,6 +1582,10 @@ fn neighbouring_locked_clusters_look_alike() {
         index += 1;
         let ((od, out), (op, _)) = both(&mut d, &mut p, program);
         runs.push(label.clone());
+        if let Some(c) = control.as_mut() {
+            // The same history as the other two before the timed runs.
+            c.observe(program);
+        }
         if verbose() {
             println!("{label}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
@@ -1628,48 +1681,65 @@ fn neighbouring_locked_clusters_look_alike() {
         started.elapsed().as_secs_f64()
     );
     // Time, with DP_FUZZ_CLUSTER_REPEATS=R (off by default: R runs a side of each corpus
-    // program take minutes): each corpus program R more times on each cluster, one side after
-    // the other (which goes first alternates), and the clusters' CPU time and the analyst's
-    // wall time compared by the fuzzer's rule (`fuzz::cost_flags`: beyond 1.2x, both sides'
-    // spreads and the floors, the middle halves apart, 7 pairs in 8 the same way), and so is
-    // the clusters' peak memory (`LockedCluster::observe_cost`). Reported, as the fuzzer
-    // reports time and memory.
-    let repeats = env_usize("DP_FUZZ_CLUSTER_REPEATS", 0);
-    if repeats > 0 && dead.is_empty() {
+    // program take minutes): each corpus program R more times on each cluster, the three one
+    // after the other (which goes first rotates), and the clusters' CPU time, the analyst's
+    // wall time and the clusters' peak memory (`LockedCluster::observe_cost`) compared by the
+    // fuzzer's rule (`fuzz::cost_flags`: beyond 1.2x, both sides' spreads and the floors, the
+    // middle halves apart, 7 pairs in 8 the same way). Reported, as the fuzzer reports time
+    // and memory, and attributed (`fuzz::attribute`): to the person when D' differs the same
+    // way from both clusters over D, to the clusters otherwise.
+    if let Some(c) = control.as_mut().filter(|_| dead.is_empty()) {
         let timed = Instant::now();
-        let mut flagged = Vec::new();
+        let (mut person, mut clusters) = (Vec::new(), Vec::new());
         for (label, program) in programs.iter().take(corpus) {
-            let mut sample = fuzz::Sample {
-                d: vec![],
-                p: vec![],
-            };
+            // Runs of D, D' and the control.
+            let mut samples: [Vec<child::Run>; 3] = Default::default();
             for i in 0..repeats {
-                let (on_d, on_p) = if i % 2 == 0 {
-                    let on_d = d.observe_cost(program);
-                    (on_d, p.observe_cost(program))
-                } else {
-                    let on_p = p.observe_cost(program);
-                    (d.observe_cost(program), on_p)
-                };
-                sample.d.push(child::Run::Answered(on_d.0, on_d.1));
-                sample.p.push(child::Run::Answered(on_p.0, on_p.1));
+                for k in 0..3 {
+                    let side = (i + k) % 3;
+                    let cluster: &mut LockedCluster = match side {
+                        0 => &mut d,
+                        1 => &mut p,
+                        _ => c,
+                    };
+                    let (observation, cost) = cluster.observe_cost(program);
+                    samples[side].push(child::Run::Answered(observation, cost));
+                }
             }
-            for c in fuzz::cost_flags(&sample, std::time::Duration::from_secs(30)) {
-                if c.flagged {
-                    flagged.push(format!("{label}: {}", c.show()));
-                } else if verbose() {
-                    println!("{label}: {}", c.show());
+            let compare = |a: usize, b: usize| {
+                let sample = fuzz::Sample {
+                    d: samples[a].clone(),
+                    p: samples[b].clone(),
+                };
+                fuzz::cost_flags(&sample, std::time::Duration::from_secs(30))
+            };
+            let attributed = fuzz::attribute(&compare(0, 1), &compare(2, 1), &compare(0, 2));
+            for a in attributed {
+                let line = format!("{label}: {}", a.show());
+                match a.to {
+                    fuzz::Attributed::Person => person.push(line),
+                    fuzz::Attributed::Clusters => clusters.push(line),
+                    fuzz::Attributed::None if verbose() => println!("{line}"),
+                    fuzz::Attributed::None => {}
                 }
             }
         }
         println!(
-            "neighbouring locked clusters, time and memory: {corpus} programs, {repeats} runs a side each, \
-             {} flagged in {:.0} s{}{}",
-            flagged.len(),
+            "neighbouring locked clusters, time and memory: {corpus} programs, {repeats} runs \
+             on each of D, D' and the control over D, in {:.0} s; {} flagged by the person{}{}; \
+             {} flagged between clusters{}{}",
             timed.elapsed().as_secs_f64(),
-            if flagged.is_empty() { "" } else { ":\n" },
-            flagged.join("\n")
+            person.len(),
+            if person.is_empty() { "" } else { ":\n" },
+            person.join("\n"),
+            clusters.len(),
+            if clusters.is_empty() { "" } else { ":\n" },
+            clusters.join("\n")
         );
+    }
+    if let Some(c) = control.as_mut() {
+        c.finish();
+        dead.extend(c.exited());
     }
     assert!(
         dead.is_empty(),
@@ -1703,6 +1773,6 @@ fn neighbouring_locked_clusters_look_alike() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    drop((d, p));
+    drop((d, p, control));
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -391,6 +391,84 @@ pub fn cost_flags(sample: &Sample, timeout: Duration) -> Vec<Comparison> {
     out
 }
 
+/// To what a time or memory flag on two clusters is attributed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Attributed {
+    /// D' differs, the same way, from both clusters over D.
+    Person,
+    /// A flag in one comparison the other does not repeat: a difference between the clusters'
+    /// processes (their history, their allocators), not made by the data.
+    Clusters,
+    /// Nothing flagged.
+    None,
+}
+
+/// One metric of a program compared on three clusters: D, D' and a control over D.
+#[derive(Clone, Debug)]
+pub struct Attribution {
+    pub to: Attributed,
+    /// D against D'.
+    pub person: Comparison,
+    /// The control against D'.
+    pub control: Comparison,
+    /// D against the control.
+    pub between: Comparison,
+}
+
+impl Attribution {
+    pub fn show(&self) -> String {
+        let mark = |c: &Comparison| if c.flagged { " (flagged)" } else { "" };
+        format!(
+            "{} D {:.1}, control {:.1}, D' {:.1} {}: D' against D {:.2}x{}, against the \
+             control {:.2}x{}; D against the control {:.2}x{}",
+            self.person.metric,
+            self.person.d,
+            self.control.d,
+            self.person.p,
+            self.person.unit,
+            self.person.ratio,
+            mark(&self.person),
+            self.control.ratio,
+            mark(&self.control),
+            self.between.ratio,
+            mark(&self.between)
+        )
+    }
+}
+
+/// Attributes each metric's flags ([`cost_flags`]) of D against D' (`person`), of a control
+/// cluster over D against D' (`control`), and of D against the control (`between`): to the
+/// person when both comparisons with D' are flagged the same way (D' the costlier in both, or
+/// the cheaper in both), to the clusters when anything else is flagged. A difference made by
+/// the person's rows shows against any cluster over D; one between two clusters' processes
+/// shows only against the cluster that differs, and between D and the control when that is D.
+pub fn attribute(
+    person: &[Comparison],
+    control: &[Comparison],
+    between: &[Comparison],
+) -> Vec<Attribution> {
+    let find = |v: &[Comparison], metric: &str| v.iter().find(|c| c.metric == metric).cloned();
+    person
+        .iter()
+        .filter_map(|dp| {
+            let (cp, dc) = (find(control, dp.metric)?, find(between, dp.metric)?);
+            let to = if dp.flagged && cp.flagged && (dp.p > dp.d) == (cp.p > cp.d) {
+                Attributed::Person
+            } else if dp.flagged || cp.flagged || dc.flagged {
+                Attributed::Clusters
+            } else {
+                Attributed::None
+            };
+            Some(Attribution {
+                to,
+                person: dp.clone(),
+                control: cp,
+                between: dc,
+            })
+        })
+        .collect()
+}
+
 /// What is wrong with a program.
 #[derive(Clone, Debug)]
 pub enum Failure {
