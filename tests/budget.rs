@@ -405,6 +405,34 @@ async fn a_reset_ledger_is_refused_by_the_session_that_wrote_it() {
 }
 
 #[tokio::test]
+async fn a_ledger_replaced_by_a_copy_of_itself_keeps_the_session_charging() {
+    // A copy renamed over the ledger is a new file (a new inode): the session finds its
+    // charges in its lines and charges on; a copy without the session's last charge refuses.
+    let ledger = TempFile::new("copied");
+    let ctx = session().await;
+    run(&ctx, &ledger.sql()).await.unwrap();
+    run(&ctx, "SET dp.epsilon_budget = 10").await.unwrap();
+    run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await.unwrap();
+    run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await.unwrap();
+    let copy = ledger.path().with_extension("copy");
+    let replace_by = |text: String| {
+        std::fs::write(&copy, text).unwrap();
+        std::fs::rename(&copy, ledger.path()).unwrap();
+    };
+    replace_by(std::fs::read_to_string(ledger.path()).unwrap());
+    run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await.unwrap();
+    run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await.unwrap();
+    assert_eq!(ledger_lines(ledger.path()).len(), 5);
+    assert_eq!(spent(&ctx).await.0, 4.0);
+    let lines = ledger_lines(ledger.path());
+    replace_by(format!("{}\n", lines[..4].join("\n")));
+    assert_refused(
+        run(&ctx, "SELECT dp_count(x, 1.0) FROM t").await,
+        "no longer holds charge #4 that this session wrote",
+    );
+}
+
+#[tokio::test]
 async fn unusable_ledger_path_refuses_dp_queries() {
     let dir = TempFile::new("dir");
     std::fs::create_dir(dir.path()).unwrap();

@@ -448,6 +448,9 @@ struct LedgerRecord {
     identity: PathBuf,
     seq: u64,
     hash: String,
+    /// The chain of the file the charge was appended to, as this process verified it
+    /// ([`ledger::Mark`]).
+    mark: ledger::Mark,
 }
 
 /// One charge made by this session, in exact units.
@@ -618,6 +621,40 @@ impl SessionCharges {
             })
     }
 
+    /// [`Self::check_kept`] under a charge's lock, from `ledger` as this process verified it:
+    /// the session's last charge on it is there while the file keeps the chain it was
+    /// appended to ([`ledger::Ledger::holds_appended`]: nothing read). Otherwise (the file was
+    /// read from its start since: replaced, shortened or edited) the file's lines at the
+    /// charges this session wrote are read; the last one, when found, takes the file's new
+    /// chain's mark, so the next charge reads nothing again.
+    fn check_kept_in(
+        &mut self,
+        identity: &Path,
+        path: &Path,
+        ledger: &ledger::Ledger<'_>,
+    ) -> Result<()> {
+        let Some(at) = self
+            .last_written
+            .iter()
+            .position(|r| r.identity == identity)
+        else {
+            return Ok(());
+        };
+        let last = &self.last_written[at];
+        if ledger.holds_appended(last.seq, last.mark) == Some(true) {
+            return Ok(());
+        }
+        let wanted: std::collections::HashSet<u64> =
+            self.written_to(identity).map(|r| r.seq).collect();
+        let held = ledger.hashes_at(&wanted)?;
+        let holds = |seq: u64, hash: &str| held.get(&seq).is_some_and(|h| h == hash);
+        if holds(last.seq, &last.hash) {
+            self.last_written[at].mark = ledger.mark();
+            return Ok(());
+        }
+        self.check_kept(identity, path, holds)
+    }
+
     /// Refuses a ledger that lost a charge this session wrote to it (truncated, replaced,
     /// reset), `holds(seq, hash)` telling whether the ledger holds a charge. Each line's hash
     /// is chained over every line before it (`crate::sql::accounting::ledger`), so a ledger
@@ -716,11 +753,12 @@ impl Accountant {
         let mut record = None;
         if let Some(path) = options.ledger.as_deref() {
             let path = Path::new(path);
-            let mut identity = PathBuf::new();
+            let (mut identity, mut mark) = (PathBuf::new(), ledger::Mark::default());
             let entry = ledger::append_with(path, budget.measure, |ledger, id| {
-                charges.check_kept(id, path, |seq, hash| ledger.holds(seq, hash))?;
+                charges.check_kept_in(id, path, ledger)?;
                 budget.check(&cost, &spent(&charges, ledger.totals(), Some(id))?)?;
                 identity = id.to_path_buf();
+                mark = ledger.mark();
                 Ok(ledger::NewCharge {
                     unix_ms: unix_ms(),
                     epsilon_units: cost.units.epsilon,
@@ -735,6 +773,7 @@ impl Accountant {
                     identity,
                     seq: entry.seq,
                     hash: entry.hash,
+                    mark,
                 },
             ));
         } else {
@@ -969,6 +1008,7 @@ mod tests {
                 identity: PathBuf::from("/l"),
                 seq,
                 hash: format!("{seq:016x}"),
+                mark: ledger::Mark::default(),
             }),
         };
         for seq in [Some(1), Some(2), None] {

@@ -29,13 +29,15 @@
 //! share one ledger, and a process's threads first take a lock of their own per file (they
 //! queue there, not on the OS lock). Under the lock a charge reads what was appended since this
 //! process last verified the file (another process may have charged since): the process keeps,
-//! per file (by device and inode), the length it verified, its last line, each charge's hash
-//! and the totals. When the file still holds that last line where it was, only the bytes after
+//! per file (by device and inode), the length it verified, its last line, the number of
+//! charges, the chain's mark ([`Mark`]) and the totals. When the file still holds that last line where it was, only the bytes after
 //! it are read, parsed and checked, chained on the last verified hash; a shorter file, or
 //! another line there (an edit that moved it, a truncation, a rewrite), is read and verified
 //! again from the start. So what a charge reads does not grow with the ledger
-//! (the first charge of a process reads the whole file), and the process keeps 8 bytes per
-//! charge, not the file. Every read goes a piece of whole lines at a time ([`PIECE_BYTES`]), so
+//! (the first charge of a process reads the whole file), and what the process keeps of a
+//! ledger has a fixed size. A session checks that its last charge is still in the file from
+//! the mark of the chain it was appended to, and reads the file's lines for it only when the
+//! file has been read from its start since (a new chain). Every read goes a piece of whole lines at a time ([`PIECE_BYTES`]), so
 //! reading a long ledger, in full or not, takes memory bounded by the piece. What this gives up: an edit of an earlier line that leaves every byte
 //! offset as it was (a digit for a digit) is not seen by a process that verified the line
 //! before; that process counts the line as it verified it, so it never counts less than was
@@ -446,26 +448,39 @@ impl Totals {
     }
 }
 
-/// The chain hash of a verified line (16 hex digits, [`chain_hash`]) as a number: what this
-/// process keeps of each verified charge.
-fn hash_number(hash: &str) -> u64 {
-    u64::from_str_radix(hash, 16).unwrap_or(0)
+/// One verified chain of a ledger file in this process: a charge appended under a mark is in
+/// the file, with the hash it was written with, for as long as the file's chain keeps that
+/// mark ([`Ledger::holds_appended`]). A file is given a new mark whenever this process reads it
+/// from its start (its first read, a file replaced, shortened or edited before the last line it
+/// verified), so the process keeps no hash per charge to tell which of its charges are still
+/// there: the hash chain does (each line's hash covers every line before it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark(u64);
+
+impl Mark {
+    /// A mark no chain had before in this process.
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Mark(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// What this process has verified of one ledger file (by device and inode, [`shared`]), kept
 /// between charges so that a charge reads only what was appended since the last one (module
 /// docs): the length verified, the last verified line, the format (`None` while the file is
-/// empty), each verified charge's hash (8 bytes a charge) and the charges' totals. Used only
-/// while holding the file's OS lock.
+/// empty), the number of verified charges, the chain's [`Mark`] and the charges' totals: a
+/// fixed size, whatever the ledger's length. Used only while holding the file's OS lock.
 #[derive(Default)]
 struct Verified {
     /// Bytes verified from the file's start (0: nothing; the file is read from its start).
-    len: u64,
+    bytes: u64,
     /// The last verified line with its newline (the header while there is no charge).
     last_line: Vec<u8>,
     format: Option<Format>,
-    /// The hash of each verified charge, in order ([`hash_number`]).
-    hashes: Vec<u64>,
+    /// How many charges are verified.
+    count: u64,
+    /// The chain verified (a new one after every read from the file's start).
+    mark: Mark,
     /// The last verified hash as written (the chain's start while there is no charge).
     previous: String,
     totals: Totals,
@@ -474,17 +489,19 @@ struct Verified {
 /// What a charge's decision sees of a ledger ([`append_with`]): every charge in it, verified.
 pub struct Ledger<'a> {
     verified: &'a Verified,
+    path: &'a Path,
+    file: &'a File,
 }
 
 impl Ledger<'_> {
     /// How many charges the ledger holds.
     pub fn len(&self) -> u64 {
-        self.verified.hashes.len() as u64
+        self.verified.count
     }
 
     /// Whether the ledger holds no charge.
     pub fn is_empty(&self) -> bool {
-        self.verified.hashes.is_empty()
+        self.verified.count == 0
     }
 
     /// What its charges add up to.
@@ -492,12 +509,36 @@ impl Ledger<'_> {
         self.verified.totals
     }
 
-    /// Whether charge `seq` (1-based) is in the ledger with hash `hash`.
-    pub fn holds(&self, seq: u64, hash: &str) -> bool {
-        usize::try_from(seq.wrapping_sub(1))
-            .ok()
-            .and_then(|i| self.verified.hashes.get(i))
-            .is_some_and(|&h| h == hash_number(hash) && hash.len() == 16)
+    /// The mark of the chain a charge decided now is appended to.
+    pub fn mark(&self) -> Mark {
+        self.verified.mark
+    }
+
+    /// Whether charge `seq`, appended by this process to the chain marked `mark`, is still in
+    /// the ledger with the hash it was written with: `Some(true)` while the file keeps that
+    /// chain (it has only grown since, as far as this process can see, module docs); `None`
+    /// when the file is not that chain any more, and only its lines can tell
+    /// ([`Self::hashes_at`]).
+    pub fn holds_appended(&self, seq: u64, mark: Mark) -> Option<bool> {
+        (mark == self.verified.mark).then_some(seq <= self.verified.count)
+    }
+
+    /// The hashes of the charges `seqs` that the ledger holds, read from the file (all of it,
+    /// a piece at a time, verified as every read is).
+    pub fn hashes_at(
+        &self,
+        seqs: &std::collections::HashSet<u64>,
+    ) -> Result<std::collections::HashMap<u64, String>> {
+        let (mut scan, mut found) = (Verified::default(), std::collections::HashMap::new());
+        read_lines(self.path, self.file, 0, self.verified.bytes, |piece| {
+            let first_line = first_line(scan.format, scan.count);
+            scan.extend(self.path, utf8(self.path, piece, first_line)?, |e| {
+                if seqs.contains(&e.seq) {
+                    found.insert(e.seq, e.hash.clone());
+                }
+            })
+        })?;
+        Ok(found)
     }
 }
 
@@ -512,41 +553,46 @@ impl Verified {
             .metadata()
             .map_err(|e| io_error(path, "read", e))?
             .len();
-        if self.len > 0 && file_len >= self.len {
-            let start = self.len - self.last_line.len() as u64;
-            if read_from(path, file, start, self.len)? == self.last_line {
-                return read_lines(path, file, self.len, file_len, |piece| {
-                    let first_line = first_line(self.format, self.hashes.len());
-                    self.extend(path, utf8(path, piece, first_line)?)
+        if self.bytes > 0 && file_len >= self.bytes {
+            let start = self.bytes - self.last_line.len() as u64;
+            if read_from(path, file, start, self.bytes)? == self.last_line {
+                return read_lines(path, file, self.bytes, file_len, |piece| {
+                    let first_line = first_line(self.format, self.count);
+                    self.extend(path, utf8(path, piece, first_line)?, |_| {})
                 });
             }
         }
-        // Start again: nothing of the old contents is trusted.
+        // Start again: nothing of the old contents is trusted, and the chain is a new one.
         *self = Verified::default();
-        let mut fresh = Verified::default();
+        let mut fresh = Verified {
+            mark: Mark::new(),
+            ..Verified::default()
+        };
         read_lines(path, file, 0, file_len, |piece| {
-            let first_line = first_line(fresh.format, fresh.hashes.len());
-            fresh.extend(path, utf8(path, piece, first_line)?)
+            let first_line = first_line(fresh.format, fresh.count);
+            fresh.extend(path, utf8(path, piece, first_line)?, |_| {})
         })?;
         *self = fresh;
         Ok(())
     }
 
-    /// Verifies `text`, the file's bytes after what `self` verified, and counts its lines in;
-    /// on an error `self` is left as it was.
-    fn extend(&mut self, path: &Path, text: &str) -> Result<()> {
+    /// Verifies `text`, the file's bytes after what `self` verified, and counts its lines in,
+    /// each also given to `each`; on an error `self` is left as it was.
+    fn extend(&mut self, path: &Path, text: &str, mut each: impl FnMut(&Entry)) -> Result<()> {
         let mut format = self.format;
         let mut previous = self.previous.clone();
-        let (verified, mut totals) = (self.hashes.len(), self.totals);
+        let (mut count, mut totals) = (self.count, self.totals);
+        let verified = usize::try_from(count).unwrap_or(usize::MAX);
         parse_lines(path, text, &mut format, verified, &mut previous, |e| {
-            self.hashes.push(hash_number(&e.hash));
+            count += 1;
             totals.add(&e);
-        })
-        .inspect_err(|_| self.hashes.truncate(verified))?;
+            each(&e);
+        })?;
+        self.count = count;
         self.format = format;
         self.previous = previous;
         self.totals = totals;
-        self.len += text.len() as u64;
+        self.bytes += text.len() as u64;
         // A text that was parsed ends with a newline (a partial line is refused): its last
         // line runs from the newline before that one.
         if let Some(body) = text.strip_suffix('\n') {
@@ -599,10 +645,12 @@ fn read_lines(
 
 /// The line number, in the file, of the first line after `verified` charges of a ledger of
 /// `format` (`None`: nothing read yet, the header is next).
-fn first_line(format: Option<Format>, verified: usize) -> usize {
+fn first_line(format: Option<Format>, verified: u64) -> usize {
     match format {
         None => 1,
-        Some(_) => verified + 2,
+        Some(_) => usize::try_from(verified)
+            .unwrap_or(usize::MAX)
+            .saturating_add(2),
     }
 }
 
@@ -645,7 +693,7 @@ struct SyncState {
 }
 
 /// What this process keeps of one ledger file (one device and inode), for its lifetime: what
-/// it verified of it ([`Verified`]: 8 bytes per charge) and the sync state. The lock of the
+/// it verified of it ([`Verified`]: a fixed size) and the sync state. The lock of the
 /// verified contents serialises this process's threads before they contend for the OS lock.
 #[derive(Default)]
 struct Shared {
@@ -755,7 +803,7 @@ pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option
         .len();
     let (mut format, mut previous, mut count) = (None, String::new(), 0);
     read_lines(path, &file, 0, len, |piece| {
-        let first_line = first_line(format, count);
+        let first_line = first_line(format, count as u64);
         parse_lines(
             path,
             utf8(path, piece, first_line)?,
@@ -841,6 +889,8 @@ pub fn append_with(
     let charge = decide(
         &Ledger {
             verified: &verified,
+            path,
+            file: &file,
         },
         &identity,
     )?;
@@ -851,8 +901,8 @@ pub fn append_with(
         ));
     }
     // The file was verified to its end under the lock: this is its length.
-    let original_len = verified.len;
-    let seq = verified.hashes.len() as u64 + 1;
+    let original_len = verified.bytes;
+    let seq = verified.count + 1;
     let previous = match verified.format {
         Some(_) => verified.previous.clone(),
         None => format.chain_start(),
@@ -897,10 +947,10 @@ pub fn append_with(
         query: charge.query.chars().take(MAX_QUERY_CHARS).collect(),
         hash,
     };
-    verified.len += text.len() as u64;
+    verified.bytes += text.len() as u64;
     verified.last_line = format!("{line}\n").into_bytes();
     verified.format = Some(format);
-    verified.hashes.push(hash_number(&entry.hash));
+    verified.count = seq;
     verified.previous.clone_from(&entry.hash);
     verified.totals.add(&entry);
     if original_len == 0 {
@@ -1424,6 +1474,60 @@ mod tests {
         charge_within(&other, unit, u128::MAX).unwrap().unwrap();
         std::fs::rename(&other, &path).unwrap();
         assert_eq!(read(&path).unwrap().len(), 1);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_charge_is_held_by_its_chain_and_looked_up_after_a_new_one() {
+        // What a session's check reads (budget::SessionCharges::check_kept_in): nothing while
+        // the file keeps the chain a charge was appended to; the file's lines once it was read
+        // from its start since.
+        let path = temp_ledger("marks");
+        let unit = 1_000_000_000_000u128;
+        let mut appended = Vec::new();
+        for _ in 0..3 {
+            let mut mark = Mark::default();
+            let entry = append_with(&path, ED, |ledger, _| {
+                mark = ledger.mark();
+                Ok(charge(1.0, 0.0, "q"))
+            })
+            .unwrap();
+            appended.push((entry, mark));
+        }
+        let wanted: std::collections::HashSet<u64> = [2, 3].into();
+        let look = |path: &Path, (entry, mark): &(Entry, Mark)| {
+            let mut seen = None;
+            append_with(path, ED, |ledger, _| {
+                seen = Some((
+                    ledger.mark(),
+                    ledger.holds_appended(entry.seq, *mark),
+                    ledger.hashes_at(&wanted).unwrap(),
+                ));
+                Err(plan_datafusion_err!("only looking"))
+            })
+            .unwrap_err();
+            seen.unwrap()
+        };
+        let (mark, held, hashes) = look(&path, &appended[1]);
+        assert!(appended
+            .iter()
+            .all(|(_, m)| *m == mark && mark != Mark::default()));
+        assert_eq!(held, Some(true));
+        assert_eq!(hashes[&2], appended[1].0.hash);
+        assert_eq!(hashes[&3], appended[2].0.hash);
+        // Appended by another writer, and charged past: still the same chain.
+        charge_within(&path, unit, u128::MAX).unwrap().unwrap();
+        assert_eq!(look(&path, &appended[1]).0, mark);
+        // The last two lines removed in place: the file is read from its start, a new chain,
+        // which holds charge 2 and not 3.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        std::fs::write(&path, format!("{}\n{}\n{}\n", lines[0], lines[1], lines[2])).unwrap();
+        let (new_mark, held, hashes) = look(&path, &appended[1]);
+        assert_ne!(new_mark, mark);
+        assert_eq!(held, None);
+        assert_eq!(hashes.len(), 1);
+        assert_eq!(hashes[&2], appended[1].0.hash);
         let _ = std::fs::remove_file(&path);
     }
 
