@@ -30,19 +30,20 @@
 //! queue there, not on the OS lock). Under the lock a charge reads what was appended since this
 //! process last verified the file (another process may have charged since): the process keeps,
 //! per file (by device and inode), the length it verified, its last line, the number of
-//! charges, the chain's mark ([`Mark`]) and the totals. When the file still holds that last line where it was, only the bytes after
-//! it are read, parsed and checked, chained on the last verified hash; a shorter file, or
-//! another line there (an edit that moved it, a truncation, a rewrite), is read and verified
-//! again from the start. So what a charge reads does not grow with the ledger
-//! (the first charge of a process reads the whole file), and what the process keeps of a
-//! ledger has a fixed size. A session checks that its last charge is still in the file from
-//! the mark of the chain it was appended to, and reads the file's lines for it only when the
-//! file has been read from its start since (a new chain). Every read goes a piece of whole lines at a time ([`PIECE_BYTES`]), so
-//! reading a long ledger, in full or not, takes memory bounded by the piece. What this gives up: an edit of an earlier line that leaves every byte
-//! offset as it was (a digit for a digit) is not seen by a process that verified the line
-//! before; that process counts the line as it verified it, so it never counts less than was
-//! charged, and every full read ([`read`], `dp_budget()`, the first charge of each process)
-//! refuses the broken chain.
+//! charges, the chain's mark ([`Mark`]) and the totals. When the file still holds that last
+//! line where it was, only the bytes after it are read, parsed and checked, chained on the
+//! last verified hash; a shorter file, or another line there (an edit that moved it, a
+//! truncation, a rewrite), is read and verified again from the start. So what a charge reads
+//! does not grow with the ledger (the first charge of a process reads the whole file), and
+//! what the process keeps of a ledger has a fixed size. A session checks that its last charge
+//! is still in the file from the mark of the chain it was appended to, and reads the file's
+//! lines for it only when the file has been read from its start since (a new chain). Every
+//! read goes a piece of whole lines at a time ([`PIECE_BYTES`]), so reading a long ledger, in
+//! full or not, takes memory bounded by the piece. What this gives up: an edit of an earlier
+//! line that leaves every byte offset as it was (a digit for a digit) is not seen by a
+//! process that verified the line before; that process counts the line as it verified it, so
+//! it never counts less than was charged, and every full read ([`read`], `dp_budget()`, the
+//! first charge of each process) refuses the broken chain.
 //! Anything that does not verify — a bad hash, a line without its newline (a truncated file),
 //! an unparsable field, a wrong header — is an error that names the file and the line: the
 //! ledger is never repaired or reset automatically. Removing whole lines from the end cannot
@@ -529,14 +530,11 @@ impl Ledger<'_> {
         &self,
         seqs: &std::collections::HashSet<u64>,
     ) -> Result<std::collections::HashMap<u64, String>> {
-        let (mut scan, mut found) = (Verified::default(), std::collections::HashMap::new());
-        read_lines(self.path, self.file, 0, self.verified.bytes, |piece| {
-            let first_line = first_line(scan.format, scan.count);
-            scan.extend(self.path, utf8(self.path, piece, first_line)?, |e| {
-                if seqs.contains(&e.seq) {
-                    found.insert(e.seq, e.hash.clone());
-                }
-            })
+        let mut found = std::collections::HashMap::new();
+        entries_of(self.path, self.file, self.verified.bytes, |e| {
+            if seqs.contains(&e.seq) {
+                found.insert(e.seq, e.hash);
+            }
         })?;
         Ok(found)
     }
@@ -558,7 +556,7 @@ impl Verified {
             if read_from(path, file, start, self.bytes)? == self.last_line {
                 return read_lines(path, file, self.bytes, file_len, |piece| {
                     let first_line = first_line(self.format, self.count);
-                    self.extend(path, utf8(path, piece, first_line)?, |_| {})
+                    self.extend(path, utf8(path, piece, first_line)?)
                 });
             }
         }
@@ -570,15 +568,15 @@ impl Verified {
         };
         read_lines(path, file, 0, file_len, |piece| {
             let first_line = first_line(fresh.format, fresh.count);
-            fresh.extend(path, utf8(path, piece, first_line)?, |_| {})
+            fresh.extend(path, utf8(path, piece, first_line)?)
         })?;
         *self = fresh;
         Ok(())
     }
 
-    /// Verifies `text`, the file's bytes after what `self` verified, and counts its lines in,
-    /// each also given to `each`; on an error `self` is left as it was.
-    fn extend(&mut self, path: &Path, text: &str, mut each: impl FnMut(&Entry)) -> Result<()> {
+    /// Verifies `text`, the file's bytes after what `self` verified, and counts its lines in;
+    /// on an error `self` is left as it was.
+    fn extend(&mut self, path: &Path, text: &str) -> Result<()> {
         let mut format = self.format;
         let mut previous = self.previous.clone();
         let (mut count, mut totals) = (self.count, self.totals);
@@ -586,7 +584,6 @@ impl Verified {
         parse_lines(path, text, &mut format, verified, &mut previous, |e| {
             count += 1;
             totals.add(&e);
-            each(&e);
         })?;
         self.count = count;
         self.format = format;
@@ -790,7 +787,7 @@ fn sync_failed(path: &Path, error: &str) -> DataFusionError {
 /// whole lines at a time ([`PIECE_BYTES`]: memory bounded by the piece, not the file), giving
 /// each entry to `each` in order: the measure it counts in (`None` for a missing or empty
 /// file, an empty ledger).
-pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option<BudgetMeasure>> {
+pub fn for_each_entry(path: &Path, each: impl FnMut(Entry)) -> Result<Option<BudgetMeasure>> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -801,8 +798,20 @@ pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option
         .metadata()
         .map_err(|e| io_error(path, "read", e))?
         .len();
+    Ok(entries_of(path, &file, len, each)?.map(Format::measure))
+}
+
+/// Verifies the bytes of `file` up to `end` from its start, a piece at a time, giving each
+/// entry to `each` in order: the ledger's format (`None` for an empty one). The caller holds
+/// the file's lock.
+fn entries_of(
+    path: &Path,
+    file: &File,
+    end: u64,
+    mut each: impl FnMut(Entry),
+) -> Result<Option<Format>> {
     let (mut format, mut previous, mut count) = (None, String::new(), 0);
-    read_lines(path, &file, 0, len, |piece| {
+    read_lines(path, file, 0, end, |piece| {
         let first_line = first_line(format, count as u64);
         parse_lines(
             path,
@@ -816,7 +825,7 @@ pub fn for_each_entry(path: &Path, mut each: impl FnMut(Entry)) -> Result<Option
             },
         )
     })?;
-    Ok(format.map(Format::measure))
+    Ok(format)
 }
 
 /// Reads and verifies the whole ledger under a shared lock, whatever its measure: the measure
@@ -1515,7 +1524,7 @@ mod tests {
         assert_eq!(held, Some(true));
         assert_eq!(hashes[&2], appended[1].0.hash);
         assert_eq!(hashes[&3], appended[2].0.hash);
-        // Appended by another writer, and charged past: still the same chain.
+        // Charged past by this process: still the same chain.
         charge_within(&path, unit, u128::MAX).unwrap().unwrap();
         assert_eq!(look(&path, &appended[1]).0, mark);
         // The last two lines removed in place: the file is read from its start, a new chain,
