@@ -415,7 +415,7 @@ struct Sample {
 }
 
 /// One group a unit keeps (a (unit, keys) group; the unit itself without keys).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
     /// The keyed hash of (unit, keys); 0 without keys.
     order: u64,
@@ -426,7 +426,12 @@ struct Slot {
     samples: SmallVec<[Sample; 1]>,
     /// The index in `samples` of the largest priority, once `samples` is full.
     worst: u32,
+    /// The unit's next kept group ([`NO_SLOT`] after its last).
+    next: u32,
 }
+
+/// The end of a unit's chain of slots, and a unit without one.
+const NO_SLOT: u32 = u32::MAX;
 
 /// The per-partition state of [`BoundContributionsExec`] (module docs).
 struct Bounder {
@@ -436,10 +441,12 @@ struct Bounder {
     max_rows: usize,
     units: Box<dyn GroupValues>,
     unit_of_row: Vec<usize>,
-    /// The kept groups of each unit (indices into `slots`).
-    unit_slots: Vec<SmallVec<[u32; 1]>>,
+    /// The first kept group of each unit (an index into `slots`, [`NO_SLOT`] for none); the
+    /// others follow it through [`Slot::next`], in the order they were first kept. Four bytes
+    /// a unit: at a million units a list per unit (24 bytes each) was 20 MB more of fresh
+    /// pages to fault in per partition's query (BENCHMARKS.md, "Bounding: a chain of slots").
+    first_slot: Vec<u32>,
     slots: Vec<Slot>,
-    free_slots: Vec<u32>,
     /// Converts (unit, keys) to rows; `None` without keys.
     group_rows: Option<RowConverter>,
     /// Where each row's priority comes from.
@@ -492,9 +499,8 @@ impl Bounder {
             schema,
             units,
             unit_of_row: vec![],
-            unit_slots: vec![],
+            first_slot: vec![],
             slots: vec![],
-            free_slots: vec![],
             group_rows,
             priority,
             held: vec![],
@@ -506,41 +512,41 @@ impl Bounder {
         })
     }
 
-    /// A free slot for a group of `order` and `key`.
+    /// A new slot for a group of `order` and `key`, at the end of no chain.
     fn new_slot(&mut self, order: u64, key: &[u8]) -> u32 {
         let key = SmallVec::from_slice(key);
         self.extra_bytes += key_heap_bytes(&key);
-        let slot = Slot {
+        self.slots.push(Slot {
             order,
             key,
             samples: SmallVec::new(),
             worst: 0,
-        };
-        match self.free_slots.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        }
+            next: NO_SLOT,
+        });
+        (self.slots.len() - 1) as u32
     }
 
-    /// Drops slot `i` and its samples.
-    fn free_slot(&mut self, i: u32) {
-        let slot = std::mem::take(&mut self.slots[i as usize]);
+    /// Slot `i` emptied of its samples and given to a group of `order` and `key`, in its
+    /// place in its unit's chain (an evicted group's place goes to the group that evicts it).
+    fn reuse_slot(&mut self, i: u32, order: u64, key: &[u8]) {
+        let slot = &mut self.slots[i as usize];
         self.live -= slot.samples.len();
         self.extra_bytes -= key_heap_bytes(&slot.key) + sample_heap_bytes(&slot.samples);
-        self.free_slots.push(i);
+        slot.order = order;
+        slot.key.clear();
+        slot.key.extend_from_slice(key);
+        slot.samples = SmallVec::new();
+        slot.worst = 0;
+        self.extra_bytes += key_heap_bytes(&slot.key);
     }
 
     /// The slot of the row's group for unit `unit`, making one if the group is kept, or
     /// `None` if the unit keeps other groups.
     fn slot_for(&mut self, unit: usize, order: u64, key: &[u8]) -> Option<u32> {
         let mut worst: Option<u32> = None;
-        for &s in &self.unit_slots[unit] {
+        let (mut kept, mut last) = (0usize, NO_SLOT);
+        let mut s = self.first_slot[unit];
+        while s != NO_SLOT {
             let slot = &self.slots[s as usize];
             if slot.order == order && *slot.key == *key {
                 return Some(s);
@@ -552,10 +558,15 @@ impl Bounder {
             if larger {
                 worst = Some(s);
             }
+            (kept, last) = (kept + 1, s);
+            s = slot.next;
         }
-        if self.unit_slots[unit].len() < self.groups_per_unit {
+        if kept < self.groups_per_unit {
             let s = self.new_slot(order, key);
-            self.unit_slots[unit].push(s);
+            match last {
+                NO_SLOT => self.first_slot[unit] = s,
+                last => self.slots[last as usize].next = s,
+            }
             return Some(s);
         }
         let w = worst?;
@@ -563,12 +574,8 @@ impl Bounder {
         if (order, key) >= (w_slot.order, &*w_slot.key) {
             return None;
         }
-        self.free_slot(w);
-        let s = self.new_slot(order, key);
-        let list = &mut self.unit_slots[unit];
-        let at = list.iter().position(|&x| x == w).unwrap_or(0);
-        list[at] = s;
-        Some(s)
+        self.reuse_slot(w, order, key);
+        Some(w)
     }
 
     /// Offers the row held at `row` with `priority` to slot `s`; whether it was kept.
@@ -639,7 +646,7 @@ impl Bounder {
             return Ok(());
         }
         self.intern_units(batch.column(self.spec.unit))?;
-        self.unit_slots.resize_with(self.units.len(), SmallVec::new);
+        self.first_slot.resize(self.units.len(), NO_SLOT);
         let column = |c: &usize| Arc::clone(batch.column(*c));
         let group_rows = match &self.group_rows {
             Some(converter) => {
@@ -711,9 +718,8 @@ impl Bounder {
         use std::mem::size_of;
         self.units.size()
             + self.unit_of_row.capacity() * size_of::<usize>()
-            + self.unit_slots.capacity() * size_of::<SmallVec<[u32; 1]>>()
+            + self.first_slot.capacity() * size_of::<u32>()
             + self.slots.capacity() * size_of::<Slot>()
-            + self.free_slots.capacity() * size_of::<u32>()
             + self.extra_bytes
             + self.held_bytes
     }
@@ -730,12 +736,20 @@ impl Bounder {
             .collect()
     }
 
+    /// Every kept slot: unit by unit, each unit's in the order of its chain.
+    fn kept_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.first_slot.iter().flat_map(|&first| {
+            std::iter::successors((first != NO_SLOT).then_some(first), |&s| {
+                let next = self.slots[s as usize].next;
+                (next != NO_SLOT).then_some(next)
+            })
+        })
+    }
+
     /// Every kept row's sample, in slot order (the order of [`Self::kept_rows`]).
     fn samples(&self) -> impl Iterator<Item = &Sample> {
-        self.unit_slots
-            .iter()
-            .flatten()
-            .flat_map(|&s| &self.slots[s as usize].samples)
+        self.kept_slots()
+            .flat_map(|s| &self.slots[s as usize].samples)
     }
 
     /// Copies the kept rows into fresh batches, dropping evicted ones.
@@ -748,12 +762,15 @@ impl Bounder {
             fresh.push(interleave_held(&self.held, chunk, &mut local)?);
         }
         let mut next = 0u64;
-        for list in &self.unit_slots {
-            for &s in list {
-                for sample in self.slots[s as usize].samples.iter_mut() {
+        for &first in &self.first_slot {
+            let mut s = first;
+            while s != NO_SLOT {
+                let slot = &mut self.slots[s as usize];
+                for sample in slot.samples.iter_mut() {
                     sample.row = (next / CHUNK as u64) << 32 | (next % CHUNK as u64);
                     next += 1;
                 }
+                s = slot.next;
             }
         }
         self.held_rows = rows.len();
