@@ -32,7 +32,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
 /// Datasets with several rows per patient (names ending in `u`, the number of patients) are
 /// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
-const DATASETS: [(&str, u64, u64, u64); 10] = [
+const DATASETS: [(&str, u64, u64, u64); 11] = [
     ("10M_100g", 10_000_000, 100, 1),
     ("10M_100kg", 10_000_000, 100_000, 1),
     ("10M_1Mg", 10_000_000, 1_000_000, 1),
@@ -42,6 +42,9 @@ const DATASETS: [(&str, u64, u64, u64); 10] = [
     // Issue 43's workload: 10M visits of 1M patients (10 each, in about 10 groups) in 1,000
     // groups.
     ("10M_1000g_1Mu", 10_000_000, 1000, 10),
+    // The same with each patient's visits in one group (`_home`: the group is drawn from the
+    // patient, as a region of residence is), so each (patient, group) has ten rows.
+    ("10M_1000g_1Mu_home", 10_000_000, 1000, 10),
     // The same shape at 3x and 10x the rows, for how the bounding scales (`query` mode).
     ("30M_1000g_3Mu", 30_000_000, 1000, 10),
     ("100M_1000g_10Mu", 100_000_000, 1000, 10),
@@ -259,9 +262,13 @@ async fn generate(filter: Option<String>) -> Result<()> {
         }
         let start = Instant::now();
         let ctx = SessionContext::new();
+        let drawn_from = match name.ends_with("_home") {
+            true => format!("value / {per_patient}"),
+            false => "value".to_string(),
+        };
         let sql = format!(
             "SELECT value AS visit_id, value / {per_patient} AS patient_id,
-                    (value * 2654435761) % {groups} AS grp,
+                    ({drawn_from} * 2654435761) % {groups} AS grp,
                     (value * 40503) % 1000 < 400 AS exposed,
                     (value * 69069) % 1000 < 250 AS outcome
              FROM generate_series(0, {}) t(value)",

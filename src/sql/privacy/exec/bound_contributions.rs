@@ -540,15 +540,18 @@ impl Bounder {
         self.extra_bytes += key_heap_bytes(&slot.key);
     }
 
-    /// The slot of the row's group for unit `unit`, making one if the group is kept, or
-    /// `None` if the unit keeps other groups.
-    fn slot_for(&mut self, unit: usize, order: u64, key: &[u8]) -> Option<u32> {
+    /// The slot of the row's group (`key`, of order `order_of()`) for unit `unit`, making one
+    /// if the group is kept, or `None` if the unit keeps other groups. A group's order is its
+    /// key's hash, so a row of a group the unit already keeps is found by its key alone and
+    /// `order_of` is not called: the keyed hash is computed once per group a unit is offered,
+    /// not once per row (a patient's visits in their one region hash once).
+    fn slot_for(&mut self, unit: usize, key: &[u8], order_of: impl FnOnce() -> u64) -> Option<u32> {
         let mut worst: Option<u32> = None;
         let (mut kept, mut last) = (0usize, NO_SLOT);
         let mut s = self.first_slot[unit];
         while s != NO_SLOT {
             let slot = &self.slots[s as usize];
-            if slot.order == order && *slot.key == *key {
+            if *slot.key == *key {
                 return Some(s);
             }
             let larger = worst.is_none_or(|w| {
@@ -561,6 +564,7 @@ impl Bounder {
             (kept, last) = (kept + 1, s);
             s = slot.next;
         }
+        let order = order_of();
         if kept < self.groups_per_unit {
             let s = self.new_slot(order, key);
             match last {
@@ -670,10 +674,10 @@ impl Bounder {
                 Some(encoded) => {
                     let key = encoded.row(row);
                     let key = key.as_ref();
-                    let order = hash_row(self.spec.salt, key);
-                    self.slot_for(unit, order, key)
+                    let salt = self.spec.salt;
+                    self.slot_for(unit, key, || hash_row(salt, key))
                 }
-                None => self.slot_for(unit, 0, &[]),
+                None => self.slot_for(unit, &[], || 0),
             };
             let Some(slot) = slot else {
                 continue;
