@@ -1157,6 +1157,87 @@ mod tests {
     ];
     const KEYS: [i64; 8] = [1, 1, 2, 1, 1, 3, 2, 1];
 
+    /// Through thousands of rows that repeat groups and evict kept ones (40 units, 12 groups,
+    /// 3,000 rows in an arbitrary order), the seeded sample is exactly the one computed
+    /// directly from its definition: each unit's `max_groups` groups of smallest (keyed hash of
+    /// (unit, key), encoding), and in each the `max_rows` rows of smallest keyed hash of the
+    /// row. This checks the chain of slots, a slot rewritten in place when its group is
+    /// evicted, and a kept group's rows found by their key without the hash.
+    #[test]
+    fn the_seeded_sample_is_the_one_its_definition_gives() {
+        let rows = 3000;
+        let (mut units, mut keys) = (vec![], vec![]);
+        let mut state: u64 = 12345;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        let names: Vec<String> = (0..40).map(|u| format!("u{u}")).collect();
+        for _ in 0..rows {
+            let u = next() % 41;
+            units.push((u < 40).then(|| names[u as usize].as_str()));
+            keys.push((next() % 12) as i64);
+        }
+        let converter = |types: &[DataType]| {
+            RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).unwrap()
+        };
+        let groups = converter(&[DataType::Utf8, DataType::Int64]);
+        let all = converter(&[DataType::Utf8, DataType::Int64, DataType::Int64]);
+        let whole = batch(&units, &keys);
+        let group_rows = groups
+            .convert_columns(&[Arc::clone(whole.column(0)), Arc::clone(whole.column(1))])
+            .unwrap();
+        let all_rows = all.convert_columns(whole.columns()).unwrap();
+        for (max_rows, max_groups) in [(1, 1), (3, 1), (1, 3), (2, 2), (3, 3)] {
+            // The definition, unit by unit.
+            let mut expected = vec![];
+            let mut by_unit: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+            for (r, unit) in units.iter().enumerate() {
+                by_unit.entry(*unit).or_default().push(r);
+            }
+            for (unit, unit_rows) in &by_unit {
+                let mut chosen: Vec<(u64, Vec<u8>)> = unit_rows
+                    .iter()
+                    .map(|&r| {
+                        let key = group_rows.row(r).as_ref().to_vec();
+                        (hash_row(7, &key), key)
+                    })
+                    .collect();
+                chosen.sort();
+                chosen.dedup();
+                chosen.truncate(max_groups as usize);
+                for (_, key) in &chosen {
+                    let mut in_group: Vec<(u64, usize)> = unit_rows
+                        .iter()
+                        .filter(|&&r| group_rows.row(r).as_ref() == key.as_slice())
+                        .map(|&r| (hash_row(7, all_rows.row(r).as_ref()), r))
+                        .collect();
+                    in_group.sort();
+                    for &(_, r) in in_group.iter().take(max_rows as usize) {
+                        expected.push((unit.map(str::to_string), keys[r], r as i64));
+                    }
+                }
+            }
+            expected.sort();
+            for split in [7, 500] {
+                let mut b = bounder(spec(true, true, max_rows, max_groups), usize::MAX);
+                let mut start = 0;
+                while start < rows {
+                    let len = split.min(rows - start);
+                    b.push(&whole.slice(start, len)).unwrap();
+                    start += len;
+                }
+                assert_eq!(
+                    kept(b),
+                    expected,
+                    "max_rows {max_rows}, max_groups {max_groups}"
+                );
+            }
+        }
+    }
+
     /// Each unit keeps its `max_groups` groups of smallest keyed hash, the same groups the
     /// keyed hash orders first (checked against `hash_row` directly), with at most `max_rows`
     /// rows each, whatever the batches.
