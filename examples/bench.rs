@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
-/// Datasets with several rows per patient (names ending in `u`, the number of patients) are
+/// Datasets with several rows per patient (names with `u` after the number of patients) are
 /// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
 const DATASETS: [(&str, u64, u64, u64); 11] = [
     ("10M_100g", 10_000_000, 100, 1),

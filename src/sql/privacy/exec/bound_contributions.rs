@@ -443,8 +443,8 @@ struct Bounder {
     unit_of_row: Vec<usize>,
     /// The first kept group of each unit (an index into `slots`, [`NO_SLOT`] for none); the
     /// others follow it through [`Slot::next`], in the order they were first kept. Four bytes
-    /// a unit: at a million units a list per unit (24 bytes each) was 20 MB more of fresh
-    /// pages to fault in per partition's query (BENCHMARKS.md, "Bounding: a chain of slots").
+    /// a unit: a list per unit (24 bytes each) was 20 MB more fresh memory to fault in for a
+    /// query over a million units (BENCHMARKS.md, "Bounding: a chain of slots").
     first_slot: Vec<u32>,
     slots: Vec<Slot>,
     /// Converts (unit, keys) to rows; `None` without keys.
@@ -512,7 +512,7 @@ impl Bounder {
         })
     }
 
-    /// A new slot for a group of `order` and `key`, at the end of no chain.
+    /// A new slot for a group of `order` and `key`, not yet in a unit's chain.
     fn new_slot(&mut self, order: u64, key: &[u8]) -> u32 {
         let key = SmallVec::from_slice(key);
         self.extra_bytes += key_heap_bytes(&key);
@@ -1119,6 +1119,16 @@ mod tests {
         }
     }
 
+    /// Pushes `whole` into `b` in slices of `len` rows.
+    fn push_in_slices(b: &mut Bounder, whole: &RecordBatch, len: usize) {
+        let mut start = 0;
+        while start < whole.num_rows() {
+            let n = len.min(whole.num_rows() - start);
+            b.push(&whole.slice(start, n)).unwrap();
+            start += n;
+        }
+    }
+
     /// The kept rows' (unit, key, row), sorted.
     fn kept(b: Bounder) -> Vec<(Option<String>, i64, i64)> {
         let mut out = vec![];
@@ -1161,8 +1171,8 @@ mod tests {
     /// 3,000 rows in an arbitrary order), the seeded sample is exactly the one computed
     /// directly from its definition: each unit's `max_groups` groups of smallest (keyed hash of
     /// (unit, key), encoding), and in each the `max_rows` rows of smallest keyed hash of the
-    /// row. This checks the chain of slots, a slot rewritten in place when its group is
-    /// evicted, and a kept group's rows found by their key without the hash.
+    /// row. It goes through the chain of slots, slots rewritten in place when their group is
+    /// evicted, and rows of groups already kept (found by their key).
     #[test]
     fn the_seeded_sample_is_the_one_its_definition_gives() {
         let rows = 3000;
@@ -1190,13 +1200,13 @@ mod tests {
             .convert_columns(&[Arc::clone(whole.column(0)), Arc::clone(whole.column(1))])
             .unwrap();
         let all_rows = all.convert_columns(whole.columns()).unwrap();
+        let mut by_unit: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+        for (r, unit) in units.iter().enumerate() {
+            by_unit.entry(*unit).or_default().push(r);
+        }
         for (max_rows, max_groups) in [(1, 1), (3, 1), (1, 3), (2, 2), (3, 3)] {
             // The definition, unit by unit.
             let mut expected = vec![];
-            let mut by_unit: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
-            for (r, unit) in units.iter().enumerate() {
-                by_unit.entry(*unit).or_default().push(r);
-            }
             for (unit, unit_rows) in &by_unit {
                 let mut chosen: Vec<(u64, Vec<u8>)> = unit_rows
                     .iter()
@@ -1223,12 +1233,7 @@ mod tests {
             expected.sort();
             for split in [7, 500] {
                 let mut b = bounder(spec(true, true, max_rows, max_groups), usize::MAX);
-                let mut start = 0;
-                while start < rows {
-                    let len = split.min(rows - start);
-                    b.push(&whole.slice(start, len)).unwrap();
-                    start += len;
-                }
+                push_in_slices(&mut b, &whole, split);
                 assert_eq!(
                     kept(b),
                     expected,
@@ -1260,13 +1265,7 @@ mod tests {
         for (max_rows, max_groups) in [(1, 1), (2, 1), (1, 2), (2, 2), (5, 5)] {
             for split in [1, 3, 8] {
                 let mut b = bounder(spec(true, false, max_rows, max_groups), usize::MAX);
-                let whole = batch(&UNITS, &KEYS);
-                let mut start = 0;
-                while start < 8 {
-                    let len = split.min(8 - start);
-                    b.push(&whole.slice(start, len)).unwrap();
-                    start += len;
-                }
+                push_in_slices(&mut b, &batch(&UNITS, &KEYS), split);
                 let kept = kept(b);
                 for unit in [Some("p1"), Some("p2"), None] {
                     let mut groups: Vec<i64> = (0..8)
