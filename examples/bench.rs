@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last.
+/// (name, rows, groups, rows per patient): `patient_id` is the row number divided by the last
+/// (for `_scattered`, the number of a row the permutation there maps it to).
 /// Datasets with several rows per patient (names with `u` after the number of patients) are
 /// for [`UNIT_PAIRS`]; the others, one row per patient, for [`PAIRS`].
-const DATASETS: [(&str, u64, u64, u64); 11] = [
+const DATASETS: [(&str, u64, u64, u64); 12] = [
     ("10M_100g", 10_000_000, 100, 1),
     ("10M_100kg", 10_000_000, 100_000, 1),
     ("10M_1Mg", 10_000_000, 1_000_000, 1),
@@ -45,6 +46,10 @@ const DATASETS: [(&str, u64, u64, u64); 11] = [
     // The same with each patient's visits in one group (`_home`: the group is drawn from the
     // patient, as a region of residence is), so each (patient, group) has ten rows.
     ("10M_1000g_1Mu_home", 10_000_000, 1000, 10),
+    // The same rows with each patient's visits scattered over the table (`_scattered`: the
+    // patient of row r is that of row (r * 7919) mod rows, a permutation), as in a table kept
+    // in the order of time: the other datasets hold a patient's visits in adjacent rows.
+    ("10M_1000g_1Mu_scattered", 10_000_000, 1000, 10),
     // The same shape at 3x and 10x the rows, for how the bounding scales (`query` mode).
     ("30M_1000g_3Mu", 30_000_000, 1000, 10),
     ("100M_1000g_10Mu", 100_000_000, 1000, 10),
@@ -266,8 +271,13 @@ async fn generate(filter: Option<String>) -> Result<()> {
             true => format!("value / {per_patient}"),
             false => "value".to_string(),
         };
+        // 7919 is prime and divides no number of rows here, so the map is a permutation.
+        let patient = match name.ends_with("_scattered") {
+            true => format!("((value * 7919) % {rows}) / {per_patient}"),
+            false => format!("value / {per_patient}"),
+        };
         let sql = format!(
-            "SELECT value AS visit_id, value / {per_patient} AS patient_id,
+            "SELECT value AS visit_id, {patient} AS patient_id,
                     ({drawn_from} * 2654435761) % {groups} AS grp,
                     (value * 40503) % 1000 < 400 AS exposed,
                     (value * 69069) % 1000 < 250 AS outcome
