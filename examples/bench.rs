@@ -267,14 +267,15 @@ async fn generate(filter: Option<String>) -> Result<()> {
         }
         let start = Instant::now();
         let ctx = SessionContext::new();
-        let drawn_from = match name.ends_with("_home") {
-            true => format!("value / {per_patient}"),
-            false => "value".to_string(),
-        };
         // 7919 is prime and divides no number of rows here, so the map is a permutation.
         let patient = match name.ends_with("_scattered") {
             true => format!("((value * 7919) % {rows}) / {per_patient}"),
             false => format!("value / {per_patient}"),
+        };
+        // A `_home` patient's group is drawn from the patient, any other row's from the row.
+        let drawn_from = match name.ends_with("_home") {
+            true => patient.clone(),
+            false => "value".to_string(),
         };
         let sql = format!(
             "SELECT value AS visit_id, {patient} AS patient_id,
