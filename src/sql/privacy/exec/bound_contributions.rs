@@ -430,6 +430,11 @@ struct Slot {
     next: u32,
 }
 
+/// A slot is 72 bytes: `smallvec`'s `union` feature stores each `SmallVec` without an enum tag
+/// (88 bytes without it), and a query over ten million units holds ten million slots
+/// (BENCHMARKS.md, "Bounding: a 72-byte slot").
+const _: () = assert!(std::mem::size_of::<Slot>() == 72);
+
 /// The end of a unit's chain of slots, and a unit without one.
 const NO_SLOT: u32 = u32::MAX;
 
