@@ -239,10 +239,13 @@ fn dataset_path(name: &str) -> PathBuf {
 
 async fn session() -> Result<SessionContext> {
     // DP_BENCH_MEMORY_LIMIT=1073741824: a memory pool of that many bytes (a locked session's
-    // default per-query limit is 1 GiB), so that operators spill or fail as they would there.
+    // default per-query limit is 1 GiB), so that operators spill or fail as they would there:
+    // a `FairSpillPool`, as a locked session's (`owner::tables::limited_runtime`).
     let runtime = match std::env::var("DP_BENCH_MEMORY_LIMIT") {
         Ok(bytes) => datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-            .with_memory_limit(bytes.parse()?, 1.0)
+            .with_memory_pool(Arc::new(
+                datafusion::execution::memory_pool::FairSpillPool::new(bytes.parse()?),
+            ))
             .build_arc()?,
         Err(_) => Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default()),
     };

@@ -356,9 +356,7 @@ async fn bound_all(
                         .register(run.context.memory_pool());
                 let mut to_disk =
                     Spill::try_new(&run.context, &schema, &spec, run.spill.clone(), reservation)?;
-                for held in full.into_prioritised(run.batch_size)? {
-                    to_disk.write(&held)?;
-                }
+                full.into_prioritised(run.batch_size, |held| to_disk.write(held))?;
                 spill = Some((to_disk, priority));
             }
             Err(e) => return Err(e),
@@ -708,18 +706,29 @@ impl Bounder {
         self.reservation.try_resize(self.memory_size())
     }
 
-    /// The kept rows with their priorities as a last column, in batches of `batch_size`
-    /// (what a spill writes: merged with later rows, the priorities choose the same sample).
-    fn into_prioritised(self, batch_size: usize) -> Result<Vec<RecordBatch>> {
+    /// Hands `write` the kept rows with their priorities as a last column, in batches of
+    /// `batch_size` (what a spill writes: merged with later rows, the priorities choose the
+    /// same sample). It runs when the pool has refused memory, so each batch goes to `write`
+    /// as it is made (all of them at once were a copy of every kept row outside the pool),
+    /// and the unit table is freed first, as in [`Self::into_batches`].
+    fn into_prioritised(
+        mut self,
+        batch_size: usize,
+        mut write: impl FnMut(&RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        self.units.clear_shrink(0);
+        self.unit_of_row = vec![];
         let rows = self.kept_rows();
         let priorities: Vec<u64> = self.samples().map(|x| x.priority).collect();
-        let mut out = vec![];
         let mut local = vec![];
         for (chunk, priority) in rows.chunks(batch_size).zip(priorities.chunks(batch_size)) {
             let batch = interleave_held(&self.held, chunk, &mut local)?;
-            out.push(with_priority(&batch, UInt64Array::from(priority.to_vec()))?);
+            write(&with_priority(
+                &batch,
+                UInt64Array::from(priority.to_vec()),
+            )?)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Bytes held: the unit table, the slots, the samples and the kept rows.
@@ -791,7 +800,12 @@ impl Bounder {
     /// The kept rows, in batches of `batch_size`. The list of kept rows is read in place, a
     /// chunk at a time: a copy of it per chunk held as many (batch, row) pairs again as rows
     /// are kept (16 bytes each: 160 MB for 10M units) beside the partition's samples.
-    fn into_batches(self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
+    /// The unit table is not read again, so it is freed before that list is made: the two
+    /// were held at once, at the query's peak (BENCHMARKS.md, "Bounding: the unit table
+    /// freed before the output").
+    fn into_batches(mut self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
+        self.units.clear_shrink(0);
+        self.unit_of_row = vec![];
         let rows = self.kept_rows();
         let schema = self.schema;
         let held = self.held;
