@@ -89,7 +89,7 @@ pub const LIMITS: &[Limit<LimitsConfig>] = &[
 pub const OTHER_KEYS: [(&str, &str, &str); 1] = [(
     "spill_directory",
     "none",
-    "Where sorts and aggregations may spill; without it, no spilling (nothing an analyst sends fills the owner's disk).",
+    "Where sorts, aggregations and repartitions may spill; without it, no spilling (nothing an analyst sends fills the owner's disk). With it, DataFusion 55.2.0 can stop a query that its memory refused, with no error, until `query_timeout_seconds` ends it: a repartition whose inputs spill at once waits on the wrong file (apache/datafusion#24883, fixed upstream by #24891, not in 55.2.0; reproduced here through `dpsql`, BENCHMARKS.md, \"Bounding: the unit table freed before the output\").",
 )];
 
 impl Default for LimitsConfig {
