@@ -716,8 +716,7 @@ impl Bounder {
         batch_size: usize,
         mut write: impl FnMut(&RecordBatch) -> Result<()>,
     ) -> Result<()> {
-        self.units.clear_shrink(0);
-        self.unit_of_row = vec![];
+        self.free_units();
         let rows = self.kept_rows();
         let priorities: Vec<u64> = self.samples().map(|x| x.priority).collect();
         let mut local = vec![];
@@ -729,6 +728,13 @@ impl Bounder {
             )?)?;
         }
         Ok(())
+    }
+
+    /// Frees the unit table and the batch's unit ids, once the input has ended: the kept
+    /// rows are then found through `first_slot` alone.
+    fn free_units(&mut self) {
+        self.units.clear_shrink(0);
+        self.unit_of_row = vec![];
     }
 
     /// Bytes held: the unit table, the slots, the samples and the kept rows.
@@ -804,8 +810,7 @@ impl Bounder {
     /// were held at once, at the query's peak (BENCHMARKS.md, "Bounding: the unit table
     /// freed before the output").
     fn into_batches(mut self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
-        self.units.clear_shrink(0);
-        self.unit_of_row = vec![];
+        self.free_units();
         let rows = self.kept_rows();
         let schema = self.schema;
         let held = self.held;
