@@ -397,9 +397,7 @@ async fn bound_all(
                     bucket.push(&batch?)?;
                 }
             }
-            Ok::<_, DataFusionError>(futures::stream::iter(
-                bucket.into_batches(batch_size).collect::<Vec<_>>(),
-            ))
+            Ok::<_, DataFusionError>(futures::stream::iter(bucket.into_batches(batch_size)))
         }
     });
     Ok(bounded.try_flatten().boxed())
@@ -410,6 +408,13 @@ async fn bound_all(
 struct Sample {
     priority: u64,
     row: u64,
+}
+
+impl Sample {
+    /// Where the row is held: (batch, row) in the bounder's held batches.
+    fn place(&self) -> (usize, usize) {
+        ((self.row >> 32) as usize, (self.row & 0xffff_ffff) as usize)
+    }
 }
 
 /// One group a unit keeps (a (unit, keys) group; the unit itself without keys).
@@ -716,25 +721,36 @@ impl Bounder {
         batch_size: usize,
         mut write: impl FnMut(&RecordBatch) -> Result<()>,
     ) -> Result<()> {
-        self.free_units();
-        let rows = self.kept_rows();
-        let priorities: Vec<u64> = self.samples().map(|x| x.priority).collect();
-        let mut local = vec![];
-        for (chunk, priority) in rows.chunks(batch_size).zip(priorities.chunks(batch_size)) {
-            let batch = interleave_held(&self.held, chunk, &mut local)?;
-            write(&with_priority(
-                &batch,
-                UInt64Array::from(priority.to_vec()),
-            )?)?;
+        let mut kept = self.end_input();
+        let batch_size = batch_size.max(1);
+        let (mut chunk, mut local) = (vec![], vec![]);
+        while kept.next_chunk(batch_size, &mut chunk) {
+            let rows: Vec<(usize, usize)> = chunk.iter().map(Sample::place).collect();
+            let batch = interleave_held(&self.held, &rows, &mut local)?;
+            let priorities = UInt64Array::from_iter_values(chunk.iter().map(|x| x.priority));
+            write(&with_priority(&batch, priorities)?)?;
         }
         Ok(())
     }
 
-    /// Frees the unit table and the batch's unit ids, once the input has ended: the kept
-    /// rows are then found through `first_slot` alone.
-    fn free_units(&mut self) {
+    /// Ends the input: frees the unit table and the batch's unit ids (the kept rows are then
+    /// found through `first_slot` alone), gives the pool back what they held, and moves the
+    /// kept samples into a cursor that reads them a chunk at a time. A list of every kept
+    /// row's place (16 bytes a row, 160 MB for 10M units) was held beside them through the
+    /// whole output (BENCHMARKS.md, "Bounding: the kept rows read in place").
+    fn end_input(&mut self) -> KeptSamples {
         self.units.clear_shrink(0);
         self.unit_of_row = vec![];
+        // The sizes only fall here, so this only shrinks.
+        let freed = self.reservation.size().saturating_sub(self.memory_size());
+        self.reservation.shrink(freed);
+        KeptSamples {
+            first_slot: std::mem::take(&mut self.first_slot),
+            slots: std::mem::take(&mut self.slots),
+            unit: 0,
+            slot: NO_SLOT,
+            sample: 0,
+        }
     }
 
     /// Bytes held: the unit table, the slots, the samples and the kept rows.
@@ -750,14 +766,7 @@ impl Bounder {
 
     /// Every kept row's place, in slot order.
     fn kept_rows(&self) -> Vec<(usize, usize)> {
-        self.samples()
-            .map(|sample| {
-                (
-                    (sample.row >> 32) as usize,
-                    (sample.row & 0xffff_ffff) as usize,
-                )
-            })
-            .collect()
+        self.samples().map(Sample::place).collect()
     }
 
     /// Every kept slot: unit by unit, each unit's in the order of its chain.
@@ -803,15 +812,12 @@ impl Bounder {
         Ok(())
     }
 
-    /// The kept rows, in batches of `batch_size`. The list of kept rows is read in place, a
-    /// chunk at a time: a copy of it per chunk held as many (batch, row) pairs again as rows
-    /// are kept (16 bytes each: 160 MB for 10M units) beside the partition's samples.
-    /// The unit table is not read again, so it is freed before that list is made: the two
-    /// were held at once, at the query's peak (BENCHMARKS.md, "Bounding: the unit table
-    /// freed before the output").
+    /// The kept rows, in batches of `batch_size`, read through [`Self::end_input`]'s cursor.
+    /// The unit table is not read again, so it is freed before the first batch: the two were
+    /// held at once, at the query's peak (BENCHMARKS.md, "Bounding: the unit table freed
+    /// before the output").
     fn into_batches(mut self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
-        self.free_units();
-        let rows = self.kept_rows();
+        let mut kept = self.end_input();
         let schema = self.schema;
         let held = self.held;
         // The reservation lives until the last batch is made.
@@ -822,14 +828,60 @@ impl Bounder {
             _ => schema.fields().len(),
         };
         let columns: Vec<usize> = (0..width).collect();
-        let mut local = vec![];
+        let (mut chunk, mut rows, mut local) = (vec![], vec![], vec![]);
         let batch_size = batch_size.max(1);
-        // Every kept row is in a held batch: with none held there is no chunk.
-        (0..rows.len()).step_by(batch_size).map(move |start| {
+        std::iter::from_fn(move || {
             let _ = &reservation;
-            let chunk = &rows[start..rows.len().min(start + batch_size)];
-            Ok(interleave_held(&held, chunk, &mut local)?.project(&columns)?)
+            if !kept.next_chunk(batch_size, &mut chunk) {
+                return None;
+            }
+            rows.clear();
+            rows.extend(chunk.iter().map(Sample::place));
+            Some(
+                interleave_held(&held, &rows, &mut local)
+                    .and_then(|batch| Ok(batch.project(&columns)?)),
+            )
         })
+    }
+}
+
+/// A bounder's kept samples after its input has ended, read in slot order (the order of
+/// [`Bounder::kept_rows`]) a chunk at a time: unit by unit, each unit's slots along its chain.
+struct KeptSamples {
+    first_slot: Vec<u32>,
+    slots: Vec<Slot>,
+    /// The next unit whose chain is read.
+    unit: usize,
+    /// The slot being read ([`NO_SLOT`]: the next unit's first).
+    slot: u32,
+    /// The next sample of `slot`.
+    sample: usize,
+}
+
+impl KeptSamples {
+    /// Replaces `chunk` with the next `n` samples (fewer at the end); false when none is left.
+    fn next_chunk(&mut self, n: usize, chunk: &mut Vec<Sample>) -> bool {
+        chunk.clear();
+        while chunk.len() < n {
+            if self.slot == NO_SLOT {
+                let Some(&first) = self.first_slot.get(self.unit) else {
+                    break;
+                };
+                self.unit += 1;
+                self.slot = first;
+                self.sample = 0;
+                continue;
+            }
+            let slot = &self.slots[self.slot as usize];
+            let take = (n - chunk.len()).min(slot.samples.len() - self.sample);
+            chunk.extend_from_slice(&slot.samples[self.sample..self.sample + take]);
+            self.sample += take;
+            if self.sample == slot.samples.len() {
+                self.slot = slot.next;
+                self.sample = 0;
+            }
+        }
+        !chunk.is_empty()
     }
 }
 
@@ -1416,6 +1468,40 @@ mod tests {
         assert!(kept
             .iter()
             .all(|k| k.1 == k.2 && units[k.2 as usize].map(String::from) == k.0));
+    }
+
+    /// The output reads the kept rows through [`KeptSamples`] in slot order (the order of
+    /// `kept_rows`) at any chunk size, across slots and units, and the unit table's memory
+    /// goes back to the pool before the first batch. 5,000 units of 6 rows in 3 groups, 2
+    /// groups of 2 rows kept: 20,000 samples, 2 to a slot, so chunks end inside slots.
+    #[test]
+    fn the_kept_rows_are_read_in_slot_order_after_the_unit_table_is_freed() {
+        let n = 30_000;
+        let units: Vec<String> = (0..n).map(|i| format!("p{}", i % 5000)).collect();
+        let units: Vec<Option<&str>> = units.iter().map(|u| Some(u.as_str())).collect();
+        let keys: Vec<i64> = (0..n as i64).map(|i| i % 3).collect();
+        let whole = batch(&units, &keys);
+        for chunk in [1, 3, 4096, n] {
+            let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(usize::MAX));
+            let consumer = MemoryConsumer::new("test").register(&pool);
+            let mut b = Bounder::try_new(schema(), spec(true, true, 2, 2), consumer).unwrap();
+            push_in_slices(&mut b, &whole, 1000);
+            let expected = b.kept_rows();
+            assert_eq!(expected.len(), 20_000);
+            let (held, table) = (pool.reserved(), b.units.size());
+            let mut kept = b.end_input();
+            assert!(
+                pool.reserved() + (table - b.units.size()) <= held,
+                "{} reserved of {held}, a table of {table}",
+                pool.reserved()
+            );
+            let (mut read, mut samples) = (vec![], vec![]);
+            while kept.next_chunk(chunk, &mut samples) {
+                assert!(samples.len() <= chunk);
+                read.extend(samples.iter().map(Sample::place));
+            }
+            assert_eq!(read, expected, "chunks of {chunk}");
+        }
     }
 
     /// What is held is reserved: a pool too small for it fails with a resources error.
