@@ -722,34 +722,32 @@ impl Bounder {
         mut write: impl FnMut(&RecordBatch) -> Result<()>,
     ) -> Result<()> {
         let mut kept = self.end_input();
-        let batch_size = batch_size.max(1);
-        let (mut chunk, mut local) = (vec![], vec![]);
-        while kept.next_chunk(batch_size, &mut chunk) {
-            let rows: Vec<(usize, usize)> = chunk.iter().map(Sample::place).collect();
-            let batch = interleave_held(&self.held, &rows, &mut local)?;
-            let priorities = UInt64Array::from_iter_values(chunk.iter().map(|x| x.priority));
-            write(&with_priority(&batch, priorities)?)?;
+        while let Some(batch) = kept.next_batch(batch_size) {
+            let priorities = UInt64Array::from_iter_values(kept.chunk.iter().map(|x| x.priority));
+            write(&with_priority(&batch?, priorities)?)?;
         }
         Ok(())
     }
 
     /// Ends the input: frees the unit table and the batch's unit ids (the kept rows are then
     /// found through `first_slot` alone), gives the pool back what they held, and moves the
-    /// kept samples into a cursor that reads them a chunk at a time. A list of every kept
+    /// kept rows into a reader that copies them out a chunk at a time. A list of every kept
     /// row's place (16 bytes a row, 160 MB for 10M units) was held beside them through the
     /// whole output (BENCHMARKS.md, "Bounding: the kept rows read in place").
-    fn end_input(&mut self) -> KeptSamples {
+    fn end_input(&mut self) -> KeptRows {
         self.units.clear_shrink(0);
         self.unit_of_row = vec![];
         // The sizes only fall here, so this only shrinks.
         let freed = self.reservation.size().saturating_sub(self.memory_size());
         self.reservation.shrink(freed);
-        KeptSamples {
+        KeptRows {
             first_slot: std::mem::take(&mut self.first_slot),
             slots: std::mem::take(&mut self.slots),
-            unit: 0,
-            slot: NO_SLOT,
-            sample: 0,
+            held: std::mem::take(&mut self.held),
+            cursor: SlotCursor::start(),
+            chunk: vec![],
+            rows: vec![],
+            local: vec![],
         }
     }
 
@@ -766,23 +764,9 @@ impl Bounder {
 
     /// Every kept row's place, in slot order.
     fn kept_rows(&self) -> Vec<(usize, usize)> {
-        self.samples().map(Sample::place).collect()
-    }
-
-    /// Every kept slot: unit by unit, each unit's in the order of its chain.
-    fn kept_slots(&self) -> impl Iterator<Item = u32> + '_ {
-        self.first_slot.iter().flat_map(|&first| {
-            std::iter::successors((first != NO_SLOT).then_some(first), |&s| {
-                let next = self.slots[s as usize].next;
-                (next != NO_SLOT).then_some(next)
-            })
-        })
-    }
-
-    /// Every kept row's sample, in slot order (the order of [`Self::kept_rows`]).
-    fn samples(&self) -> impl Iterator<Item = &Sample> {
-        self.kept_slots()
-            .flat_map(|s| &self.slots[s as usize].samples)
+        let mut all = vec![];
+        SlotCursor::start().next_chunk(&self.first_slot, &self.slots, usize::MAX, &mut all);
+        all.iter().map(Sample::place).collect()
     }
 
     /// Copies the kept rows into fresh batches, dropping evicted ones.
@@ -812,14 +796,13 @@ impl Bounder {
         Ok(())
     }
 
-    /// The kept rows, in batches of `batch_size`, read through [`Self::end_input`]'s cursor.
+    /// The kept rows, in batches of `batch_size`, read through [`Self::end_input`]'s reader.
     /// The unit table is not read again, so it is freed before the first batch: the two were
     /// held at once, at the query's peak (BENCHMARKS.md, "Bounding: the unit table freed
     /// before the output").
     fn into_batches(mut self, batch_size: usize) -> impl Iterator<Item = Result<RecordBatch>> {
         let mut kept = self.end_input();
         let schema = self.schema;
-        let held = self.held;
         // The reservation lives until the last batch is made.
         let reservation = self.reservation;
         // Batches read back from a spill carry their priority last: not an output column.
@@ -828,28 +811,17 @@ impl Bounder {
             _ => schema.fields().len(),
         };
         let columns: Vec<usize> = (0..width).collect();
-        let (mut chunk, mut rows, mut local) = (vec![], vec![], vec![]);
-        let batch_size = batch_size.max(1);
         std::iter::from_fn(move || {
             let _ = &reservation;
-            if !kept.next_chunk(batch_size, &mut chunk) {
-                return None;
-            }
-            rows.clear();
-            rows.extend(chunk.iter().map(Sample::place));
-            Some(
-                interleave_held(&held, &rows, &mut local)
-                    .and_then(|batch| Ok(batch.project(&columns)?)),
-            )
+            let batch = kept.next_batch(batch_size)?;
+            Some(batch.and_then(|batch| Ok(batch.project(&columns)?)))
         })
     }
 }
 
-/// A bounder's kept samples after its input has ended, read in slot order (the order of
-/// [`Bounder::kept_rows`]) a chunk at a time: unit by unit, each unit's slots along its chain.
-struct KeptSamples {
-    first_slot: Vec<u32>,
-    slots: Vec<Slot>,
+/// A place in the kept samples' slot order: unit by unit, each unit's slots along its chain
+/// (from `first_slot` through [`Slot::next`]), each slot's samples in turn.
+struct SlotCursor {
     /// The next unit whose chain is read.
     unit: usize,
     /// The slot being read ([`NO_SLOT`]: the next unit's first).
@@ -858,13 +830,27 @@ struct KeptSamples {
     sample: usize,
 }
 
-impl KeptSamples {
+impl SlotCursor {
+    fn start() -> Self {
+        Self {
+            unit: 0,
+            slot: NO_SLOT,
+            sample: 0,
+        }
+    }
+
     /// Replaces `chunk` with the next `n` samples (fewer at the end); false when none is left.
-    fn next_chunk(&mut self, n: usize, chunk: &mut Vec<Sample>) -> bool {
+    fn next_chunk(
+        &mut self,
+        first_slot: &[u32],
+        slots: &[Slot],
+        n: usize,
+        chunk: &mut Vec<Sample>,
+    ) -> bool {
         chunk.clear();
         while chunk.len() < n {
             if self.slot == NO_SLOT {
-                let Some(&first) = self.first_slot.get(self.unit) else {
+                let Some(&first) = first_slot.get(self.unit) else {
                     break;
                 };
                 self.unit += 1;
@@ -872,7 +858,7 @@ impl KeptSamples {
                 self.sample = 0;
                 continue;
             }
-            let slot = &self.slots[self.slot as usize];
+            let slot = &slots[self.slot as usize];
             let take = (n - chunk.len()).min(slot.samples.len() - self.sample);
             chunk.extend_from_slice(&slot.samples[self.sample..self.sample + take]);
             self.sample += take;
@@ -882,6 +868,34 @@ impl KeptSamples {
             }
         }
         !chunk.is_empty()
+    }
+}
+
+/// A bounder's kept rows after its input has ended ([`Bounder::end_input`]), copied out of
+/// its held batches a chunk at a time in slot order.
+struct KeptRows {
+    first_slot: Vec<u32>,
+    slots: Vec<Slot>,
+    held: Vec<RecordBatch>,
+    cursor: SlotCursor,
+    /// The samples of the last batch made (their priorities go with it into a spill).
+    chunk: Vec<Sample>,
+    rows: Vec<(usize, usize)>,
+    local: Vec<usize>,
+}
+
+impl KeptRows {
+    /// The next (at most) `n` kept rows as one batch; `None` when none is left.
+    fn next_batch(&mut self, n: usize) -> Option<Result<RecordBatch>> {
+        let more = self
+            .cursor
+            .next_chunk(&self.first_slot, &self.slots, n.max(1), &mut self.chunk);
+        if !more {
+            return None;
+        }
+        self.rows.clear();
+        self.rows.extend(self.chunk.iter().map(Sample::place));
+        Some(interleave_held(&self.held, &self.rows, &mut self.local))
     }
 }
 
@@ -1470,10 +1484,11 @@ mod tests {
             .all(|k| k.1 == k.2 && units[k.2 as usize].map(String::from) == k.0));
     }
 
-    /// The output reads the kept rows through [`KeptSamples`] in slot order (the order of
-    /// `kept_rows`) at any chunk size, across slots and units, and the unit table's memory
-    /// goes back to the pool before the first batch. 5,000 units of 6 rows in 3 groups, 2
-    /// groups of 2 rows kept: 20,000 samples, 2 to a slot, so chunks end inside slots.
+    /// The output reads the kept rows through [`KeptRows`] in slot order (the order of
+    /// `kept_rows`, read whole) at any chunk size, across slots and units, and the unit
+    /// table's memory goes back to the pool before the first batch. 5,000 units of 6 rows in
+    /// 3 groups, 2 groups of 2 rows kept: 20,000 samples, 2 to a slot, so chunks end inside
+    /// slots.
     #[test]
     fn the_kept_rows_are_read_in_slot_order_after_the_unit_table_is_freed() {
         let n = 30_000;
@@ -1495,10 +1510,11 @@ mod tests {
                 "{} reserved of {held}, a table of {table}",
                 pool.reserved()
             );
-            let (mut read, mut samples) = (vec![], vec![]);
-            while kept.next_chunk(chunk, &mut samples) {
-                assert!(samples.len() <= chunk);
-                read.extend(samples.iter().map(Sample::place));
+            let mut read = vec![];
+            while let Some(batch) = kept.next_batch(chunk) {
+                assert_eq!(batch.unwrap().num_rows(), kept.chunk.len());
+                assert!(kept.chunk.len() <= chunk);
+                read.extend(kept.chunk.iter().map(Sample::place));
             }
             assert_eq!(read, expected, "chunks of {chunk}");
         }
