@@ -1761,15 +1761,21 @@ async fn released_after(client: &mut FlightSqlServiceClient<Channel>, sql: &str)
     took
 }
 
-/// A DP query that runs a few hundred milliseconds in this debug build's `dp-server` over
-/// `data/visits.csv` (released at 400 ms at a 50 ms quantum here): 13 CTEs that double each
-/// patient's region (`x || x`), to the 64 KiB cap.
+/// A DP query that runs several hundred milliseconds in this debug build's `dp-server` over
+/// `data/visits.csv`: each patient's region repeated 1,500 times (7.5 KB, within the 8 KiB
+/// cap on a row), lower- and upper-cased by each of 16 CTEs, about 30 MB of text a level.
+/// (It was 13 levels of `x || x` until session 69; their time was the bytes of rows past the
+/// cap, which every level copied again, and which a NULL row no longer holds.)
 fn slow_query() -> String {
-    let mut sql = String::from("WITH a0 AS (SELECT patient_id, region AS x FROM visits)");
-    for i in 1..=13 {
-        sql += &format!(", a{i} AS (SELECT patient_id, x || x AS x FROM a{})", i - 1);
+    let mut sql =
+        String::from("WITH a0 AS (SELECT patient_id, repeat(region, 1500) AS x FROM visits)");
+    for i in 1..=16 {
+        sql += &format!(
+            ", a{i} AS (SELECT patient_id, upper(lower(x)) AS x FROM a{})",
+            i - 1
+        );
     }
-    sql + " SELECT dp_count(1, 0.1) AS n FROM a13 WHERE length(x) > 5"
+    sql + " SELECT dp_count(1, 0.1) AS n FROM a16 WHERE length(x) > 5"
 }
 
 /// `[limits] release_quantum_ms` (src/sql/privacy/session/release_time.rs): a result reaches

@@ -12,8 +12,9 @@
 //!
 //! They reach Ballista executors by name (`src/distributed/codec.rs`).
 
-use crate::sql::privacy::plan::size::max_value_bytes;
-use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
+use crate::sql::privacy::plan::size::{fixed_width, max_value_bytes};
+use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
@@ -131,14 +132,12 @@ impl ScalarUDFImpl for TryFunction {
         // a row is over: one evaluation of the batch either way. (Failing the batch instead
         // made one person's long value turn the whole batch's evaluation into the fallback
         // below: twice the memory of a `repeat` near the cap, with one person; issue 41.)
-        let args = match output_bounds(name, &args) {
-            Some(bounds) => match without_rows_over_the_cap(args, &bounds)? {
-                Ok(args) => args,
-                Err(every_row_null) => return Ok(every_row_null),
-            },
-            None => args,
+        let bounds = output_bounds(name, &args);
+        let (args, over) = match within_the_cap(args, bounds)? {
+            Ok(within) => within,
+            Err(every_row_null) => return Ok(every_row_null),
         };
-        or_null(args, |args| match output_bounds(name, &args) {
+        or_null(args, over, |args| match output_bounds(name, &args) {
             // Past the cap on one row's output the function is not run: an allocation that
             // fails aborts the process (session 14's red team, `repeat` nested through
             // subqueries). Only a constant argument can still be over here.
@@ -153,14 +152,34 @@ impl ScalarUDFImpl for TryFunction {
     }
 }
 
-/// `args` with every array argument NULL on the rows whose bound in `bounds` is over
-/// [`row_cap`] (each size-multiplying function gives NULL for a NULL input); or,
-/// when every argument is a constant and the row is over, the NULL the call returns.
-fn without_rows_over_the_cap(
+/// `args` with every array argument NULL on the rows that would take more than [`row_cap`],
+/// and which rows those are (their output is made NULL too, by [`or_null`]); or, when no row
+/// can be within it, the NULL the call returns without being run.
+///
+/// A row is over when `bounds` (a function's own bound on its output, [`output_bounds`]) says
+/// so, or, for a function whose output has a variable width, when its arguments other than
+/// its largest array argument take more than the cap together ([`other_arguments_bytes`]).
+/// Every value a total form outputs is within the cap ([`cap_output`]), but a call can take
+/// the same value many times (`concat(x, x, ..., x)`, `make_array` of hundreds of
+/// arguments, a constant as long as the statement): 300 copies of an 8 KB value on 4,000 rows
+/// allocated 9 GB before its output could be capped (issue 41). Counted so, a row's output is
+/// at most a bounded factor of one array's own row and the cap, whatever the call.
+fn within_the_cap(
     args: ScalarFunctionArgs,
-    bounds: &[u64],
-) -> Result<std::result::Result<ScalarFunctionArgs, ColumnarValue>> {
+    bounds: Option<Vec<u64>>,
+) -> Result<std::result::Result<(ScalarFunctionArgs, Option<BooleanArray>), ColumnarValue>> {
     let cap = row_cap(&args.config_options);
+    let others = match is_fixed_width(args.return_field.data_type()) {
+        true => None,
+        false => other_arguments_bytes(&args),
+    };
+    let bounds = match (bounds, others) {
+        (Some(b), Some(o)) => Some(b.iter().zip(&o).map(|(b, o)| (*b).max(*o)).collect()),
+        (b, o) => b.or(o),
+    };
+    let Some(bounds) = bounds else {
+        return Ok(Ok((args, None)));
+    };
     let constant = args
         .args
         .iter()
@@ -170,10 +189,27 @@ fn without_rows_over_the_cap(
             Some(bound) if *bound > cap => Err(ColumnarValue::Scalar(ScalarValue::try_from(
                 args.return_field.data_type(),
             )?)),
-            _ => Ok(args),
+            _ => Ok((args, None)),
         });
     }
-    let over: arrow::array::BooleanArray = bounds.iter().map(|b| Some(*b > cap)).collect();
+    // The constants alone over the cap: every row is, and the call is not run (a constant is
+    // not made NULL on some rows: it would still be broadcast to every row).
+    let constants: u64 = args
+        .args
+        .iter()
+        .filter_map(|a| match a {
+            ColumnarValue::Scalar(s) => s.to_array_of_size(1).ok(),
+            ColumnarValue::Array(_) => None,
+        })
+        .map(|a| row_bytes(a.as_ref()).map_or(0, |b| b[0]))
+        .fold(0u64, u64::saturating_add);
+    if constants > cap {
+        return Ok(Err(ColumnarValue::Array(new_null_array(
+            args.return_field.data_type(),
+            args.number_rows,
+        ))));
+    }
+    let over: BooleanArray = bounds.iter().map(|b| Some(*b > cap)).collect();
     let masked = args
         .args
         .iter()
@@ -184,10 +220,55 @@ fn without_rows_over_the_cap(
             scalar => Ok(scalar.clone()),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Ok(ScalarFunctionArgs {
-        args: masked,
-        ..args
-    }))
+    Ok(Ok((
+        ScalarFunctionArgs {
+            args: masked,
+            ..args
+        },
+        Some(over),
+    )))
+}
+
+/// Each row's bytes in every argument but its largest array argument (a constant counts on
+/// every row), when there are two arguments or more; `None` for one. The largest array is
+/// held whatever the call does; what more a row's output can take is what the others add.
+fn other_arguments_bytes(args: &ScalarFunctionArgs) -> Option<Vec<u64>> {
+    if args.args.len() < 2 {
+        return None;
+    }
+    let rows = args.number_rows;
+    let mut sum = vec![0u64; rows];
+    let mut largest = vec![0u64; rows];
+    for a in &args.args {
+        match a {
+            ColumnarValue::Scalar(s) => {
+                let one = s.to_array_of_size(1).ok()?;
+                let bytes = row_bytes(one.as_ref()).map_or(0, |b| b[0]);
+                sum.iter_mut().for_each(|s| *s = s.saturating_add(bytes));
+            }
+            ColumnarValue::Array(array) => {
+                let bytes = row_bytes(array.as_ref())
+                    .unwrap_or_else(|| vec![fixed_width(array.data_type()); rows]);
+                for ((s, l), b) in sum.iter_mut().zip(largest.iter_mut()).zip(bytes) {
+                    *s = s.saturating_add(b);
+                    *l = (*l).max(b);
+                }
+            }
+        }
+    }
+    Some(sum.iter().zip(&largest).map(|(s, l)| s - l).collect())
+}
+
+/// Whether every value of `data_type` takes the same bytes (numbers, booleans, dates,
+/// fixed-size binaries): nothing a row holds can pass the cap that the type does not.
+fn is_fixed_width(data_type: &DataType) -> bool {
+    use DataType::*;
+    match data_type {
+        Null | Boolean | FixedSizeBinary(_) => true,
+        FixedSizeList(field, _) => is_fixed_width(field.data_type()),
+        Struct(fields) => fields.iter().all(|f| is_fixed_width(f.data_type())),
+        other => other.primitive_width().is_some(),
+    }
 }
 
 /// The most bytes one row's output of a total form may take in a query whose configuration
@@ -346,7 +427,11 @@ impl ScalarUDFImpl for TryBinary {
             return plan_err!("{} takes two arguments", self.name);
         };
         let (schema, expr) = self.kernel(left, right);
-        or_null(args, |args| {
+        let (args, over) = match within_the_cap(args, None)? {
+            Ok(within) => within,
+            Err(every_row_null) => return Ok(every_row_null),
+        };
+        or_null(args, over, |args| {
             let rows = args.number_rows;
             let columns = args
                 .args
@@ -402,7 +487,7 @@ impl ScalarUDFImpl for TryCastRows {
             safe: true,
             ..Default::default()
         };
-        or_null(args, |args| {
+        or_null(args, None, |args| {
             let array = args.args[0].to_array(args.number_rows)?;
             Ok(ColumnarValue::Array(arrow::compute::cast_with_options(
                 &array, &self.to, &options,
@@ -412,10 +497,12 @@ impl ScalarUDFImpl for TryCastRows {
 }
 
 /// `evaluate(args)`, or where it fails, `evaluate` on halves of the rows down to the rows
-/// where it fails, which get NULL ([`by_halves`]). Rows where it succeeds get the same values either way (every function
-/// here is row-wise), so the result depends on each row alone.
+/// where it fails, which get NULL ([`by_halves`]); and NULL on the rows `over` names
+/// ([`within_the_cap`]). Rows where it succeeds get the same values either way (every
+/// function here is row-wise), so the result depends on each row alone.
 fn or_null(
     args: ScalarFunctionArgs,
+    over: Option<BooleanArray>,
     evaluate: impl Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
 ) -> Result<ColumnarValue> {
     // A panic (a kernel's `capacity overflow`) counts as a failure: caught, it fails the
@@ -431,12 +518,15 @@ fn or_null(
         )
     };
     let cap = row_cap(&args.config_options);
-    let evaluate = |args: ScalarFunctionArgs| evaluate(args).and_then(|v| cap_output(v, cap));
+    let evaluate = |args: ScalarFunctionArgs, over: Option<&BooleanArray>| {
+        let rows = args.number_rows;
+        evaluate(args).and_then(|v| cap_output(v, rows, cap, over))
+    };
     // A stopped query stops here, before each call and each half of the fallback, not only
     // at its next yield to the runtime (crate::sql::cooperative::QueryCancellation).
     let cancelled = || crate::sql::cooperative::check_cancelled(&args.config_options);
     cancelled()?;
-    if let Ok(value) = evaluate(args.clone()) {
+    if let Ok(value) = evaluate(args.clone(), over.as_ref()) {
         return Ok(value);
     }
     let return_type = args.return_field.data_type().clone();
@@ -447,7 +537,7 @@ fn or_null(
     {
         let mut one = args.clone();
         one.number_rows = 1;
-        return Ok(match evaluate(one) {
+        return Ok(match evaluate(one, None) {
             Ok(value) => value,
             Err(_) => ColumnarValue::Scalar(ScalarValue::try_from(&return_type)?),
         });
@@ -458,8 +548,13 @@ fn or_null(
     match rows <= 1 {
         true => parts.push(new_null_array(&return_type, rows)),
         false => {
-            by_halves(&args, 0, rows / 2, &evaluate, &return_type, &mut parts);
-            by_halves(&args, rows / 2, rows, &evaluate, &return_type, &mut parts);
+            let part = Part {
+                args: &args,
+                over: over.as_ref(),
+                return_type: &return_type,
+            };
+            part.by_halves(0, rows / 2, &evaluate, &mut parts);
+            part.by_halves(rows / 2, rows, &evaluate, &mut parts);
         }
     }
     cancelled()?;
@@ -467,128 +562,258 @@ fn or_null(
     Ok(ColumnarValue::Array(arrow::compute::concat(&parts)?))
 }
 
-/// Rows `start..end` of `args` evaluated into `parts`: in one call if that succeeds, else as
-/// two halves, down to a single row that fails, which gets NULL. A batch with one failing row
-/// costs about twice its evaluation and 2 log2(rows) calls, not one call a row: the fallback
-/// row by row made one person's failing value (`1 / (patient_id - K)`) cost the whole batch
-/// a call per row (issue 41).
-fn by_halves(
-    args: &ScalarFunctionArgs,
-    start: usize,
-    end: usize,
-    evaluate: &dyn Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
-    return_type: &DataType,
-    parts: &mut Vec<ArrayRef>,
-) {
-    let rows = end - start;
-    if crate::sql::cooperative::check_cancelled(&args.config_options).is_err() {
-        // The query is stopped: the caller fails; no more calls.
-        parts.push(new_null_array(return_type, rows));
-        return;
-    }
-    let slice = ScalarFunctionArgs {
-        args: args
-            .args
-            .iter()
-            .map(|a| match a {
-                ColumnarValue::Array(array) => ColumnarValue::Array(array.slice(start, rows)),
-                scalar => scalar.clone(),
-            })
-            .collect(),
-        number_rows: rows,
-        ..args.clone()
-    };
-    match evaluate(slice).and_then(|v| v.to_array(rows)) {
-        Ok(value) if value.len() == rows => parts.push(value),
-        // One row that fails gets NULL; so do no rows (an empty batch on which the call
-        // fails whatever the rows: a pattern that does not compile), which must not split.
-        _ if rows <= 1 => parts.push(new_null_array(return_type, rows)),
-        _ => {
-            let middle = start + rows / 2;
-            by_halves(args, start, middle, evaluate, return_type, parts);
-            by_halves(args, middle, end, evaluate, return_type, parts);
+/// A batch whose evaluation failed, evaluated again in parts by [`Part::by_halves`].
+struct Part<'a> {
+    args: &'a ScalarFunctionArgs,
+    /// The rows of the batch made NULL whatever the evaluation gives ([`within_the_cap`]).
+    over: Option<&'a BooleanArray>,
+    return_type: &'a DataType,
+}
+
+impl Part<'_> {
+    /// Rows `start..end` evaluated into `parts`: in one call if that succeeds, else as two
+    /// halves, down to a single row that fails, which gets NULL. A batch with one failing row
+    /// costs about twice its evaluation and 2 log2(rows) calls, not one call a row: the
+    /// fallback row by row made one person's failing value (`1 / (patient_id - K)`) cost the
+    /// whole batch a call per row (issue 41).
+    fn by_halves(
+        &self,
+        start: usize,
+        end: usize,
+        evaluate: &dyn Fn(ScalarFunctionArgs, Option<&BooleanArray>) -> Result<ColumnarValue>,
+        parts: &mut Vec<ArrayRef>,
+    ) {
+        let rows = end - start;
+        if crate::sql::cooperative::check_cancelled(&self.args.config_options).is_err() {
+            // The query is stopped: the caller fails; no more calls.
+            parts.push(new_null_array(self.return_type, rows));
+            return;
+        }
+        let slice = ScalarFunctionArgs {
+            args: self
+                .args
+                .args
+                .iter()
+                .map(|a| match a {
+                    ColumnarValue::Array(array) => ColumnarValue::Array(array.slice(start, rows)),
+                    scalar => scalar.clone(),
+                })
+                .collect(),
+            number_rows: rows,
+            ..self.args.clone()
+        };
+        let over = self.over.map(|o| o.slice(start, rows));
+        match evaluate(slice, over.as_ref()).and_then(|v| v.to_array(rows)) {
+            Ok(value) if value.len() == rows => parts.push(value),
+            // One row that fails gets NULL; so do no rows (an empty batch on which the call
+            // fails whatever the rows: a pattern that does not compile), which must not split.
+            _ if rows <= 1 => parts.push(new_null_array(self.return_type, rows)),
+            _ => {
+                let middle = start + rows / 2;
+                self.by_halves(start, middle, evaluate, parts);
+                self.by_halves(middle, end, evaluate, parts);
+            }
         }
     }
 }
 
-/// `value` with NULL on each row whose string, bytes or list takes more than `cap`
-/// ([`row_cap`]): every total form's output is capped, so no chain of them (`s || s` once per
+/// `value` with NULL on each row whose value takes more than `cap` bytes ([`row_cap`], by
+/// [`row_bytes`]) and on each row `over` names, and with no bytes kept for any NULL row
+/// ([`compact`]). Every total form's output is capped, so no chain of them (`s || s` once per
 /// CTE level, `array_concat(a, a)`) grows a row past it, and a function that multiplies its
-/// input's size by a bounded factor stays within memory.
-fn cap_output(value: ColumnarValue, cap: u64) -> Result<ColumnarValue> {
-    let ColumnarValue::Array(array) = value else {
-        return Ok(value);
+/// input's size by a bounded factor stays within memory. A constant output is capped as
+/// one row.
+fn cap_output(
+    value: ColumnarValue,
+    rows: usize,
+    cap: u64,
+    over: Option<&BooleanArray>,
+) -> Result<ColumnarValue> {
+    let array = match value {
+        ColumnarValue::Scalar(scalar) => {
+            let one = scalar.to_array_of_size(1)?;
+            let too_long = row_bytes(one.as_ref()).is_some_and(|b| b[0] > cap);
+            match (too_long, over) {
+                (true, _) => {
+                    return Ok(ColumnarValue::Scalar(ScalarValue::try_from(
+                        scalar.data_type(),
+                    )?))
+                }
+                (false, None) => return Ok(ColumnarValue::Scalar(scalar)),
+                (false, Some(_)) => scalar.to_array_of_size(rows)?,
+            }
+        }
+        ColumnarValue::Array(array) => array,
     };
-    let sizes: Option<Vec<u64>> = row_bytes(array.as_ref());
-    let Some(sizes) = sizes else {
+    if matches!(array.data_type(), DataType::Null)
+        || (over.is_none() && is_fixed_width(array.data_type()))
+    {
         return Ok(ColumnarValue::Array(array));
-    };
-    // The rows over the cap made NULL through the validity bitmap on every batch, whether or
-    // not one is over: the values stay where they are (no copy whose size would depend on
-    // one person's row), and only the bitmap is rebuilt.
-    let keep: arrow::buffer::BooleanBuffer = sizes.iter().map(|s| *s <= cap).collect();
-    let nulls = arrow::buffer::NullBuffer::union(
-        array.nulls(),
-        Some(&arrow::buffer::NullBuffer::new(keep)),
-    );
-    let data = array.to_data().into_builder().nulls(nulls);
-    // SAFETY: only the validity bitmap changes, to one of the array's length; offsets, values
-    // and children are the array's own, already valid.
-    let data = unsafe { data.build_unchecked() };
-    Ok(ColumnarValue::Array(arrow::array::make_array(data)))
+    }
+    let sizes = row_bytes(array.as_ref());
+    let keep: BooleanBuffer = (0..array.len())
+        .map(|i| {
+            array.is_valid(i)
+                && sizes.as_ref().is_none_or(|s| s[i] <= cap)
+                && over.is_none_or(|o| !o.value(i))
+        })
+        .collect();
+    Ok(ColumnarValue::Array(compact(&array, keep)?))
 }
 
-/// Each row's bytes, for strings, bytes and lists (a list row: its elements' share of the
-/// child array's bytes); `None` for other types.
+/// `array` with NULL on the rows `keep` does not keep, and no bytes held for them: the rows'
+/// strings, bytes and list elements are dropped, not only masked. Arrow's kernels copy a NULL
+/// row's bytes as they are (`concat_elements_utf8`, which `||` runs, does): masked only, a
+/// row over the cap was doubled again at every level of a chain of `x || x`, and 8 levels
+/// over 4,000 rows of 7.5 KB took 7 GB (issue 41). The copy is made on every batch whatever
+/// its rows, so its cost is linear in the rows kept, never a branch on one of them.
+fn compact(array: &ArrayRef, keep: BooleanBuffer) -> Result<ArrayRef> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{BinaryViewType, StringViewType};
+    let nulls = arrow::buffer::NullBuffer::new(keep);
+    Ok(match array.data_type() {
+        t if is_fixed_width(t) => {
+            let data = array.to_data().into_builder().nulls(Some(nulls));
+            // SAFETY: only the validity bitmap changes, to one of the array's length;
+            // offsets, values and children are the array's own, already valid.
+            arrow::array::make_array(unsafe { data.build_unchecked() })
+        }
+        DataType::Utf8View => Arc::new(without_views::<StringViewType>(
+            array.as_string_view(),
+            nulls,
+        )),
+        DataType::BinaryView => Arc::new(without_views::<BinaryViewType>(
+            array.as_binary_view(),
+            nulls,
+        )),
+        _ => {
+            let indices: arrow::array::UInt32Array = (0..array.len())
+                .map(|i| nulls.is_valid(i).then_some(i as u32))
+                .collect();
+            arrow::compute::take(array.as_ref(), &indices, None)?
+        }
+    })
+}
+
+/// A view array holding only the bytes of the rows `nulls` keeps: the others' views emptied,
+/// then the buffers rewritten with the kept rows' bytes alone (`gc` copies what every view
+/// points at, NULL or not).
+fn without_views<T: arrow::datatypes::ByteViewType>(
+    array: &arrow::array::GenericByteViewArray<T>,
+    nulls: arrow::buffer::NullBuffer,
+) -> arrow::array::GenericByteViewArray<T> {
+    let views: arrow::buffer::ScalarBuffer<u128> = array
+        .views()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if nulls.is_valid(i) { *v } else { 0 })
+        .collect();
+    // SAFETY: each view is the array's own (valid for its buffers) or 0, an empty inline view.
+    let kept = unsafe {
+        arrow::array::GenericByteViewArray::<T>::new_unchecked(
+            views,
+            array.data_buffers().to_vec(),
+            Some(nulls),
+        )
+    };
+    kept.gc()
+}
+
+/// Each row's bytes: a string's or bytes' length, a fixed width, a list's elements' bytes, a
+/// struct's fields' bytes, a dictionary value's bytes; what a row holds however it is laid
+/// out (a NULL element's bytes count: kernels copy them), so a struct of 300 references to
+/// one column counts 300 times. `None` for types it does not read (unions, run-end encoding).
 fn row_bytes(array: &dyn Array) -> Option<Vec<u64>> {
     use arrow::array::AsArray;
     use DataType::*;
     let rows = array.len();
+    // A list's row: its child's rows from `start` to `end`.
+    fn spans(child: &dyn Array, spans: impl Iterator<Item = (usize, usize)>) -> Option<Vec<u64>> {
+        let bytes = row_bytes(child)?;
+        let mut prefix = Vec::with_capacity(bytes.len() + 1);
+        prefix.push(0u64);
+        for b in bytes {
+            prefix.push(prefix[prefix.len() - 1].saturating_add(b));
+        }
+        spans
+            .map(|(start, end)| Some(prefix.get(end)? - prefix.get(start)?))
+            .collect()
+    }
+    fn offsets<O: arrow::array::OffsetSizeTrait>(
+        offsets: &[O],
+    ) -> impl Iterator<Item = (usize, usize)> + '_ {
+        offsets
+            .windows(2)
+            .map(|w| (w[0].as_usize(), w[1].as_usize()))
+    }
+    let view_lengths = |views: &[u128]| views.iter().map(|v| *v as u32 as u64).collect();
     Some(match array.data_type() {
-        Utf8 => {
-            let a = array.as_string::<i32>();
-            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        Null => vec![0; rows],
+        Boolean => vec![1; rows],
+        FixedSizeBinary(n) => vec![(*n).max(0) as u64; rows],
+        t if t.primitive_width().is_some() => vec![fixed_width(t); rows],
+        Utf8 => offsets(array.as_string::<i32>().value_offsets())
+            .map(|(s, e)| (e - s) as u64)
+            .collect(),
+        LargeUtf8 => offsets(array.as_string::<i64>().value_offsets())
+            .map(|(s, e)| (e - s) as u64)
+            .collect(),
+        Binary => offsets(array.as_binary::<i32>().value_offsets())
+            .map(|(s, e)| (e - s) as u64)
+            .collect(),
+        LargeBinary => offsets(array.as_binary::<i64>().value_offsets())
+            .map(|(s, e)| (e - s) as u64)
+            .collect(),
+        Utf8View => view_lengths(array.as_string_view().views()),
+        BinaryView => view_lengths(array.as_binary_view().views()),
+        List(_) => {
+            let a = array.as_list::<i32>();
+            spans(a.values().as_ref(), offsets(a.value_offsets()))?
         }
-        LargeUtf8 => {
-            let a = array.as_string::<i64>();
-            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        LargeList(_) => {
+            let a = array.as_list::<i64>();
+            spans(a.values().as_ref(), offsets(a.value_offsets()))?
         }
-        Utf8View => {
-            let a = array.as_string_view();
-            (0..rows).map(|i| a.value(i).len() as u64).collect()
+        Map(..) => {
+            let a = array.as_map();
+            spans(a.entries(), offsets(a.value_offsets()))?
         }
-        Binary => {
-            let a = array.as_binary::<i32>();
-            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        ListView(_) => {
+            let a = array.as_list_view::<i32>();
+            let ends = a.offsets().iter().zip(a.sizes().iter());
+            spans(
+                a.values().as_ref(),
+                ends.map(|(o, s)| (*o as usize, (*o + *s) as usize)),
+            )?
         }
-        LargeBinary => {
-            let a = array.as_binary::<i64>();
-            (0..rows).map(|i| a.value_length(i) as u64).collect()
+        LargeListView(_) => {
+            let a = array.as_list_view::<i64>();
+            let ends = a.offsets().iter().zip(a.sizes().iter());
+            spans(
+                a.values().as_ref(),
+                ends.map(|(o, s)| (*o as usize, (*o + *s) as usize)),
+            )?
         }
-        List(_) | LargeList(_) => {
-            let (offsets, child): (Vec<u64>, &ArrayRef) = match array.data_type() {
-                List(_) => {
-                    let a = array.as_list::<i32>();
-                    (
-                        a.value_offsets().iter().map(|o| *o as u64).collect(),
-                        a.values(),
-                    )
+        FixedSizeList(_, n) => {
+            let a = array.as_fixed_size_list();
+            let n = (*n).max(0) as usize;
+            spans(a.values().as_ref(), (0..rows).map(|r| (r * n, (r + 1) * n)))?
+        }
+        Struct(_) => {
+            let mut sum = vec![0u64; rows];
+            for column in array.as_struct().columns() {
+                for (s, b) in sum.iter_mut().zip(row_bytes(column.as_ref())?) {
+                    *s = s.saturating_add(b);
                 }
-                _ => {
-                    let a = array.as_list::<i64>();
-                    (
-                        a.value_offsets().iter().map(|o| *o as u64).collect(),
-                        a.values(),
-                    )
-                }
-            };
-            let per_element = (child.get_array_memory_size() as u64)
-                .checked_div(child.len() as u64)
-                .unwrap_or(0)
-                .max(1);
-            offsets
-                .windows(2)
-                .map(|w| w[1].saturating_sub(w[0]).saturating_mul(per_element))
+            }
+            sum
+        }
+        Dictionary(..) => {
+            let a = array.as_any_dictionary();
+            let values = row_bytes(a.values().as_ref())?;
+            a.normalized_keys()
+                .iter()
+                .map(|k| values.get(*k).copied().unwrap_or(0))
                 .collect()
         }
         _ => return None,
@@ -705,6 +930,7 @@ mod tests {
         };
         let out = or_null(
             args(vec![Arc::clone(&values)], DataType::Int64),
+            None,
             fails_on_700,
         )
         .unwrap()
@@ -721,7 +947,7 @@ mod tests {
         let always: fn(ScalarFunctionArgs) -> Result<ColumnarValue> = |_| plan_err!("no");
         for rows in [0usize, 1, 5] {
             let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
-            let out = or_null(args(vec![values], DataType::Int64), always)
+            let out = or_null(args(vec![values], DataType::Int64), None, always)
                 .unwrap()
                 .to_array(rows)
                 .unwrap();
@@ -858,6 +1084,182 @@ mod tests {
             .unwrap();
         let out = out.as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(out.iter().collect::<Vec<_>>(), vec![Some("ab"), None]);
+    }
+
+    /// `x || x` once per CTE level: a row past the cap becomes NULL and its bytes go, so the
+    /// next level copies none of them. Masked only (the bitmap), 12 levels over a 6 KB row
+    /// held 6 KB × 2^12 = 24 MiB (issue 41: 8 levels over 4,000 rows took 7 GB).
+    #[test]
+    fn a_chain_of_concatenations_holds_no_bytes_of_its_null_rows() {
+        use arrow::array::StringViewArray;
+        let concat = TryBinary::new(Operator::StringConcat);
+        let long = "x".repeat(6_000);
+        let utf8: ArrayRef = Arc::new(StringArray::from(vec!["a", long.as_str(), "b"]));
+        let views: ArrayRef = Arc::new(StringViewArray::from(vec![
+            "a".repeat(20).as_str(),
+            long.as_str(),
+            "b",
+        ]));
+        for mut x in [utf8, views] {
+            let data_type = x.data_type().clone();
+            for level in 1..=12 {
+                x = concat
+                    .invoke_with_args(args(
+                        vec![Arc::clone(&x), Arc::clone(&x)],
+                        data_type.clone(),
+                    ))
+                    .unwrap()
+                    .to_array(3)
+                    .unwrap();
+                assert!(x.is_null(1), "{data_type} level {level}");
+                let rows = row_bytes(x.as_ref()).unwrap();
+                assert_eq!(
+                    rows[1], 0,
+                    "{data_type} level {level}: a NULL row holds bytes"
+                );
+                assert!(
+                    x.get_array_memory_size() < 64 << 10,
+                    "{data_type} level {level}: {} bytes",
+                    x.get_array_memory_size()
+                );
+            }
+            // The rows within the cap are what the operator gives: "a" doubled until past
+            // 8 KiB (2^13 bytes), "b" doubled 12 times (4 KiB).
+            assert_eq!(row_bytes(x.as_ref()).unwrap()[2], 1 << 12, "{data_type}");
+        }
+    }
+
+    /// A function that gives the number of its non-NULL arguments on each row as a string of
+    /// that many `*`, even on NULLs (as `concat` does), and counts the non-NULL argument
+    /// values it was handed.
+    #[derive(Debug)]
+    struct Probe(Signature, Arc<std::sync::atomic::AtomicUsize>);
+
+    impl PartialEq for Probe {
+        fn eq(&self, _: &Self) -> bool {
+            true
+        }
+    }
+    impl Eq for Probe {}
+    impl std::hash::Hash for Probe {
+        fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+    }
+
+    impl ScalarUDFImpl for Probe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn signature(&self) -> &Signature {
+            &self.0
+        }
+        fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+            Ok(DataType::Utf8)
+        }
+        fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+            let rows = args.number_rows;
+            let arrays = args
+                .args
+                .iter()
+                .map(|a| a.to_array(rows))
+                .collect::<Result<Vec<_>>>()?;
+            let out: StringArray = (0..rows)
+                .map(|r| {
+                    let n = arrays.iter().filter(|a| a.is_valid(r)).count();
+                    self.1.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    Some("*".repeat(n))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }
+    }
+
+    /// One call on 300 copies of a column: a row whose copies together pass the cap is not
+    /// run (its inputs are NULL) and gets NULL, though the function gives a value on NULLs;
+    /// the other rows are the function's. Constants count on every row, and constants alone
+    /// past the cap give NULL everywhere without a call (a constant cannot be made NULL on
+    /// one row). Before, 300 copies of an 8 KB value on 4,000 rows took 9 GB.
+    #[test]
+    fn a_call_whose_other_arguments_pass_the_cap_is_not_run_on_that_row() {
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let probe = ScalarUDF::new_from_impl(Probe(
+            Signature::variadic_any(Volatility::Immutable),
+            Arc::clone(&seen),
+        ));
+        let wrapped = TryFunction::new(Arc::new(probe), as_is);
+        let long = "y".repeat(7_000);
+        let column: ArrayRef = Arc::new(StringArray::from(vec!["b", long.as_str(), "c"]));
+        let copies = vec![Arc::clone(&column); 300];
+        let out = wrapped
+            .invoke_with_args(args(copies, DataType::Utf8))
+            .unwrap()
+            .to_array(3)
+            .unwrap();
+        let out = out.as_any().downcast_ref::<StringArray>().unwrap();
+        let stars = "*".repeat(300);
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(stars.as_str()), None, Some(stars.as_str())]
+        );
+        // Rows 0 and 2 handed over, row 1 not.
+        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 600);
+
+        // Two arguments, one of them long: the long one is the largest, so the row runs.
+        seen.store(0, std::sync::atomic::Ordering::Relaxed);
+        let short: ArrayRef = Arc::new(StringArray::from(vec!["b", "c", "d"]));
+        let out = wrapped
+            .invoke_with_args(args(vec![Arc::clone(&column), short], DataType::Utf8))
+            .unwrap()
+            .to_array(3)
+            .unwrap();
+        assert_eq!(out.null_count(), 0);
+        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 6);
+
+        // Constants: 5 KB twice is past the 8 KiB cap on every row; no call.
+        seen.store(0, std::sync::atomic::Ordering::Relaxed);
+        let constant = ColumnarValue::Scalar(ScalarValue::Utf8(Some("z".repeat(5_000))));
+        let mut call = args(vec![Arc::clone(&column)], DataType::Utf8);
+        call.args.extend([constant.clone(), constant.clone()]);
+        let out = wrapped.invoke_with_args(call).unwrap().to_array(3).unwrap();
+        assert_eq!(out.null_count(), 3);
+        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 0);
+        // One 5 KB constant and the column: the short rows run, the long one does not (the
+        // constant counts on it beside the column's 7 KB row, which is the largest).
+        let mut call = args(vec![Arc::clone(&column)], DataType::Utf8);
+        call.args.push(constant);
+        let out = wrapped.invoke_with_args(call).unwrap().to_array(3).unwrap();
+        assert_eq!(
+            (0..3).map(|r| out.is_null(r)).collect::<Vec<_>>(),
+            vec![false, false, false],
+            "the constant (5 KB) alone besides the largest is within the cap"
+        );
+    }
+
+    /// A row's bytes are what it holds however it is laid out: a struct of the same column
+    /// twice holds it twice, a dictionary row its value, a list row its elements.
+    #[test]
+    fn a_row_s_bytes_count_every_reference() {
+        use arrow::array::{DictionaryArray, ListArray, StructArray};
+        use arrow::datatypes::Int32Type;
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["abc", "", "defgh"]));
+        let fields = vec![
+            Arc::new(Field::new("a", DataType::Utf8, true)),
+            Arc::new(Field::new("b", DataType::Utf8, true)),
+        ];
+        let pair = StructArray::new(
+            fields.into(),
+            vec![Arc::clone(&text), Arc::clone(&text)],
+            None,
+        );
+        assert_eq!(row_bytes(&pair), Some(vec![6, 0, 10]));
+        let dictionary: DictionaryArray<Int32Type> = vec!["abc", "abc", "x"].into_iter().collect();
+        assert_eq!(row_bytes(&dictionary), Some(vec![3, 3, 1]));
+        let lists = ListArray::from_iter_primitive::<arrow::datatypes::Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            None,
+            Some(vec![Some(3)]),
+        ]);
+        assert_eq!(row_bytes(&lists), Some(vec![16, 0, 8]));
+        assert_eq!(row_bytes(&lists.slice(1, 2)), Some(vec![0, 8]));
     }
 
     #[test]
