@@ -136,8 +136,8 @@ const PAIRS: [(&str, &str, &str, &str); 17] = [
         // and rebuilt without the bytes of NULL rows on every batch (try_concat, try_upper;
         // "Errors are outputs"); the exact query runs them as they are.
         "dp_count vs count, string functions",
-        "SELECT grp, dp_count(patient_id, 1.0) FROM visits WHERE concat(upper(CAST(visit_id % 97 AS VARCHAR)), '-', CAST(grp AS VARCHAR)) <> 'x' GROUP BY grp",
-        "SELECT grp, count(patient_id) FROM visits WHERE concat(upper(CAST(visit_id % 97 AS VARCHAR)), '-', CAST(grp AS VARCHAR)) <> 'x' GROUP BY grp",
+        "SELECT grp, dp_count(patient_id, 1.0) FROM visits WHERE concat(upper(CAST(visit_id % 97 AS VARCHAR)), ' visits of group ', CAST(grp AS VARCHAR)) <> 'x' GROUP BY grp",
+        "SELECT grp, count(patient_id) FROM visits WHERE concat(upper(CAST(visit_id % 97 AS VARCHAR)), ' visits of group ', CAST(grp AS VARCHAR)) <> 'x' GROUP BY grp",
         "",
     ),
     (

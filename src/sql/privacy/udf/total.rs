@@ -209,7 +209,10 @@ fn within_the_cap(
             args.number_rows,
         ))));
     }
-    let over: BooleanArray = bounds.iter().map(|b| Some(*b > cap)).collect();
+    let over = BooleanArray::new(
+        BooleanBuffer::collect_bool(bounds.len(), |i| bounds[i] > cap),
+        None,
+    );
     let masked = args
         .args
         .iter()
@@ -650,14 +653,17 @@ fn cap_output(
     {
         return Ok(ColumnarValue::Array(array));
     }
-    let sizes = row_bytes(array.as_ref());
-    let keep: BooleanBuffer = (0..array.len())
-        .map(|i| {
-            array.is_valid(i)
-                && sizes.as_ref().is_none_or(|s| s[i] <= cap)
-                && over.is_none_or(|o| !o.value(i))
-        })
-        .collect();
+    let len = array.len();
+    let mut keep = match row_bytes(array.as_ref()) {
+        Some(sizes) => BooleanBuffer::collect_bool(len, |i| sizes[i] <= cap),
+        None => BooleanBuffer::new_set(len),
+    };
+    if let Some(valid) = array.nulls() {
+        keep = &keep & valid.inner();
+    }
+    if let Some(over) = over {
+        keep = &keep & &!over.values();
+    }
     Ok(ColumnarValue::Array(compact(&array, keep)?))
 }
 
@@ -678,6 +684,10 @@ fn compact(array: &ArrayRef, keep: BooleanBuffer) -> Result<ArrayRef> {
             // offsets, values and children are the array's own, already valid.
             arrow::array::make_array(unsafe { data.build_unchecked() })
         }
+        DataType::Utf8 => Arc::new(without_bytes(array.as_string::<i32>(), nulls)),
+        DataType::LargeUtf8 => Arc::new(without_bytes(array.as_string::<i64>(), nulls)),
+        DataType::Binary => Arc::new(without_bytes(array.as_binary::<i32>(), nulls)),
+        DataType::LargeBinary => Arc::new(without_bytes(array.as_binary::<i64>(), nulls)),
         DataType::Utf8View => Arc::new(without_views::<StringViewType>(
             array.as_string_view(),
             nulls,
@@ -693,6 +703,47 @@ fn compact(array: &ArrayRef, keep: BooleanBuffer) -> Result<ArrayRef> {
             arrow::compute::take(array.as_ref(), &indices, None)?
         }
     })
+}
+
+/// A string or bytes array holding only the bytes of the rows `nulls` keeps: each run of kept
+/// rows copied in one piece (Arrow's `take` copies row by row, 3x slower on short strings).
+fn without_bytes<T: arrow::datatypes::ByteArrayType>(
+    array: &arrow::array::GenericByteArray<T>,
+    nulls: arrow::buffer::NullBuffer,
+) -> arrow::array::GenericByteArray<T> {
+    use arrow::datatypes::ArrowNativeType;
+    let offsets = array.value_offsets();
+    let data = array.value_data();
+    let kept: usize = nulls
+        .inner()
+        .set_slices()
+        .map(|(start, end)| offsets[end].as_usize() - offsets[start].as_usize())
+        .sum();
+    let mut values: Vec<u8> = Vec::with_capacity(kept);
+    let mut starts: Vec<T::Offset> = Vec::with_capacity(offsets.len());
+    starts.push(T::Offset::usize_as(0));
+    let mut done = 0;
+    for (start, end) in nulls.inner().set_slices() {
+        // The rows dropped before this run: empty.
+        let here = T::Offset::usize_as(values.len());
+        starts.extend(std::iter::repeat_n(here, start - done));
+        let first = offsets[start];
+        values.extend_from_slice(&data[first.as_usize()..offsets[end].as_usize()]);
+        starts.extend(offsets[start + 1..=end].iter().map(|o| *o - first + here));
+        done = end;
+    }
+    let here = T::Offset::usize_as(values.len());
+    starts.extend(std::iter::repeat_n(here, array.len() - done));
+    // SAFETY: the offsets start at 0, never decrease (each run's are its own, shifted to where
+    // its bytes were copied; a dropped row repeats the last), end at `values.len()`, and cut the
+    // kept runs where the array's own offsets cut them (valid UTF-8 boundaries for strings).
+    unsafe {
+        arrow::array::GenericByteArray::<T>::new_unchecked(
+            arrow::buffer::OffsetBuffer::new_unchecked(starts.into()),
+            values.into(),
+            Some(nulls),
+        )
+    }
 }
 
 /// A view array holding only the bytes of the rows `nulls` keeps: the others' views emptied,
@@ -1231,6 +1282,72 @@ mod tests {
             (0..3).map(|r| out.is_null(r)).collect::<Vec<_>>(),
             vec![false, false, false],
             "the constant (5 KB) alone besides the largest is within the cap"
+        );
+    }
+
+    /// `compact` keeps the kept rows' values and no other bytes, for strings (each run copied in
+    /// one piece), views and lists, from sliced arrays too (offsets not starting at 0).
+    #[test]
+    fn compacted_arrays_hold_the_kept_rows_only() {
+        use arrow::array::{LargeStringArray, ListArray, StringViewArray};
+        let long = "z".repeat(100);
+        let texts = vec![
+            Some("skipped"),
+            Some("a"),
+            Some(long.as_str()),
+            None,
+            Some("ccc"),
+            Some(long.as_str()),
+            Some("e"),
+        ];
+        // Row 1 of each slice (the long one) and the last long one are dropped.
+        let keep = || BooleanBuffer::from(vec![true, false, true, true, false, true]);
+        let expected = vec![Some("a"), None, None, Some("ccc"), None, Some("e")];
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(texts.clone())),
+            Arc::new(LargeStringArray::from(texts.clone())),
+            Arc::new(StringViewArray::from(texts.clone())),
+        ];
+        for array in arrays {
+            let sliced = array.slice(1, 6);
+            let keep = keep();
+            let valid: BooleanBuffer = (0..6)
+                .map(|i| keep.value(i) && sliced.is_valid(i))
+                .collect();
+            let out = compact(&sliced, valid).unwrap();
+            let text = arrow::compute::cast(&out, &DataType::Utf8).unwrap();
+            let text = text.as_any().downcast_ref::<StringArray>().unwrap();
+            assert_eq!(
+                text.iter().collect::<Vec<_>>(),
+                expected,
+                "{}",
+                array.data_type()
+            );
+            assert_eq!(row_bytes(out.as_ref()).unwrap(), vec![1, 0, 0, 3, 0, 1]);
+            assert!(
+                out.get_array_memory_size() < 200 + 6 * 16,
+                "{}",
+                array.data_type()
+            );
+        }
+        let lists = ListArray::from_iter_primitive::<arrow::datatypes::Int64Type, _, _>(vec![
+            Some(vec![Some(1)]),
+            Some(vec![Some(2); 50]),
+            Some(vec![Some(3), Some(4)]),
+        ]);
+        let out = compact(
+            &(Arc::new(lists) as ArrayRef),
+            BooleanBuffer::from(vec![true, false, true]),
+        )
+        .unwrap();
+        assert_eq!(row_bytes(out.as_ref()).unwrap(), vec![8, 0, 16]);
+        assert_eq!(
+            out.as_any()
+                .downcast_ref::<ListArray>()
+                .unwrap()
+                .values()
+                .len(),
+            3
         );
     }
 
