@@ -198,10 +198,9 @@ fn within_the_cap(
         .args
         .iter()
         .filter_map(|a| match a {
-            ColumnarValue::Scalar(s) => s.to_array_of_size(1).ok(),
+            ColumnarValue::Scalar(s) => Some(constant_bytes(s)),
             ColumnarValue::Array(_) => None,
         })
-        .map(|a| row_bytes(a.as_ref()).map_or(0, |b| b[0]))
         .fold(0u64, u64::saturating_add);
     if constants > cap {
         return Ok(Err(ColumnarValue::Array(new_null_array(
@@ -245,8 +244,7 @@ fn other_arguments_bytes(args: &ScalarFunctionArgs) -> Option<Vec<u64>> {
     for a in &args.args {
         match a {
             ColumnarValue::Scalar(s) => {
-                let one = s.to_array_of_size(1).ok()?;
-                let bytes = row_bytes(one.as_ref()).map_or(0, |b| b[0]);
+                let bytes = constant_bytes(s);
                 sum.iter_mut().for_each(|s| *s = s.saturating_add(bytes));
             }
             ColumnarValue::Array(array) => {
@@ -260,6 +258,16 @@ fn other_arguments_bytes(args: &ScalarFunctionArgs) -> Option<Vec<u64>> {
         }
     }
     Some(sum.iter().zip(&largest).map(|(s, l)| s - l).collect())
+}
+
+/// The bytes of a constant argument, as [`row_bytes`] counts a row; its type's fixed width
+/// where that does not read it (as an array argument's).
+fn constant_bytes(scalar: &ScalarValue) -> u64 {
+    scalar
+        .to_array_of_size(1)
+        .ok()
+        .and_then(|one| row_bytes(one.as_ref()))
+        .map_or_else(|| fixed_width(&scalar.data_type()), |b| b[0])
 }
 
 /// Whether every value of `data_type` takes the same bytes (numbers, booleans, dates,
@@ -340,12 +348,12 @@ fn output_bounds(name: &str, args: &ScalarFunctionArgs) -> Option<Vec<u64>> {
                 .get(if name.ends_with("repeat") { 0 } else { 2 })
                 .and_then(|e| e.to_array(rows).ok());
             let element_bytes: Vec<u64> = match &element {
-                Some(a) => match (row_bytes(a.as_ref()), a.data_type().primitive_width()) {
-                    (Some(bytes), _) => (0..rows)
+                Some(a) => match row_bytes(a.as_ref()) {
+                    Some(bytes) => (0..rows)
                         .map(|r| if a.is_null(r) { 0 } else { bytes[r] })
                         .collect(),
-                    (None, Some(width)) => vec![width as u64; rows],
-                    (None, None) => {
+                    // A union or run-end encoded element (`row_bytes` reads the others).
+                    None => {
                         let average = (a.get_array_memory_size() as u64)
                             .checked_div(rows as u64)
                             .unwrap_or(0);
@@ -633,6 +641,9 @@ fn cap_output(
     over: Option<&BooleanArray>,
 ) -> Result<ColumnarValue> {
     let array = match value {
+        ColumnarValue::Scalar(scalar) if over.is_none() && is_fixed_width(&scalar.data_type()) => {
+            return Ok(ColumnarValue::Scalar(scalar))
+        }
         ColumnarValue::Scalar(scalar) => {
             let one = scalar.to_array_of_size(1)?;
             let too_long = row_bytes(one.as_ref()).is_some_and(|b| b[0] > cap);
@@ -1273,8 +1284,8 @@ mod tests {
         let out = wrapped.invoke_with_args(call).unwrap().to_array(3).unwrap();
         assert_eq!(out.null_count(), 3);
         assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 0);
-        // One 5 KB constant and the column: the short rows run, the long one does not (the
-        // constant counts on it beside the column's 7 KB row, which is the largest).
+        // One 5 KB constant and the column: every row runs (on the long row the column's 7 KB
+        // is the largest argument, and the constant beside it is within the cap).
         let mut call = args(vec![Arc::clone(&column)], DataType::Utf8);
         call.args.push(constant);
         let out = wrapped.invoke_with_args(call).unwrap().to_array(3).unwrap();
